@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * CUDA Runtime and Driver API probes.
+ *
+ * Two programs serve every probed symbol: gs_cuda_entry at function entry and
+ * gs_cuda_return at return. The uprobe cookie is the op id (enum gs_op), so one
+ * uprobe_multi link per direction and library attaches all symbols at once.
+ *
+ * The entry program saves the call's start time and key arguments on a small
+ * per-thread stack in task-local storage (cheaper than a hash keyed by tid, and
+ * freed with the thread); the return program pops it and emits one record with
+ * the duration. The stack is needed because runtime calls nest driver calls
+ * (cudaMalloc -> cuMemAlloc_v2), and both are probed.
+ */
+#include "common.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* 1: emit at entry and never time the call (cheapest mode, --entry-only). */
+const volatile __u8 entry_only = 0;
+
+#define GS_MAX_DEPTH 4
+
+struct gs_call {
+	__u64 ts_ns;
+	__u64 bytes;
+	__u64 handle;
+	__u64 stream;
+	__u64 arg0;
+	__u64 arg1;
+	__u64 out_ptr; /* where the API writes its result handle (cudaMalloc's devPtr) */
+	__u32 op;
+	__u32 _pad;
+};
+
+struct gs_call_stack {
+	__u32 depth;
+	__u32 _pad;
+	struct gs_call calls[GS_MAX_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct gs_call_stack);
+} call_stacks SEC(".maps");
+
+static __always_inline __u64 gs_read_u64(const void *addr)
+{
+	__u64 v = 0;
+	bpf_probe_read_user(&v, sizeof(v), addr);
+	return v;
+}
+
+static __always_inline __u64 gs_pack_dim(__u64 x, __u64 y, __u64 z)
+{
+	return (x & 0xffffffff) | ((y & 0xffff) << 32) | ((z & 0xffff) << 48);
+}
+
+/* Fill the argument fields of `c` from the registers at entry. The x86-64
+ * SysV ABI passes a dim3 (12 bytes) in two registers (x|y, z), and the 7th
+ * and later arguments on the stack above the return address at [sp]. */
+static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct gs_call *c)
+{
+	__u64 sp = PT_REGS_SP(ctx);
+
+	switch (op) {
+	case GS_OP_CUDA_MALLOC:         /* (void **devPtr, size_t size) */
+	case GS_OP_CUDA_MALLOC_HOST:    /* (void **ptr, size_t size) */
+	case GS_OP_CUDA_MALLOC_MANAGED: /* (void **devPtr, size_t size, unsigned flags) */
+	case GS_OP_CU_MEM_ALLOC:        /* (CUdeviceptr *dptr, size_t bytesize) */
+	case GS_OP_CU_MEM_ALLOC_MANAGED:
+		c->out_ptr = PT_REGS_PARM1(ctx);
+		c->bytes = PT_REGS_PARM2(ctx);
+		break;
+	case GS_OP_CUDA_FREE:           /* (void *devPtr) */
+	case GS_OP_CUDA_FREE_HOST:
+	case GS_OP_CU_MEM_FREE:
+		c->handle = PT_REGS_PARM1(ctx);
+		break;
+	case GS_OP_CUDA_MEMCPY:         /* (dst, src, count, kind) */
+		c->bytes = PT_REGS_PARM3(ctx);
+		c->arg0 = PT_REGS_PARM4(ctx);
+		break;
+	case GS_OP_CUDA_MEMCPY_ASYNC:   /* (dst, src, count, kind, stream) */
+		c->bytes = PT_REGS_PARM3(ctx);
+		c->arg0 = PT_REGS_PARM4(ctx);
+		c->stream = PT_REGS_PARM5(ctx);
+		break;
+	case GS_OP_CUDA_MEMSET:         /* (devPtr, value, count) */
+		c->handle = PT_REGS_PARM1(ctx);
+		c->bytes = PT_REGS_PARM3(ctx);
+		break;
+	case GS_OP_CUDA_MEMSET_ASYNC:   /* (devPtr, value, count, stream) */
+		c->handle = PT_REGS_PARM1(ctx);
+		c->bytes = PT_REGS_PARM3(ctx);
+		c->stream = PT_REGS_PARM4(ctx);
+		break;
+	case GS_OP_CUDA_LAUNCH_KERNEL:
+		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream):
+		 * func rdi, grid rsi|rdx, block rcx|r8, args r9, shmem [sp+8],
+		 * stream [sp+16]. */
+		c->handle = PT_REGS_PARM1(ctx);
+		c->arg0 = gs_pack_dim(PT_REGS_PARM2(ctx), PT_REGS_PARM2(ctx) >> 32, PT_REGS_PARM3(ctx));
+		c->arg1 = gs_pack_dim(PT_REGS_PARM4(ctx), PT_REGS_PARM4(ctx) >> 32, PT_REGS_PARM5(ctx));
+		c->bytes = gs_read_u64((void *)(sp + 8));
+		c->stream = gs_read_u64((void *)(sp + 16));
+		break;
+	case GS_OP_CUDA_LAUNCH_KERNEL_EXC: {
+		/* (const cudaLaunchConfig_t *config, const void *func, void **args);
+		 * config = {dim3 grid @0, dim3 block @12, size_t shmem @24, stream @32} */
+		__u32 dims[6] = {};
+		__u64 cfg = PT_REGS_PARM1(ctx);
+		bpf_probe_read_user(dims, sizeof(dims), (void *)cfg);
+		c->handle = PT_REGS_PARM2(ctx);
+		c->arg0 = gs_pack_dim(dims[0], dims[1], dims[2]);
+		c->arg1 = gs_pack_dim(dims[3], dims[4], dims[5]);
+		c->bytes = gs_read_u64((void *)(cfg + 24));
+		c->stream = gs_read_u64((void *)(cfg + 32));
+		break;
+	}
+	case GS_OP_CUDA_STREAM_SYNCHRONIZE: /* (stream) */
+	case GS_OP_CU_STREAM_SYNCHRONIZE:
+		c->stream = PT_REGS_PARM1(ctx);
+		break;
+	case GS_OP_CUDA_EVENT_SYNCHRONIZE:  /* (event) */
+		c->handle = PT_REGS_PARM1(ctx);
+		break;
+	case GS_OP_CUDA_STREAM_WAIT_EVENT:  /* (stream, event, flags) */
+		c->stream = PT_REGS_PARM1(ctx);
+		c->handle = PT_REGS_PARM2(ctx);
+		break;
+	case GS_OP_CU_LAUNCH_KERNEL:
+		/* (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+		 * bz [sp+8], shmem [sp+16], stream [sp+24]. */
+		c->handle = PT_REGS_PARM1(ctx);
+		c->arg0 = gs_pack_dim(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx));
+		c->arg1 = gs_pack_dim(PT_REGS_PARM5(ctx), ctx->r9, gs_read_u64((void *)(sp + 8)));
+		c->bytes = gs_read_u64((void *)(sp + 16)) & 0xffffffff;
+		c->stream = gs_read_u64((void *)(sp + 24));
+		break;
+	case GS_OP_CU_LAUNCH_KERNEL_EX: {
+		/* (const CUlaunchConfig *config, CUfunction f, ...);
+		 * config = {gx,gy,gz,bx,by,bz,shmem (u32 each) @0..27, hStream @32} */
+		__u32 dims[7] = {};
+		__u64 cfg = PT_REGS_PARM1(ctx);
+		bpf_probe_read_user(dims, sizeof(dims), (void *)cfg);
+		c->handle = PT_REGS_PARM2(ctx);
+		c->arg0 = gs_pack_dim(dims[0], dims[1], dims[2]);
+		c->arg1 = gs_pack_dim(dims[3], dims[4], dims[5]);
+		c->bytes = dims[6];
+		c->stream = gs_read_u64((void *)(cfg + 32));
+		break;
+	}
+	case GS_OP_CU_MEMCPY_HTOD:      /* (CUdeviceptr dst, const void *src, size_t n) */
+		c->bytes = PT_REGS_PARM3(ctx);
+		c->arg0 = 1;
+		break;
+	case GS_OP_CU_MEMCPY_DTOH:      /* (void *dst, CUdeviceptr src, size_t n) */
+		c->bytes = PT_REGS_PARM3(ctx);
+		c->arg0 = 2;
+		break;
+	case GS_OP_CU_MEMCPY_ASYNC:     /* (dst, src, n, stream): direction from UVA */
+		c->bytes = PT_REGS_PARM3(ctx);
+		c->arg0 = 4;
+		c->stream = PT_REGS_PARM4(ctx);
+		break;
+	default:
+		break;
+	}
+}
+
+static __always_inline void gs_fill_task(struct gs_event *e, __u64 pid_tgid)
+{
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+}
+
+static __always_inline void gs_copy_call(struct gs_event *e, const struct gs_call *c)
+{
+	e->bytes = c->bytes;
+	e->handle = c->handle;
+	e->stream = c->stream;
+	e->arg0 = c->arg0;
+	e->arg1 = c->arg1;
+}
+
+SEC("uprobe")
+int gs_cuda_entry(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
+
+	if (!gs_is_target(tgid)) {
+		if (filter_targets)
+			return 0;
+		__u8 one = 1;
+		bpf_map_update_elem(&targets, &tgid, &one, BPF_NOEXIST);
+	}
+
+	if (entry_only) {
+		struct gs_call c = {};
+		struct gs_event *e;
+
+		gs_read_args(ctx, op, &c);
+		e = gs_reserve(op);
+		if (!e)
+			return 0;
+		e->ts_ns = bpf_ktime_get_ns();
+		gs_fill_task(e, pid_tgid);
+		gs_copy_call(e, &c);
+		e->flags = GS_FLAG_ENTRY_ONLY;
+		gs_submit(e);
+		return 0;
+	}
+
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct gs_call_stack *st =
+		bpf_task_storage_get(&call_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st)
+		return 0;
+	__u32 d = st->depth;
+	if (d >= GS_MAX_DEPTH) {
+		gs_count(GS_STAT_CALL_DEPTH);
+		return 0;
+	}
+	struct gs_call *c = &st->calls[d];
+	__builtin_memset(c, 0, sizeof(*c));
+	c->op = op;
+	gs_read_args(ctx, op, c);
+	st->depth = d + 1;
+	/* Last, so the probe's own work is not counted in the call's duration. */
+	c->ts_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("uretprobe")
+int gs_cuda_return(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct gs_call_stack *st = bpf_task_storage_get(&call_stacks, task, 0, 0);
+
+	if (!st || st->depth == 0 || st->depth > GS_MAX_DEPTH) {
+		gs_count(GS_STAT_UNMATCHED_RET);
+		return 0;
+	}
+	/* Find the innermost frame of this op; frames above it belong to calls
+	 * whose return was never seen (longjmp, or attached mid-call) and are
+	 * discarded. */
+	__u32 idx = GS_MAX_DEPTH;
+	for (int i = GS_MAX_DEPTH - 1; i >= 0; i--) {
+		if ((__u32)i < st->depth && st->calls[i].op == op) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx >= GS_MAX_DEPTH) {
+		gs_count(GS_STAT_UNMATCHED_RET);
+		return 0;
+	}
+	struct gs_call *c = &st->calls[idx];
+	st->depth = idx;
+
+	struct gs_event *e = gs_reserve(op);
+	if (!e)
+		return 0;
+	e->ts_ns = c->ts_ns;
+	e->duration_ns = now - c->ts_ns;
+	gs_fill_task(e, pid_tgid);
+	gs_copy_call(e, c);
+	e->ret = (__s32)PT_REGS_RC(ctx);
+	if (c->out_ptr && e->ret == 0)
+		e->handle = gs_read_u64((void *)c->out_ptr);
+	gs_submit(e);
+	return 0;
+}

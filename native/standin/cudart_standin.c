@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A stand-in libcudart.so.12: the real exported names and C signatures of the
+ * CUDA Runtime API calls gpuscope probes, with configurable latency and
+ * result (standin_common.h). No GPU involved. With GPUSCOPE_STANDIN_NEST=1,
+ * allocation, copy and launch calls forward to the stand-in libcuda.so.1 like
+ * the real runtime does, so nested runtime -> driver calls can be tested.
+ */
+#include <dlfcn.h>
+#include <stddef.h>
+#include "standin_common.h"
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
+typedef struct { unsigned int x, y, z; } dim3;
+typedef struct {
+	dim3 gridDim;
+	dim3 blockDim;
+	size_t dynamicSmemBytes;
+	cudaStream_t stream;
+	void *attrs;
+	unsigned int numAttrs;
+} cudaLaunchConfig_t;
+
+static uintptr_t next_ptr = 0x7f0000000000ull;
+static int (*drv_alloc)(uint64_t *, size_t);
+static int (*drv_free)(uint64_t);
+static int (*drv_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			 unsigned, void *, void **, void **);
+
+__attribute__((constructor)) static void standin_init(void)
+{
+	standin_parse(getenv("GPUSCOPE_STANDIN_LATENCY"), 0);
+	standin_parse(getenv("GPUSCOPE_STANDIN_RESULT"), 1);
+	const char *nest = getenv("GPUSCOPE_STANDIN_NEST");
+	if (nest && *nest == '1') {
+		void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+		if (h) {
+			drv_alloc = dlsym(h, "cuMemAlloc_v2");
+			drv_free = dlsym(h, "cuMemFree_v2");
+			drv_launch = dlsym(h, "cuLaunchKernel");
+		}
+	}
+}
+
+static void *fresh_ptr(size_t size)
+{
+	uintptr_t p = __atomic_fetch_add(&next_ptr, (size + 0xfff) & ~0xfffull, __ATOMIC_RELAXED);
+	return (void *)p;
+}
+
+STANDIN_EXPORT cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return standin_work("cudaGetDeviceCount"); }
+STANDIN_EXPORT cudaError_t cudaGetLastError(void) { return 0; }
+STANDIN_EXPORT const char *cudaGetErrorString(cudaError_t e) { return e ? "stand-in error" : "no error"; }
+
+STANDIN_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+	if (drv_alloc) {
+		uint64_t d;
+		drv_alloc(&d, size);
+	}
+	int r = standin_work("cudaMalloc");
+	if (r == 0)
+		*devPtr = fresh_ptr(size);
+	return r;
+}
+STANDIN_EXPORT cudaError_t cudaFree(void *devPtr)
+{
+	if (drv_free)
+		drv_free((uint64_t)devPtr);
+	return standin_work("cudaFree");
+}
+STANDIN_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+	(void)flags;
+	int r = standin_work("cudaMallocManaged");
+	if (r == 0)
+		*devPtr = fresh_ptr(size);
+	return r;
+}
+STANDIN_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+	int r = standin_work("cudaMallocHost");
+	if (r == 0)
+		*ptr = fresh_ptr(size);
+	return r;
+}
+STANDIN_EXPORT cudaError_t cudaFreeHost(void *ptr) { (void)ptr; return standin_work("cudaFreeHost"); }
+STANDIN_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, int kind)
+{
+	(void)dst; (void)src; (void)count; (void)kind;
+	return standin_work("cudaMemcpy");
+}
+STANDIN_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, cudaStream_t s)
+{
+	(void)dst; (void)src; (void)count; (void)kind; (void)s;
+	return standin_work("cudaMemcpyAsync");
+}
+STANDIN_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, int kind, cudaStream_t s)
+{
+	(void)dst; (void)src; (void)count; (void)kind; (void)s;
+	return standin_work("cudaMemcpyAsync");
+}
+STANDIN_EXPORT cudaError_t cudaMemset(void *p, int v, size_t count) { (void)p; (void)v; (void)count; return standin_work("cudaMemset"); }
+STANDIN_EXPORT cudaError_t cudaMemsetAsync(void *p, int v, size_t count, cudaStream_t s)
+{
+	(void)p; (void)v; (void)count; (void)s;
+	return standin_work("cudaMemsetAsync");
+}
+STANDIN_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+					   cudaStream_t stream)
+{
+	if (drv_launch)
+		drv_launch((void *)func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream,
+			   args, NULL);
+	return standin_work("cudaLaunchKernel");
+}
+STANDIN_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args,
+						size_t shmem, cudaStream_t stream)
+{
+	(void)func; (void)grid; (void)block; (void)args; (void)shmem; (void)stream;
+	return standin_work("cudaLaunchKernel");
+}
+STANDIN_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+	(void)config; (void)func; (void)args;
+	return standin_work("cudaLaunchKernelExC");
+}
+STANDIN_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return standin_work("cudaStreamSynchronize"); }
+STANDIN_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { (void)s; return standin_work("cudaStreamSynchronize"); }
+STANDIN_EXPORT cudaError_t cudaDeviceSynchronize(void) { return standin_work("cudaDeviceSynchronize"); }
+STANDIN_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return standin_work("cudaEventSynchronize"); }
+STANDIN_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+	(void)s; (void)e; (void)flags;
+	return standin_work("cudaStreamWaitEvent");
+}

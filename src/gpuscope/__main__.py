@@ -1,0 +1,3 @@
+from gpuscope.cli import run
+
+run()

@@ -1,0 +1,1 @@
+"""Attach planning (library discovery), the collector loop and drop accounting."""

@@ -1,0 +1,224 @@
+"""Find every copy of the CUDA libraries a workload could load.
+
+Bundled copies are the common case: PyTorch wheels ship their own libcudart
+under site-packages/nvidia/*/lib, conda envs carry theirs, and a launched
+command may find one through LD_LIBRARY_PATH or its rpath. Each copy is a
+different inode, so each needs its own uprobes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuscope.elf import ElfError, ElfFile, function_offsets
+from gpuscope.model.ops import Op, op_for_symbol
+
+LIB_PATTERNS = {
+    "cudart": re.compile(r"^libcudart\.so(\.\d+)*$"),
+    "cuda": re.compile(r"^libcuda\.so(\.\d+)*$"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CudaLibrary:
+    """One probe-able copy of a CUDA library."""
+
+    path: str         # canonical path (symlinks resolved)
+    kind: str         # "cudart" or "cuda"
+    version: str      # from the file name, e.g. "12.9.79", or "" when unversioned
+    found_via: str    # where discovery saw it first
+    inode: tuple[int, int]
+
+
+def library_kind(path: str) -> str | None:
+    base = os.path.basename(path)
+    for kind, pat in LIB_PATTERNS.items():
+        if pat.match(base):
+            return kind
+    return None
+
+
+def _version_of(path: str) -> str:
+    m = re.search(r"\.so\.([\d.]+)$", path)
+    return m.group(1) if m else ""
+
+
+def probe_plan(path: str) -> list[tuple[int, Op, str]]:
+    """(file offset, op, symbol) for every probed API a library exports.
+
+    Aliases at one address are probed once.
+    """
+    seen: set[int] = set()
+    plan: list[tuple[int, Op, str]] = []
+    for name, off in sorted(function_offsets(path).items()):
+        op = op_for_symbol(name)
+        if op is None or off in seen:
+            continue
+        seen.add(off)
+        plan.append((off, op, name))
+    return plan
+
+
+def _ldconfig_paths() -> list[str]:
+    for exe in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"):
+        try:
+            out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=5, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        return [line.rsplit("=>", 1)[1].strip() for line in out.splitlines() if "=>" in line]
+    return []
+
+
+def _site_dirs() -> list[str]:
+    dirs = {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+    home = os.path.expanduser("~")
+    for pattern in (
+        "/usr/lib/python3*/dist-packages",
+        "/usr/local/lib/python3*/dist-packages",
+        "/usr/local/lib/python3*/site-packages",
+        f"{home}/.local/lib/python3*/site-packages",
+        f"{home}/.pyenv/versions/*/lib/python3*/site-packages",
+        "/opt/conda/lib/python3*/site-packages",
+        "/opt/conda/envs/*/lib/python3*/site-packages",
+        f"{home}/miniconda3/lib/python3*/site-packages",
+        f"{home}/miniconda3/envs/*/lib/python3*/site-packages",
+        f"{home}/anaconda3/envs/*/lib/python3*/site-packages",
+        "./.venv/lib/python3*/site-packages",
+    ):
+        dirs.update(glob.glob(pattern))
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if os.environ.get(var):
+            dirs.update(glob.glob(os.path.join(os.environ[var], "lib", "python3*", "site-packages")))
+    return sorted(dirs)
+
+
+def _lib_dirs(env: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(directory, how it was found) to search, most specific first."""
+    env = env if env is not None else dict(os.environ)
+    out: list[tuple[str, str]] = []
+    for d in env.get("LD_LIBRARY_PATH", "").split(":"):
+        if d:
+            out.append((d, "LD_LIBRARY_PATH"))
+    for d in glob.glob("/usr/local/cuda*/lib64") + glob.glob("/usr/local/cuda*/targets/*/lib"):
+        out.append((d, "CUDA toolkit"))
+    for site in _site_dirs():
+        for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) + [os.path.join(site, "torch", "lib")]:
+            out.append((d, "python wheel"))
+    for prefix in filter(None, [env.get("CONDA_PREFIX"), "/opt/conda"]):
+        out.append((os.path.join(prefix, "lib"), "conda"))
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib", "/usr/local/lib"):
+        out.append((d, "system"))
+    return out
+
+
+def libraries_in_maps(pid: int) -> list[str]:
+    """CUDA library paths mapped by a running process."""
+    found: list[str] = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    path = parts[5].strip()
+                    if library_kind(path) and path not in found:
+                        found.append(path)
+    except OSError:
+        pass
+    return found
+
+
+def _rpath_dirs(executable: str) -> list[str]:
+    try:
+        with ElfFile(executable) as elf:
+            dyn = elf.dynamic()
+    except ElfError:
+        return []
+    origin = os.path.dirname(os.path.realpath(executable))
+    dirs: list[str] = []
+    for tag in (15, 29):  # DT_RPATH, DT_RUNPATH
+        for entry in dyn.get(tag, []):
+            dirs += [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in entry.split(":") if d]
+    return dirs
+
+
+class Discovery:
+    """Collect CUDA library copies, deduplicated by inode."""
+
+    def __init__(self) -> None:
+        self._libs: dict[tuple[int, int], CudaLibrary] = {}
+
+    @property
+    def libraries(self) -> list[CudaLibrary]:
+        return list(self._libs.values())
+
+    def add(self, path: str, found_via: str) -> CudaLibrary | None:
+        """Add one file if it is a CUDA library that exports a probed API."""
+        kind = library_kind(path)
+        real = os.path.realpath(path)
+        if kind is None:
+            kind = library_kind(real)
+        if kind is None:
+            return None
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino)
+        if key in self._libs:
+            return None
+        try:
+            if not probe_plan(real):
+                return None
+        except (ElfError, OSError):
+            return None
+        lib = CudaLibrary(real, kind, _version_of(real) or _version_of(path), found_via, key)
+        self._libs[key] = lib
+        return lib
+
+    def add_dirs(self, dirs: Iterable[tuple[str, str]]) -> None:
+        for d, via in dirs:
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            for name in sorted(names):
+                if library_kind(name):
+                    self.add(os.path.join(d, name), via)
+
+    def scan_system(self, env: dict[str, str] | None = None) -> None:
+        """ldconfig, CUDA toolkits, python wheels, conda, system dirs."""
+        self.add_dirs(_lib_dirs(env))
+        for path in _ldconfig_paths():
+            if library_kind(path):
+                self.add(path, "ldconfig")
+
+    def scan_process(self, pid: int) -> list[CudaLibrary]:
+        added = []
+        for path in libraries_in_maps(pid):
+            lib = self.add(f"/proc/{pid}/root{path}" if not os.path.exists(path) else path, f"pid {pid}")
+            if lib:
+                added.append(lib)
+        return added
+
+    def scan_command(self, argv: list[str], env: dict[str, str]) -> None:
+        """Libraries a command about to be launched would find: its env and rpath."""
+        exe = argv[0]
+        if "/" not in exe:
+            for d in env.get("PATH", os.defpath).split(":"):
+                cand = os.path.join(d, exe)
+                if os.access(cand, os.X_OK):
+                    exe = cand
+                    break
+        self.add_dirs((d, "rpath") for d in _rpath_dirs(exe))
+        self.scan_system(env)
+
+    def scan_all_processes(self) -> None:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                self.scan_process(int(entry))

@@ -1,0 +1,1 @@
+"""Statistics, correlation and the rule registry behind `explain`."""

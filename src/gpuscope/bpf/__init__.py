@@ -1,0 +1,1 @@
+"""The only package that touches ctypes and libbpf: loader, ring buffer, wire mirror."""

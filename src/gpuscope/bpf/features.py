@@ -1,0 +1,75 @@
+"""Kernel feature probes, shared by `gpuscope check` and the test suite.
+
+Each probe names the feature and the kernel that introduced it, and tries the
+real thing (load and attach) instead of trusting uid or version strings.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from gpuscope.bpf.libbpf import BPF_PROG_TYPE_KPROBE, libbpf
+from gpuscope.errors import GpuscopeError
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    name: str
+    min_kernel: tuple[int, int]
+    available: bool
+    detail: str
+
+
+def kernel_version() -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def kernel_at_least(v: tuple[int, int]) -> bool:
+    return kernel_version() >= v
+
+
+def probe_btf() -> Feature:
+    ok = os.path.exists("/sys/kernel/btf/vmlinux")
+    return Feature("BTF", (5, 4), ok, "/sys/kernel/btf/vmlinux" if ok else "no /sys/kernel/btf/vmlinux")
+
+
+def probe_bpf_load() -> Feature:
+    """Load a kprobe-type program through libbpf's own prober (needs CAP_BPF)."""
+    try:
+        lib = libbpf()
+    except GpuscopeError as exc:
+        return Feature("BPF program load", (4, 1), False, str(exc))
+    rc = int(lib.libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_KPROBE, None))
+    if rc == 1:
+        return Feature("BPF program load", (4, 1), True, "loaded a test program")
+    return Feature("BPF program load", (4, 1), False, f"kernel refused a test program ({os.strerror(-rc) if rc < 0 else 'unsupported'})")
+
+
+@cache
+def probe_uprobe_multi() -> Feature:
+    """Attach a real uprobe_multi link (kernel >= 6.6) to a libc function."""
+    from gpuscope.agent.tracer import libc_probe_target
+    from gpuscope.bpf.loader import BpfObject, object_path
+
+    name = "uprobe_multi links"
+    try:
+        obj = BpfObject(object_path("cuda.bpf.o"))
+    except GpuscopeError as exc:
+        return Feature(name, (6, 6), False, str(exc))
+    try:
+        obj.set_uprobe_multi("gs_cuda_entry")
+        obj.disable("gs_cuda_return")
+        obj.load()
+        path, off = libc_probe_target()
+        link = obj.attach_uprobe_multi("gs_cuda_entry", path, [off], [0], retprobe=False)
+        link.destroy(obj.lib)
+        return Feature(name, (6, 6), True, "attached and detached a test link")
+    except GpuscopeError as exc:
+        return Feature(name, (6, 6), False, str(exc))
+    finally:
+        obj.close()

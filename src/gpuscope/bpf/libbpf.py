@@ -1,0 +1,201 @@
+"""The one ctypes boundary: libbpf.so.1 and the raw bpf() syscall.
+
+Every foreign function the project calls is declared in ``_SIGNATURES``, with
+``use_errno=True`` so failures carry errno. Nothing outside ``gpuscope.bpf``
+imports ctypes (enforced by ruff TID251).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from typing import Any
+
+from gpuscope.errors import LibbpfMissingError
+
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+c_int = ctypes.c_int
+c_uint = ctypes.c_uint
+c_size_t = ctypes.c_size_t
+c_long = ctypes.c_long
+
+# name: (restype, argtypes)
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "libbpf_major_version": (ctypes.c_uint32, []),
+    "libbpf_minor_version": (ctypes.c_uint32, []),
+    "libbpf_set_print": (c_void_p, [c_void_p]),
+    "libbpf_num_possible_cpus": (c_int, []),
+    "libbpf_probe_bpf_prog_type": (c_int, [c_int, c_void_p]),
+    "bpf_object__open_file": (c_void_p, [c_char_p, c_void_p]),
+    "bpf_object__load": (c_int, [c_void_p]),
+    "bpf_object__close": (None, [c_void_p]),
+    "bpf_object__find_program_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_object__find_map_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_program__set_expected_attach_type": (c_int, [c_void_p, c_int]),
+    "bpf_program__set_autoload": (c_int, [c_void_p, ctypes.c_bool]),
+    "bpf_program__fd": (c_int, [c_void_p]),
+    "bpf_program__attach": (c_void_p, [c_void_p]),
+    "bpf_program__attach_uprobe_opts": (c_void_p, [c_void_p, c_int, c_char_p, c_size_t, c_void_p]),
+    "bpf_link__destroy": (c_int, [c_void_p]),
+    "bpf_map__fd": (c_int, [c_void_p]),
+    "bpf_map__reuse_fd": (c_int, [c_void_p, c_int]),
+    "bpf_map__set_max_entries": (c_int, [c_void_p, ctypes.c_uint32]),
+    "bpf_map__initial_value": (c_void_p, [c_void_p, ctypes.POINTER(c_size_t)]),
+    "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
+    "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
+    "bpf_map_delete_elem": (c_int, [c_int, c_void_p]),
+    "bpf_enable_stats": (c_int, [c_int]),
+}
+
+BPF_PROG_TYPE_KPROBE = 2
+BPF_TRACE_UPROBE_MULTI = 48
+BPF_LINK_CREATE = 28
+BPF_F_UPROBE_MULTI_RETURN = 1
+_SYS_BPF = 321  # x86_64
+
+
+class Libbpf:
+    """Typed access to the system libbpf. Construct once via :func:`libbpf`."""
+
+    def __init__(self, path: str | None = None) -> None:
+        name = path or "libbpf.so.1"
+        try:
+            self._lib = ctypes.CDLL(name, use_errno=True)
+        except OSError as exc:
+            raise LibbpfMissingError(f"cannot load {name}: {exc}") from None
+        for fn, (restype, argtypes) in _SIGNATURES.items():
+            f = getattr(self._lib, fn, None)
+            if f is None:
+                continue  # optional in old releases; callers check has()
+            f.restype = restype
+            f.argtypes = argtypes
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc.syscall.restype = c_long
+        self._quiet_cb: Any = None
+
+    def has(self, fn: str) -> bool:
+        return hasattr(self._lib, fn)
+
+    def __getattr__(self, fn: str) -> Any:
+        if fn not in _SIGNATURES:
+            raise AttributeError(fn)
+        return getattr(self._lib, fn)
+
+    def version(self) -> tuple[int, int]:
+        return (int(self._lib.libbpf_major_version()), int(self._lib.libbpf_minor_version()))
+
+    def silence(self) -> None:
+        """Route libbpf's own log lines nowhere: failures are reported by us, once."""
+        proto = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
+        self._quiet_cb = proto(lambda level, fmt, args: 0)
+        self._lib.libbpf_set_print(ctypes.cast(self._quiet_cb, c_void_p))
+
+    # -- raw syscalls libbpf 1.1 has no API for -----------------------------
+
+    def link_create_uprobe_multi(
+        self,
+        prog_fd: int,
+        path: str,
+        offsets: list[int],
+        cookies: list[int],
+        *,
+        retprobe: bool,
+        pid: int = 0,
+    ) -> int:
+        """Create one uprobe_multi link (kernel >= 6.6) and return its fd.
+
+        Raises OSError with the kernel's errno on failure.
+        """
+        n = len(offsets)
+        path_b = ctypes.create_string_buffer(os.fsencode(path))
+        offs = (ctypes.c_uint64 * n)(*offsets)
+        cks = (ctypes.c_uint64 * n)(*cookies)
+        attr = (ctypes.c_uint8 * 128)()
+        base = ctypes.addressof(attr)
+
+        def put32(off: int, v: int) -> None:
+            ctypes.c_uint32.from_address(base + off).value = v
+
+        def put64(off: int, v: int) -> None:
+            ctypes.c_uint64.from_address(base + off).value = v
+
+        put32(0, prog_fd)
+        put32(8, BPF_TRACE_UPROBE_MULTI)
+        put64(16, ctypes.addressof(path_b))
+        put64(24, ctypes.addressof(offs))
+        put64(40, ctypes.addressof(cks))
+        put32(48, n)
+        put32(52, BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
+        put32(56, pid)
+        fd = int(self._libc.syscall(_SYS_BPF, BPF_LINK_CREATE, attr, 128))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return fd
+
+    # -- helpers -------------------------------------------------------------
+
+    @staticmethod
+    def ptr_error(ptr: int | None) -> int:
+        """libbpf >= 1.0 returns NULL and sets errno on failure."""
+        if ptr:
+            return 0
+        return ctypes.get_errno() or errno.EINVAL
+
+    def map_update(self, fd: int, key: bytes, value: bytes, flags: int = 0) -> None:
+        k = ctypes.create_string_buffer(key, len(key))
+        v = ctypes.create_string_buffer(value, len(value))
+        if self._lib.bpf_map_update_elem(fd, k, v, flags) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    def map_lookup(self, fd: int, key: bytes, value_size: int) -> bytes | None:
+        k = ctypes.create_string_buffer(key, len(key))
+        v = ctypes.create_string_buffer(value_size)
+        if self._lib.bpf_map_lookup_elem(fd, k, v) != 0:
+            return None
+        return v.raw
+
+    def map_delete(self, fd: int, key: bytes) -> bool:
+        k = ctypes.create_string_buffer(key, len(key))
+        return int(self._lib.bpf_map_delete_elem(fd, k)) == 0
+
+    def write_initial_value(self, map_ptr: int, offset: int, data: bytes) -> None:
+        """Write into a global-data map (.rodata/.data) before load."""
+        size = c_size_t(0)
+        p = self._lib.bpf_map__initial_value(map_ptr, ctypes.byref(size))
+        if not p or offset + len(data) > size.value:
+            raise OSError(errno.EINVAL, "global variable out of range")
+        ctypes.memmove(p + offset, data, len(data))
+
+
+_LIB: Libbpf | None = None
+
+
+def libbpf() -> Libbpf:
+    """Return the process-wide libbpf binding, loading it on first use."""
+    global _LIB
+    if _LIB is None:
+        _LIB = Libbpf()
+        _LIB.silence()
+    return _LIB
+
+
+def close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def u64_at(buf: Any, offset: int) -> Any:
+    """A single 8-byte view into a writable buffer.
+
+    Ring-buffer positions must be read and written with one 8-byte access: a
+    byte-wise store (struct.pack_into) is torn and the kernel sees a bogus
+    position.
+    """
+    return ctypes.c_uint64.from_buffer(buf, offset)

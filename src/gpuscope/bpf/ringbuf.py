@@ -1,0 +1,78 @@
+"""A raw mmap reader for a BPF ring buffer of fixed-size records.
+
+libbpf 1.1's ``ring_buffer__poll`` never returns while data keeps arriving,
+and a ctypes callback per record caps out near 700k events/s. This reader maps
+the ring itself and hands out numpy arrays of whole spans of records.
+
+Layout (kernel ABI): page 0 of the map fd is the consumer page (RW,
+``consumer_pos`` at offset 0); from page 1 the producer page (RO,
+``producer_pos`` at 0) and then the data area mapped twice, so a record never
+wraps.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+from gpuscope.bpf.libbpf import u64_at
+from gpuscope.bpf.wire import RECORD_DTYPE, RECORD_SIZE
+
+BUSY_BIT = 1 << 31
+DISCARD_BIT = 1 << 30
+
+
+class RingReader:
+    """Consume records from a ring buffer map of ``size`` bytes."""
+
+    def __init__(self, map_fd: int, size: int) -> None:
+        page = mmap.PAGESIZE
+        self.size = size
+        self._mask = size - 1
+        self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+        self._prod_map = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        self._cons = u64_at(self._cons_map, 0)
+        self._page = page
+        # The producer page is read-only: read producer_pos through numpy as a
+        # single aligned 8-byte load.
+        self._prod_view = np.frombuffer(self._prod_map, dtype="<u8", count=1, offset=0)
+        self._data = np.frombuffer(self._prod_map, dtype=np.uint8, offset=page)
+        self._hdr_u32 = np.frombuffer(self._prod_map, dtype="<u4", offset=page)
+
+    def close(self) -> None:
+        del self._cons, self._prod_view, self._data, self._hdr_u32
+        self._cons_map.close()
+        self._prod_map.close()
+
+    def pending_bytes(self) -> int:
+        return int(self._prod_view[0]) - int(self._cons.value)
+
+    def read(self, max_records: int = 1 << 18) -> np.ndarray:
+        """Return the committed records after the consumer position, and consume them.
+
+        Stops at the first record still being written (BUSY). Discarded records
+        are dropped. Returns an array of ``RECORD_DTYPE['event']``.
+        """
+        cons = int(self._cons.value)
+        prod = int(self._prod_view[0])
+        avail = min((prod - cons) // RECORD_SIZE, max_records)
+        if avail <= 0:
+            return np.empty(0, dtype=RECORD_DTYPE["event"])
+        start = cons & self._mask
+        # Check the headers on the live mapping first, then copy: a memcpy does
+        # not read in ascending order and could see a header as committed
+        # before its payload.
+        hdr_idx = (start // 4) + np.arange(avail, dtype=np.int64) * (RECORD_SIZE // 4)
+        lens = self._hdr_u32[hdr_idx]
+        busy = np.flatnonzero(lens & BUSY_BIT)
+        n = int(busy[0]) if busy.size else avail
+        if n == 0:
+            return np.empty(0, dtype=RECORD_DTYPE["event"])
+        span = self._data[start : start + n * RECORD_SIZE].copy()
+        recs = span.view(RECORD_DTYPE)
+        keep = (recs["len"] & DISCARD_BIT) == 0
+        events = recs["event"][keep] if not keep.all() else recs["event"]
+        # One 8-byte store: the kernel reads consumer_pos concurrently.
+        self._cons.value = cons + n * RECORD_SIZE
+        return np.ascontiguousarray(events)

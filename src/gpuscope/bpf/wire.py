@@ -1,0 +1,65 @@
+"""Python mirror of bpf/include/events.h.
+
+``EVENT_DTYPE`` decodes ``struct gs_event`` records straight out of the ring
+buffer. tests/unit/test_wire_mirror.py compiles the C header and checks every
+size and offset here against it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+TASK_COMM_LEN = 16
+
+EVENT_FIELDS: list[tuple[str, str]] = [
+    ("ts_ns", "<u8"),
+    ("duration_ns", "<u8"),
+    ("pid", "<u4"),
+    ("tid", "<u4"),
+    ("cgroup_id", "<u8"),
+    ("op", "<u2"),
+    ("flags", "<u2"),
+    ("ret", "<i4"),
+    ("bytes", "<u8"),
+    ("handle", "<u8"),
+    ("stream", "<u8"),
+    ("arg0", "<u8"),
+    ("arg1", "<u8"),
+    ("comm", f"S{TASK_COMM_LEN}"),
+]
+EVENT_DTYPE = np.dtype(EVENT_FIELDS, align=True)
+EVENT_SIZE = EVENT_DTYPE.itemsize
+
+# One ring record: 8-byte header (u32 len | BUSY/DISCARD bits, u32 pg_off),
+# then the event, padded to 8 bytes.
+RING_HEADER = 8
+RECORD_SIZE = RING_HEADER + ((EVENT_SIZE + 7) & ~7)
+RECORD_DTYPE = np.dtype([("len", "<u4"), ("pg_off", "<u4"), ("event", EVENT_DTYPE)])
+
+
+class Flag(enum.IntFlag):
+    ENTRY_ONLY = 1 << 0
+    PREEMPTED = 1 << 1
+    GROUP_EXIT = 1 << 2
+
+
+class Stat(enum.IntEnum):
+    """Slots of the per-CPU ``stats`` map (enum gs_stat)."""
+
+    SUBMITTED = 0
+    DROP_CUDA = 1
+    DROP_DRIVER = 2
+    DROP_HOST = 3
+    CALL_DEPTH = 4
+    UNMATCHED_RET = 5
+
+
+STAT_SLOTS = 8
+DROP_STATS = (Stat.DROP_CUDA, Stat.DROP_DRIVER, Stat.DROP_HOST)
+
+
+def unpack_dim(packed: int) -> tuple[int, int, int]:
+    """Grid/block dims packed as x | y << 32 | z << 48."""
+    return packed & 0xFFFFFFFF, (packed >> 32) & 0xFFFF, (packed >> 48) & 0xFFFF

@@ -1,0 +1,69 @@
+"""Entry point: an ordered registry of thin subcommands.
+
+Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``. Errors from the core map to exit codes here; a
+traceback is shown only with ``-vv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sqlite3
+import sys
+import traceback
+from types import ModuleType
+
+from gpuscope import __version__
+from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
+
+COMMANDS = ["trace", "check", "version"]
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(f"gpuscope.commands.{name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuscope",
+        description="eBPF GPU causal observability: trace CUDA and the host, explain why it is slow.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more diagnostics (-vv: tracebacks)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        mod = _load(name)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args._run(args))
+    except GpuscopeError as exc:
+        if args.verbose >= 2:
+            traceback.print_exc()
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except sqlite3.Error as exc:
+        if args.verbose >= 2:
+            traceback.print_exc()
+        print(f"error: database: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_FAILURE
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One thin module per subcommand: parse, call the core, render."""

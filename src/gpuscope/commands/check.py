@@ -1,0 +1,32 @@
+"""gpuscope check: can this machine trace? What would gpuscope attach to?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuscope.agent.readiness import Status, run_checks, tracing_possible
+from gpuscope.errors import EXIT_ENVIRONMENT
+
+NAME = "check"
+HELP = "check kernel, BPF, libbpf and CUDA libraries; exit 3 when tracing cannot work"
+
+_MARK = {Status.OK: "[ok]  ", Status.WARN: "[warn]", Status.FAIL: "[FAIL]", Status.INFO: "[info]"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document")
+
+
+def run(args: argparse.Namespace) -> int:
+    results = run_checks()
+    ok = tracing_possible(results)
+    if args.json:
+        print(json.dumps({"tracing_possible": ok, "checks": [r.as_dict() for r in results]}, indent=2))
+    else:
+        for r in results:
+            print(f"{_MARK[r.status]} {r.name:<18} {r.detail}")
+            if r.remedy and r.status in (Status.FAIL, Status.WARN):
+                print(f"       {'':<18} fix: {r.remedy}")
+        print("\ntracing: " + ("ready" if ok else "NOT possible (see [FAIL] lines)"))
+    return 0 if ok else EXIT_ENVIRONMENT

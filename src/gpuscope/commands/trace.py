@@ -1,0 +1,187 @@
+"""gpuscope trace: record CUDA API calls and host events of GPU processes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from gpuscope.agent.session import Tick, TraceSession
+from gpuscope.agent.tracer import TraceOptions
+from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
+from gpuscope.report.summary import render_summary
+from gpuscope.report.units import parse_duration_s, parse_size
+from gpuscope.store.connect import default_db_path
+
+NAME = "trace"
+HELP = "trace CUDA Runtime/Driver calls and host events into SQLite (needs root)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--pid", type=int, action="append", default=[], help="trace this process (repeatable)")
+    p.add_argument("--lib", action="append", default=[], metavar="PATH", help="probe only this CUDA library copy (repeatable)")
+    p.add_argument("-d", "--duration", help="stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits")
+    p.add_argument("--db", help=f"database path (default $GPUSCOPE_DB or {default_db_path()})")
+    p.add_argument("--node", help="node name stored with every event (default: hostname)")
+    p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
+    p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
+    p.add_argument("--no-wakeups", action="store_true", help="do not record sched_wakeup events")
+    p.add_argument("--ring-size", default="32m", help="ring buffer size, a power of two (default 32m)")
+    p.add_argument("--classic-uprobes", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+
+def _launch(command: list[str], session: TraceSession) -> subprocess.Popen[bytes]:
+    """Start the command held at a pipe read, make it a target, then release it.
+
+    The shell trampoline keeps the pid across exec, so the process is a target
+    (and its uprobes fire) from its very first instruction of the real command.
+    """
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", f'read _ <&{r}; exec {r}<&-; exec "$@"', "gpuscope-launch", *command],
+            pass_fds=(r,),
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot launch {command[0]}: {exc.strerror}") from None
+    finally:
+        os.close(r)
+    try:
+        session.add_target(proc.pid)
+    finally:
+        os.write(w, b"\n")
+        os.close(w)
+    return proc
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    for pid in args.pid:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise ProcessNotFoundError(f"no process with pid {pid}")
+    for lib in args.lib:
+        if not os.path.isfile(lib):
+            raise UsageError(f"--lib {lib}: no such file")
+    ring = parse_size(args.ring_size)
+    if ring < 4096 or ring & (ring - 1):
+        raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
+    duration = parse_duration_s(args.duration) if args.duration else None
+    opts = TraceOptions(
+        filter_targets=bool(args.pid or command),
+        entry_only=args.entry_only,
+        host=not args.no_host,
+        wakeups=not args.no_wakeups,
+        ring_bytes=ring,
+        force_classic_uprobes=args.classic_uprobes,
+    )
+    db = args.db or default_db_path()
+    session = TraceSession(
+        opts,
+        db,
+        node=args.node,
+        argv=sys.argv,
+        libraries=args.lib,
+        command=command or None,
+    )
+    try:
+        for pid in args.pid:
+            session.add_target(pid)
+        if not session.attached:
+            raise NoCudaLibraryError("no CUDA library (libcudart / libcuda) found to attach to")
+        _print_header(session, command, args.pid)
+        proc = _launch(command, session) if command else None
+        stop = _Stop()
+        old_int = signal.signal(signal.SIGINT, stop)
+        old_term = signal.signal(signal.SIGTERM, stop)
+        deadline = time.monotonic() + duration if duration else None
+        progress = _Progress()
+
+        def should_stop() -> bool:
+            if stop.requested:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return True
+            return proc is not None and proc.poll() is not None
+
+        try:
+            session.run(should_stop, progress)
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+            progress.done()
+        exit_code = 0
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            rc = proc.wait()
+            exit_code = rc if rc >= 0 else 128 - rc
+    except BaseException:
+        session.finish()
+        raise
+    elapsed = time.monotonic() - session._t0
+    counters = session.finish()
+    print(render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted))
+    print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next")
+    return exit_code
+
+
+def _print_header(session: TraceSession, command: list[str], pids: list[int]) -> None:
+    err = sys.stderr
+    if command:
+        target = "command: " + " ".join(command)
+    elif pids:
+        target = "pids: " + ", ".join(map(str, pids))
+    else:
+        target = "all processes that call CUDA"
+    print(f"Tracing {target}", file=err)
+    for att in session.attached:
+        lib = att.library
+        print(f"  {lib.kind:<6} {lib.path} {lib.version} ({att.probes} probes, {lib.found_via})", file=err)
+    mode = "uprobe_multi" if session.tracer.multi else "classic uprobes (kernel lacks uprobe_multi)"
+    host = ", ".join(session.tracer.host_links)
+    print(f"  probes: {mode}; host: {host or 'off'}", file=err)
+    print(f"  database: {session.db_path}", file=err)
+    print("Hit Ctrl-C to end.", file=err)
+
+
+class _Progress:
+    """A plain progress line once a second on stderr (rewritten in place on a TTY)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, tick: Tick) -> None:
+        line = (
+            f"[{tick.elapsed_s:5.0f}s] {tick.events:,} events ({tick.events_per_s:,.0f}/s), "
+            f"{tick.dropped:,} dropped"
+        )
+        if self.tty:
+            sys.stderr.write("\r" + line.ljust(70))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            sys.stderr.write("\n")

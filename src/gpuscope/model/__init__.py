@@ -1,0 +1,1 @@
+"""Value objects shared by every layer: ops, sources, events, findings."""

@@ -1,0 +1,1 @@
+"""Renderers: turn core results into text. They never compute statistics."""

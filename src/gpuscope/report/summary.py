@@ -1,0 +1,49 @@
+"""The end-of-run summary of `gpuscope trace`: one screen, per op."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuscope.analysis.latency import LatencyHistogram
+from gpuscope.model.ops import Source, op_name, source_of
+from gpuscope.report.units import fmt_count, fmt_ns
+
+_TITLES = {Source.CUDA: "CUDA Runtime", Source.DRIVER: "CUDA Driver", Source.HOST: "Host"}
+
+
+def render_summary(
+    per_op: Mapping[int, LatencyHistogram],
+    *,
+    elapsed_s: float,
+    counters: Mapping[str, int],
+    preempted: int = 0,
+) -> str:
+    lines: list[str] = []
+    total = sum(h.count for h in per_op.values())
+    dropped = counters.get("dropped", 0)
+    lines.append(
+        f"{fmt_count(total)} events in {elapsed_s:.1f} s, {fmt_count(dropped)} dropped"
+        + (f" ({dropped / max(total + dropped, 1):.2%})" if dropped else "")
+    )
+    for source in Source:
+        ops = sorted((o for o in per_op if source_of(o) is source), key=lambda o: -per_op[o].total_ns)
+        if not ops:
+            continue
+        lines.append("")
+        lines.append(f"{_TITLES[source]:<24}{'count':>10}{'p50':>11}{'p95':>11}{'p99':>11}{'max':>11}")
+        for op in ops:
+            h = per_op[op]
+            name = op_name(op)
+            if name == "sched_switch" and preempted:
+                name = f"sched_switch ({preempted} preempted)"
+            lines.append(
+                f"  {name:<22}{fmt_count(h.count):>10}{fmt_ns(h.percentile(50)):>11}"
+                f"{fmt_ns(h.percentile(95)):>11}{fmt_ns(h.percentile(99)):>11}{fmt_ns(h.max_ns):>11}"
+            )
+    if counters.get("call_depth") or counters.get("unmatched_ret"):
+        lines.append("")
+        lines.append(
+            f"untimed calls: {counters.get('call_depth', 0)} nested too deep, "
+            f"{counters.get('unmatched_ret', 0)} returns without an entry"
+        )
+    return "\n".join(lines)

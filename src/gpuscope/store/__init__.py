@@ -1,0 +1,1 @@
+"""SQLite storage: one writer, read-only readers, recorded migrations."""

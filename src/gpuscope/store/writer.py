@@ -1,0 +1,174 @@
+"""The single writer: a thread that turns decoded event batches into rows.
+
+Batches come in through a bounded queue. When SQLite cannot keep up, ``put``
+blocks, the collector stops draining, the BPF ring fills and the kernel side
+counts every record it cannot reserve: an event is either stored or counted
+as dropped, never lost in between.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sqlite3
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_INSERT = (
+    "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
+    "bytes, handle, stream, arg0, arg1) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    uuid: str
+    node: str
+    hostname: str
+    kernel: str
+    gpuscope_version: str
+    libbpf_version: str
+    started_wall_ns: int
+    started_mono_ns: int
+    argv: list[str]
+    flags: dict[str, Any]
+
+
+def create_session(conn: sqlite3.Connection, info: SessionInfo) -> int:
+    cur = conn.execute(
+        "INSERT INTO sessions(uuid, node, hostname, kernel, gpuscope_version, libbpf_version, started_wall_ns, "
+        "started_mono_ns, argv, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            info.uuid,
+            info.node,
+            info.hostname,
+            info.kernel,
+            info.gpuscope_version,
+            info.libbpf_version,
+            info.started_wall_ns,
+            info.started_mono_ns,
+            json.dumps(info.argv),
+            json.dumps(info.flags, sort_keys=True),
+        ),
+    )
+    return int(cur.lastrowid or 0)
+
+
+class EventWriter:
+    """Own one writer connection on a background thread."""
+
+    def __init__(self, conn: sqlite3.Connection, session_id: int, *, max_pending: int = 64) -> None:
+        self._conn = conn
+        self._session_id = session_id
+        self._queue: queue.Queue[np.ndarray | tuple[str, Any] | None] = queue.Queue(max_pending)
+        self._comm_ids: dict[bytes, int] = {
+            c.encode(): i for i, c in conn.execute("SELECT id, comm FROM comms").fetchall()
+        }
+        self.rows_written = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="gpuscope-writer", daemon=True)
+        self._thread.start()
+
+    # -- producer side -------------------------------------------------------
+
+    def put(self, events: np.ndarray) -> None:
+        """Queue a batch; blocks while the writer is behind (backpressure)."""
+        if self.error is not None:
+            raise self.error
+        if len(events):
+            self._queue.put(events)
+
+    def call(self, sql: str, params: tuple[Any, ...] | list[tuple[Any, ...]] = ()) -> None:
+        """Run a small statement on the writer thread, in order with events."""
+        self._queue.put((sql, params))
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        """Flush everything queued, then stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    # -- writer thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        conn = self._conn
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                conn.execute("BEGIN")
+                # Coalesce whatever else is already queued into one transaction.
+                while True:
+                    if isinstance(item, tuple):
+                        sql, params = item
+                        if isinstance(params, list):
+                            conn.executemany(sql, params)
+                        else:
+                            conn.execute(sql, params)
+                    else:
+                        self._insert(item)
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        conn.execute("COMMIT")
+                        return
+                    item = nxt
+                conn.execute("COMMIT")
+        except BaseException as exc:  # surfaced to the producer on its next put()
+            self.error = exc
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            # Keep draining so a blocked producer is released.
+            while True:
+                try:
+                    if self._queue.get(timeout=1) is None:
+                        return
+                except queue.Empty:
+                    return
+
+    def _insert(self, ev: np.ndarray) -> None:
+        n = len(ev)
+        comm_col = self._comm_column(ev["comm"])
+        cols = np.empty((n, 15), dtype=np.int64)
+        cols[:, 0] = self._session_id
+        cols[:, 1] = ev["ts_ns"].view(np.int64)
+        cols[:, 2] = ev["duration_ns"].view(np.int64)
+        cols[:, 3] = ev["pid"]
+        cols[:, 4] = ev["tid"]
+        cols[:, 5] = comm_col
+        cols[:, 6] = ev["cgroup_id"].view(np.int64)
+        cols[:, 7] = ev["op"]
+        cols[:, 8] = ev["flags"]
+        cols[:, 9] = ev["ret"]
+        # Unsigned 64-bit values are stored as their two's complement: SQLite
+        # integers are signed. Pointers and packed dims stay below 2**63.
+        for i, name in enumerate(_U64_COLUMNS[1:], start=10):
+            cols[:, i] = ev[name].view(np.int64)
+        self._conn.executemany(_INSERT, cols.tolist())
+        self.rows_written += n
+
+    def _comm_column(self, comms: np.ndarray) -> np.ndarray:
+        uniq, inverse = np.unique(comms, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for i, raw in enumerate(uniq.tolist()):
+            cid = self._comm_ids.get(raw)
+            if cid is None:
+                text = raw.decode("utf-8", "replace")
+                self._conn.execute("INSERT OR IGNORE INTO comms(comm) VALUES (?)", (text,))
+                cid = int(self._conn.execute("SELECT id FROM comms WHERE comm = ?", (text,)).fetchone()[0])
+                self._comm_ids[raw] = cid
+            ids[i] = cid
+        return ids[inverse.reshape(-1)]
