@@ -43,16 +43,30 @@ class _Stop:
         self.requested = True
 
 
+# Wait for the go-ahead on the pipe, then exec the command in the same pid.
+_TRAMPOLINE = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "os.read(fd, 1)\n"
+    "os.close(fd)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as e:\n"
+    "    sys.stderr.write(f'gpuscope: cannot run {sys.argv[2]}: {e.strerror}\\n')\n"
+    "    sys.exit(127)\n"
+)
+
+
 def _launch(command: list[str], session: TraceSession) -> subprocess.Popen[bytes]:
     """Start the command held at a pipe read, make it a target, then release it.
 
-    The shell trampoline keeps the pid across exec, so the process is a target
+    The trampoline keeps the pid across exec, so the process is a target
     (and its uprobes fire) from its very first instruction of the real command.
     """
     r, w = os.pipe()
     try:
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", f'read _ <&{r}; exec {r}<&-; exec "$@"', "gpuscope-launch", *command],
+            [sys.executable, "-c", _TRAMPOLINE, str(r), *command],
             pass_fds=(r,),
         )
     except OSError as exc:

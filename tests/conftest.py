@@ -1,0 +1,180 @@
+"""Shared fixtures: stand-in CUDA libraries and workloads built by the tests.
+
+Everything native the tests need is compiled here from the project's own C
+sources (native/standin, tests/workloads) into a session temp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STANDIN_SRC = ROOT / "native" / "standin"
+WORKLOADS_SRC = ROOT / "tests" / "workloads"
+
+
+def _cc() -> str:
+    for c in ("cc", "gcc", "clang"):
+        if shutil.which(c):
+            return c
+    pytest.skip("no C compiler")
+    raise AssertionError
+
+
+@dataclass(frozen=True)
+class StandinLibs:
+    dir: Path
+    cudart: Path
+    cuda: Path
+
+    def env(self, **latency: str) -> dict[str, str]:
+        """Environment for a workload: the stand-in dir on LD_LIBRARY_PATH and latencies.
+
+        ``env(cudaMalloc="200us", cudaStreamSynchronize="2ms:sleep")``
+        """
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = str(self.dir)
+        if latency:
+            env["GPUSCOPE_STANDIN_LATENCY"] = ",".join(f"{k}={v}" for k, v in latency.items())
+        return env
+
+
+def build_standins(out: Path) -> StandinLibs:
+    out.mkdir(parents=True, exist_ok=True)
+    cc = _cc()
+    for src, lib in (("cudart_standin.c", "libcudart.so.12"), ("cuda_standin.c", "libcuda.so.1")):
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O2", "-fno-omit-frame-pointer", f"-Wl,-soname,{lib}",
+             "-o", str(out / lib), str(STANDIN_SRC / src), "-ldl", "-lpthread"],
+            check=True,
+        )  # fmt: skip
+    return StandinLibs(out, out / "libcudart.so.12", out / "libcuda.so.1")
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> StandinLibs:
+    """The stand-in libcudart.so.12 and libcuda.so.1, compiled for this test run."""
+    return build_standins(tmp_path_factory.mktemp("standin"))
+
+
+@pytest.fixture(scope="session")
+def build_workload(standin: StandinLibs, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Compile a C workload from tests/workloads against the stand-in libraries.
+
+    ``build_workload("cuda_calls.c", extra_flags=["-fomit-frame-pointer"])`` -> Path
+    """
+    out = tmp_path_factory.mktemp("workloads")
+    cache: dict[tuple[str, tuple[str, ...]], Path] = {}
+
+    def build(name: str, extra_flags: list[str] | None = None) -> Path:
+        key = (name, tuple(extra_flags or []))
+        if key not in cache:
+            exe = out / (Path(name).stem + ("-" + "-".join(f.strip("-") for f in extra_flags) if extra_flags else ""))
+            subprocess.run(
+                [_cc(), "-O1", "-g", *(extra_flags or ["-fno-omit-frame-pointer"]), "-o", str(exe),
+                 str(WORKLOADS_SRC / name), f"-L{standin.dir}", "-l:libcudart.so.12", "-l:libcuda.so.1",
+                 f"-Wl,-rpath,{standin.dir}", "-lpthread", "-lm"],
+                check=True,
+            )  # fmt: skip
+            cache[key] = exe
+        return cache[key]
+
+    return build
+
+
+def bpf_usable() -> bool:
+    """True when this process can load and attach BPF programs (tried, not assumed)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        from gpuscope.bpf.features import probe_bpf_load
+
+        return probe_bpf_load().available
+    except Exception:
+        return False
+
+
+@dataclass
+class TraceRun:
+    db: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    def op_counts(self) -> dict[str, int]:
+        return {str(op): int(n) for op, n in self.query("SELECT op, count(*) FROM events GROUP BY op")}
+
+
+def run_gpuscope(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the gpuscope CLI in a subprocess (the way users run it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture
+def trace_command(tmp_path: Path, standin: StandinLibs):  # type: ignore[no-untyped-def]
+    """Trace a command with the real tracer: ``trace_command([exe, "100"], env=..., extra=[...])`` -> TraceRun.
+
+    Only the stand-in libraries are probed (``--lib``), so results do not
+    depend on which CUDA copies the machine has.
+    """
+    counter = iter(range(1000))
+
+    def run(cmd: list[str], *, env: dict[str, str] | None = None, extra: list[str] | None = None,
+            timeout: float = 120, libs: list[Path] | None = None) -> TraceRun:  # fmt: skip
+        db = tmp_path / f"trace{next(counter)}.db"
+        lib_args: list[str] = []
+        for lib in libs if libs is not None else [standin.cudart, standin.cuda]:
+            lib_args += ["--lib", str(lib)]
+        p = run_gpuscope("trace", "--db", str(db), *lib_args, *(extra or []), "--", *cmd,
+                         env=env or standin.env(), timeout=timeout)  # fmt: skip
+        return TraceRun(db, p.returncode, p.stdout, p.stderr)
+
+    return run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Privileged tests need root and working BPF; CI runs as root and must run them.
+
+    Under CI=true a missing capability is a failure, not a skip: a silent skip
+    would hide the tests that matter most.
+    """
+    for item in items:
+        if "/privileged/" in str(item.fspath):
+            item.add_marker(pytest.mark.privileged)
+    if bpf_usable():
+        return
+    in_ci = os.environ.get("CI") == "true"
+    for item in items:
+        if "privileged" in item.keywords:
+            if in_ci:
+                item.add_marker(pytest.mark.xfail(reason="CI must run privileged tests as root", strict=True, run=False))
+            else:
+                item.add_marker(pytest.mark.skip(reason="needs root with BPF (run as root)"))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(old)
