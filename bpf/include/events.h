@@ -67,6 +67,13 @@ enum gs_op {
 	GS_OP_PROCESS_FORK = 194,
 	GS_OP_PROCESS_EXEC = 195,
 	GS_OP_PROCESS_EXIT = 196,
+	/* Reserved for the I/O, network and memory probes; the names are fixed
+	 * so analysis rules and stored data agree before the probes exist. */
+	GS_OP_BLOCK_IO = 197,
+	GS_OP_TCP_RETRANSMIT = 198,
+	GS_OP_MM_PAGE_ALLOC = 199,
+	GS_OP_DIRECT_RECLAIM = 200,
+	GS_OP_OOM_KILL = 201,
 
 	GS_OP_MAX = 256,
 };

@@ -52,6 +52,11 @@ class Op(enum.IntEnum):
     process_fork = 194
     process_exec = 195
     process_exit = 196
+    block_io = 197
+    tcp_retransmit = 198
+    mm_page_alloc = 199
+    direct_reclaim = 200
+    oom_kill = 201
 
     @property
     def source(self) -> Source:
@@ -69,6 +74,9 @@ class OpKind(enum.Enum):
     SYNC = "sync"
     SCHED = "sched"
     LIFECYCLE = "lifecycle"
+    IO = "io"
+    NET = "net"
+    MEMORY = "memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +126,11 @@ _KINDS: dict[Op, tuple[OpKind, str]] = {
     Op.process_fork: (OpKind.LIFECYCLE, "new child process"),
     Op.process_exec: (OpKind.LIFECYCLE, "process exec"),
     Op.process_exit: (OpKind.LIFECYCLE, "process exit"),
+    Op.block_io: (OpKind.IO, "block I/O request: ts = issue, duration = latency, bytes, arg0 = 1 write"),
+    Op.tcp_retransmit: (OpKind.NET, "TCP segment retransmitted"),
+    Op.mm_page_alloc: (OpKind.MEMORY, "page allocations (aggregated: bytes, arg0 = count)"),
+    Op.direct_reclaim: (OpKind.MEMORY, "direct memory reclaim: duration = time stalled"),
+    Op.oom_kill: (OpKind.LIFECYCLE, "OOM kill: handle = victim pid, bytes = victim rss"),
 }
 
 OPS: dict[Op, OpInfo] = {
