@@ -1,0 +1,49 @@
+# Two commands do everything on a fresh Debian 12 machine (as root):
+#   make demo   set up, then trace a workload end to end and explain it
+#   make test   set up, then run the whole test suite (privileged eBPF tests included)
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3
+
+.PHONY: setup apt venv native demo test lint bench clean
+
+setup: apt venv native
+
+apt:
+	@if command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  fi; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml hatch_build.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+native:
+	$(PY) scripts/build_native.py
+
+demo: setup
+	$(PY) scripts/demo.py
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist src/gpuscope/_bpf src/gpuscope/_standin

@@ -1,0 +1,120 @@
+"""Benchmark `gpuscope explain` over generated databases of 1M and 10M events.
+
+Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir /tmp/gsbench] [--keep]
+
+Events are generated inside SQLite with a recursive CTE (no Python loop per
+row): one traced process with four threads making a realistic mix of CUDA
+calls (launch, copy, sync, malloc/free) plus voluntary and involuntary
+sched_switch intervals, and a second process sharing the GPU. Each size is
+analysed in a fresh subprocess so peak RSS (ru_maxrss) is that run's own.
+Prints numbers; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpuscope.model.ops import Op
+from gpuscope.store.connect import connect_writer
+
+_GEN = f"""
+WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < :n - 1)
+INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, bytes,
+                      handle, stream, arg0, arg1)
+SELECT :sid,
+       1000000000 + i * 5000,
+       CASE i % 10
+            WHEN 0 THEN 3000 + (i * 7919) % 2000
+            WHEN 9 THEN 1500000 + (i * 104729) % 300000 + CASE WHEN i % 997 = 9 THEN 20000000 ELSE 0 END
+            WHEN 8 THEN 40000 + (i * 31) % 5000
+            ELSE 2000 + (i * 13) % 1000 END,
+       CASE WHEN i % 50 = 7 THEN 4243 ELSE 4242 END,
+       CASE WHEN i % 50 = 7 THEN 4243 ELSE 4242 + (i / 10) % 4 END,
+       1, 77,
+       CASE i % 10
+            WHEN 0 THEN {int(Op.cudaMalloc)} WHEN 1 THEN {int(Op.cudaFree)} WHEN 2 THEN {int(Op.cudaMemcpyAsync)}
+            WHEN 3 THEN {int(Op.cudaLaunchKernel)} WHEN 4 THEN {int(Op.cudaLaunchKernel)}
+            WHEN 5 THEN {int(Op.cudaLaunchKernel)} WHEN 6 THEN {int(Op.cuLaunchKernel)}
+            WHEN 7 THEN {int(Op.sched_switch)} WHEN 8 THEN {int(Op.cudaMemcpy)}
+            ELSE {int(Op.cudaStreamSynchronize)} END,
+       0, 0,
+       CASE i % 10 WHEN 0 THEN 1048576 WHEN 2 THEN 65536 WHEN 8 THEN 262144 ELSE 0 END,
+       CASE i % 10 WHEN 0 THEN 140000000000 + (i / 10) * 4096 WHEN 1 THEN 140000000000 + ((i / 10) - 1) * 4096
+            WHEN 7 THEN (99 << 32) | 99 ELSE 4096 + (i % 7) END,
+       CASE i % 10 WHEN 7 THEN 88 ELSE 20817 END,
+       CASE i % 10 WHEN 7 THEN (i / 10) % 2 WHEN 2 THEN 1 WHEN 8 THEN 2 ELSE 0 END,
+       CASE i % 10 WHEN 7 THEN CASE (i / 10) % 2 WHEN 1 THEN 0 ELSE 1 END ELSE 0 END
+FROM seq
+"""
+
+
+def generate(path: Path, n: int) -> float:
+    """Create a database with n generated events; return seconds taken."""
+    if path.exists():
+        path.unlink()
+    t0 = time.perf_counter()
+    conn = connect_writer(path)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute(
+        "INSERT INTO sessions(uuid, node, started_wall_ns, started_mono_ns, stopped_mono_ns, events_recorded) "
+        "VALUES ('bench', 'bench', 1700000000000000000, 1000000000, ?, ?)",
+        (1_000_000_000 + n * 5000, n),
+    )
+    sid = conn.execute("SELECT max(id) FROM sessions").fetchone()[0]
+    conn.execute("INSERT INTO comms(id, comm) VALUES (1, 'python')")
+    conn.executemany(
+        "INSERT INTO processes(session_id, pid, comm, cgroup_id, first_seen_ns) VALUES (?, ?, ?, 77, 0)",
+        [(sid, 4242, "train.py"), (sid, 4243, "infer.py"), (sid, 99, "stress")],
+    )
+    conn.execute("BEGIN")
+    conn.execute(_GEN, {"n": n, "sid": sid})
+    conn.execute("COMMIT")
+    conn.close()
+    return time.perf_counter() - t0
+
+
+_MEASURE = """
+import json, resource, sys, time
+from gpuscope.analysis.engine import ExplainOptions, explain_db
+t0 = time.perf_counter()
+report = explain_db(sys.argv[1], ExplainOptions(store=False))
+dt = time.perf_counter() - t0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.events,
+                  "findings": [f.kind for f in report.findings]}))
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--dir", default="/tmp/gpuscope-bench")
+    ap.add_argument("--keep", action="store_true", help="reuse existing databases of the same size")
+    args = ap.parse_args()
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for n in (int(s) for s in args.sizes.split(",")):
+        db = out / f"explain_{n}.db"
+        if not (args.keep and db.exists()):
+            gen_s = generate(db, n)
+            print(f"generated {n:,} events in {gen_s:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)", flush=True)
+        p = subprocess.run([sys.executable, "-c", _MEASURE, str(db)], capture_output=True, text=True, check=False,
+                           env=dict(os.environ))  # fmt: skip
+        if p.returncode != 0:
+            print(p.stderr, file=sys.stderr)
+            return 1
+        r = json.loads(p.stdout)
+        print(f"explain {r['events']:>11,} events: {r['seconds']:.2f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
+              f"findings {r['findings']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
