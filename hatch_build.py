@@ -14,7 +14,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
-import build_native  # noqa: E402
+import build_native
 
 
 class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]

@@ -121,7 +121,9 @@ class TraceRun:
         return {str(op): int(n) for op, n in self.query("SELECT op, count(*) FROM events GROUP BY op")}
 
 
-def run_gpuscope(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_gpuscope(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the gpuscope CLI in a subprocess (the way users run it)."""
     return subprocess.run(
         [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
@@ -165,7 +167,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "privileged" in item.keywords:
             if in_ci:
-                item.add_marker(pytest.mark.xfail(reason="CI must run privileged tests as root", strict=True, run=False))
+                item.add_marker(
+                    pytest.mark.xfail(reason="CI must run privileged tests as root", strict=True, run=False)
+                )
             else:
                 item.add_marker(pytest.mark.skip(reason="needs root with BPF (run as root)"))
 

@@ -15,7 +15,9 @@ from tests.conftest import StandinLibs
 
 def _nm_offsets(path: Path) -> dict[str, int]:
     out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True)
-    return {p[2]: int(p[0], 16) for p in (line.split() for line in out.stdout.splitlines()) if len(p) == 3 and p[1] in "Tt"}
+    return {
+        p[2]: int(p[0], 16) for p in (line.split() for line in out.stdout.splitlines()) if len(p) == 3 and p[1] in "Tt"
+    }
 
 
 def test_function_addresses_agree_with_nm(standin: StandinLibs) -> None:

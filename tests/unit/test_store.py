@@ -51,8 +51,13 @@ def test_writer_rows_read_back_through_the_events_view(tmp_path: Path) -> None:
     w.put(_events(10, Op.sched_switch))
     w.close()
     r = connect_reader(tmp_path / "a.db")
-    rows = r.execute("SELECT op, count(*), min(comm), min(node), min(source) FROM events GROUP BY op ORDER BY op").fetchall()
-    assert rows == [("cudaMalloc", 1000, "train.py", "node-a", "cuda"), ("sched_switch", 10, "train.py", "node-a", "host")]
+    rows = r.execute(
+        "SELECT op, count(*), min(comm), min(node), min(source) FROM events GROUP BY op ORDER BY op"
+    ).fetchall()
+    assert rows == [
+        ("cudaMalloc", 1000, "train.py", "node-a", "cuda"),
+        ("sched_switch", 10, "train.py", "node-a", "host"),
+    ]
     wall, ts = r.execute("SELECT wall_ns, ts_ns FROM events LIMIT 1").fetchone()
     assert wall - ts == 1_700_000_000_000_000_000 - 1_000
     (handle,) = r.execute("SELECT handle FROM events LIMIT 1").fetchone()

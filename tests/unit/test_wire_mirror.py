@@ -18,7 +18,7 @@ HEADER = ROOT / "bpf" / "include" / "events.h"
 def _c_enum(name: str) -> dict[str, int]:
     """Parse `enum name { A = 1, ... }` members from the header text."""
     text = HEADER.read_text()
-    body = re.search(r"enum %s \{(.*?)\};" % name, text, re.S)
+    body = re.search(rf"enum {name} \{{(.*?)\}};", text, re.S)
     assert body, name
     out = {}
     for m in re.finditer(r"(GS_[A-Z0-9_]+)\s*=\s*([^,\n]+),", body.group(1)):
@@ -29,7 +29,7 @@ def _c_enum(name: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     fields = [name for name in EVENT_DTYPE.names or ()]
-    prog = ['#include <stdio.h>', '#include <stddef.h>', f'#include "{HEADER}"', "int main(void) {"]
+    prog = ["#include <stdio.h>", "#include <stddef.h>", f'#include "{HEADER}"', "int main(void) {"]
     prog.append('printf("sizeof %zu\\n", sizeof(struct gs_event));')
     for f in fields:
         prog.append(f'printf("{f} %zu %zu\\n", offsetof(struct gs_event, {f}), sizeof(((struct gs_event*)0)->{f}));')
@@ -55,7 +55,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
 
 def test_event_struct_size_matches_the_c_header(layout: dict[str, int]) -> None:
     assert EVENT_SIZE == layout["sizeof"] == 96
-    assert RECORD_SIZE == 8 + layout["sizeof"]
+    assert 8 + layout["sizeof"] == RECORD_SIZE
 
 
 def test_every_field_offset_and_size_matches_the_c_header(layout: dict[str, int]) -> None:

@@ -29,10 +29,10 @@ LIB_PATTERNS = {
 class CudaLibrary:
     """One probe-able copy of a CUDA library."""
 
-    path: str         # canonical path (symlinks resolved)
-    kind: str         # "cudart" or "cuda"
-    version: str      # from the file name, e.g. "12.9.79", or "" when unversioned
-    found_via: str    # where discovery saw it first
+    path: str  # canonical path (symlinks resolved)
+    kind: str  # "cudart" or "cuda"
+    version: str  # from the file name, e.g. "12.9.79", or "" when unversioned
+    found_via: str  # where discovery saw it first
     inode: tuple[int, int]
 
 
@@ -108,7 +108,7 @@ def _lib_dirs(env: dict[str, str] | None = None) -> list[tuple[str, str]]:
     for d in glob.glob("/usr/local/cuda*/lib64") + glob.glob("/usr/local/cuda*/targets/*/lib"):
         out.append((d, "CUDA toolkit"))
     for site in _site_dirs():
-        for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) + [os.path.join(site, "torch", "lib")]:
+        for d in [*glob.glob(os.path.join(site, "nvidia", "*", "lib")), os.path.join(site, "torch", "lib")]:
             out.append((d, "python wheel"))
     for prefix in filter(None, [env.get("CONDA_PREFIX"), "/opt/conda"]):
         out.append((os.path.join(prefix, "lib"), "conda"))

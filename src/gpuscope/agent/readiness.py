@@ -21,8 +21,8 @@ from gpuscope.errors import GpuscopeError
 
 class Status(enum.Enum):
     OK = "ok"
-    WARN = "warn"   # tracing works, with a limitation
-    FAIL = "fail"   # tracing cannot work
+    WARN = "warn"  # tracing works, with a limitation
+    FAIL = "fail"  # tracing cannot work
     INFO = "info"
 
 
@@ -45,7 +45,9 @@ def check_kernel() -> CheckResult:
     if v >= (6, 6):
         return CheckResult("kernel", Status.OK, text)
     if v >= (5, 15):
-        return CheckResult("kernel", Status.WARN, text + ": no uprobe_multi before 6.6", "upgrade to Linux 6.6+ for fast attach/detach")
+        return CheckResult(
+            "kernel", Status.WARN, text + ": no uprobe_multi before 6.6", "upgrade to Linux 6.6+ for fast attach/detach"
+        )
     return CheckResult("kernel", Status.FAIL, text + ": uprobe cookies need 5.15", "upgrade to Linux 5.15 or newer")
 
 
@@ -77,7 +79,7 @@ def check_bpf_load() -> CheckResult:
 
 def check_probes() -> CheckResult:
     """Load gpuscope's own objects and attach the scheduler tracepoint once."""
-    from gpuscope.agent.tracer import Tracer, TraceOptions
+    from gpuscope.agent.tracer import TraceOptions, Tracer
 
     try:
         t = Tracer(TraceOptions(ring_bytes=1 << 16, wakeups=False))
@@ -114,8 +116,7 @@ def check_cuda_libraries() -> list[CheckResult]:
         return [CheckResult("CUDA libraries", Status.WARN, "no libcudart / libcuda found",
                             "install the CUDA runtime, or pass --lib PATH to `gpuscope trace`")]  # fmt: skip
     return [
-        CheckResult(f"CUDA {lib.kind}", Status.OK, f"{lib.path} {lib.version} ({lib.found_via})")
-        for lib in d.libraries
+        CheckResult(f"CUDA {lib.kind}", Status.OK, f"{lib.path} {lib.version} ({lib.found_via})") for lib in d.libraries
     ]
 
 
@@ -124,7 +125,9 @@ def check_gpu() -> CheckResult:
         with open("/proc/driver/nvidia/version") as f:
             driver = f.readline().strip()
     except OSError:
-        return CheckResult("NVIDIA GPU", Status.INFO, "no NVIDIA driver loaded (stand-in libraries can still be traced)")
+        return CheckResult(
+            "NVIDIA GPU", Status.INFO, "no NVIDIA driver loaded (stand-in libraries can still be traced)"
+        )
     smi = shutil.which("nvidia-smi")
     if smi:
         try:

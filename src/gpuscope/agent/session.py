@@ -23,7 +23,7 @@ import numpy as np
 from gpuscope import __version__
 from gpuscope.agent.discovery import CudaLibrary, Discovery
 from gpuscope.agent.procinfo import read_process
-from gpuscope.agent.tracer import AttachedLibrary, Tracer, TraceOptions
+from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.model.ops import Op

@@ -66,7 +66,7 @@ def libc_probe_target() -> tuple[str, int]:
     with open("/proc/self/maps") as f:
         for line in f:
             parts = line.split()
-            if len(parts) >= 6 and "/libc.so" in parts[5] or (len(parts) >= 6 and "/libc-" in parts[5]):
+            if (len(parts) >= 6 and "/libc.so" in parts[5]) or (len(parts) >= 6 and "/libc-" in parts[5]):
                 path = parts[5]
                 offs = function_offsets(path)
                 return path, offs["getpid"]
@@ -149,7 +149,7 @@ class Tracer:
             if self.multi:
                 att.links.append(cuda.attach_uprobe_multi(prog, lib.path, offsets, cookies, retprobe=ret))
             else:
-                for off, ck in zip(offsets, cookies):
+                for off, ck in zip(offsets, cookies, strict=True):
                     att.links.append(cuda.attach_uprobe(prog, lib.path, off, ck, retprobe=ret))
         att.ops.update(op for _, op, _ in plan)
         self.attached[lib.inode] = att

@@ -47,7 +47,12 @@ def probe_bpf_load() -> Feature:
     rc = int(lib.libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_KPROBE, None))
     if rc == 1:
         return Feature("BPF program load", (4, 1), True, "loaded a test program")
-    return Feature("BPF program load", (4, 1), False, f"kernel refused a test program ({os.strerror(-rc) if rc < 0 else 'unsupported'})")
+    return Feature(
+        "BPF program load",
+        (4, 1),
+        False,
+        f"kernel refused a test program ({os.strerror(-rc) if rc < 0 else 'unsupported'})",
+    )
 
 
 @cache

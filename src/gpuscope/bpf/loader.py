@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes  # noqa: TID251 - part of the bpf boundary
+import ctypes
 import errno
 import os
 import struct

@@ -23,8 +23,12 @@ HELP = "trace CUDA Runtime/Driver calls and host events into SQLite (needs root)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pid", type=int, action="append", default=[], help="trace this process (repeatable)")
-    p.add_argument("--lib", action="append", default=[], metavar="PATH", help="probe only this CUDA library copy (repeatable)")
-    p.add_argument("-d", "--duration", help="stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits")
+    p.add_argument(
+        "--lib", action="append", default=[], metavar="PATH", help="probe only this CUDA library copy (repeatable)"
+    )
+    p.add_argument(
+        "-d", "--duration", help="stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits"
+    )
     p.add_argument("--db", help=f"database path (default $GPUSCOPE_DB or {default_db_path()})")
     p.add_argument("--node", help="node name stored with every event (default: hostname)")
     p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
@@ -185,10 +189,7 @@ class _Progress:
         self.shown = False
 
     def __call__(self, tick: Tick) -> None:
-        line = (
-            f"[{tick.elapsed_s:5.0f}s] {tick.events:,} events ({tick.events_per_s:,.0f}/s), "
-            f"{tick.dropped:,} dropped"
-        )
+        line = f"[{tick.elapsed_s:5.0f}s] {tick.events:,} events ({tick.events_per_s:,.0f}/s), {tick.dropped:,} dropped"
         if self.tty:
             sys.stderr.write("\r" + line.ljust(70))
         else:

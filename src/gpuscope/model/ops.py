@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 
 class Source(enum.Enum):
-    CUDA = "cuda"      # CUDA Runtime (libcudart)
+    CUDA = "cuda"  # CUDA Runtime (libcudart)
     DRIVER = "driver"  # CUDA Driver (libcuda)
-    HOST = "host"      # kernel tracepoints
+    HOST = "host"  # kernel tracepoints
 
 
 class Op(enum.IntEnum):
@@ -133,9 +133,7 @@ _KINDS: dict[Op, tuple[OpKind, str]] = {
     Op.oom_kill: (OpKind.LIFECYCLE, "OOM kill: handle = victim pid, bytes = victim rss"),
 }
 
-OPS: dict[Op, OpInfo] = {
-    op: OpInfo(op, op.source, kind, desc) for op, (kind, desc) in _KINDS.items()
-}
+OPS: dict[Op, OpInfo] = {op: OpInfo(op, op.source, kind, desc) for op, (kind, desc) in _KINDS.items()}
 
 # Suffixes the CUDA libraries append to versioned or per-thread-stream entry
 # points. Stripped (repeatedly) to find the op a symbol implements.

@@ -60,7 +60,9 @@ def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
     if version > SCHEMA_VERSION:
         raise SchemaTooNewError(f"{p}: schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
     if "event_log" not in tables:
-        raise DatabaseError(f"{p}: not a gpuscope database (no event_log table)", remedy="pass a database written by `gpuscope trace`")
+        raise DatabaseError(
+            f"{p}: not a gpuscope database (no event_log table)", remedy="pass a database written by `gpuscope trace`"
+        )
     return conn
 
 
