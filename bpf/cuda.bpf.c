@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * CUDA Runtime and Driver API probes.
+ * CUDA Runtime, Driver, Graph and NCCL API probes.
  *
  * Two programs serve every probed symbol: gs_cuda_entry at function entry and
  * gs_cuda_return at return. The uprobe cookie is the op id (enum gs_op), so one
@@ -51,6 +51,50 @@ static __always_inline __u64 gs_read_u64(const void *addr)
 	__u64 v = 0;
 	bpf_probe_read_user(&v, sizeof(v), addr);
 	return v;
+}
+
+/* sizeof(ncclDataType_t value): int8, uint8, int32, uint32, int64, uint64,
+ * float16, float32, float64, bfloat16, fp8 e4m3, fp8 e5m2. */
+static __always_inline __u64 gs_nccl_dtype_size(__u64 dt)
+{
+	switch (dt) {
+	case 0: case 1: case 10: case 11:
+		return 1;
+	case 6: case 9:
+		return 2;
+	case 2: case 3: case 7:
+		return 4;
+	case 4: case 5: case 8:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+static __always_inline void gs_nccl_coll(struct gs_call *c, __u64 count, __u64 dtype, __u64 redop, __u64 peer,
+					 __u64 comm, __u64 stream)
+{
+	c->arg0 = count;
+	c->bytes = count * gs_nccl_dtype_size(dtype);
+	c->arg1 = (dtype & 0xff) | ((redop & 0xff) << 8) | ((peer & 0xffffffff) << 32);
+	c->handle = comm;
+	c->stream = stream;
+}
+
+/* A 64-bit fold of the 128-byte ncclUniqueId, so communicators can be told
+ * apart across processes without storing the id itself. */
+static __always_inline __u64 gs_hash_unique_id(__u64 addr)
+{
+	__u64 words[16] = {};
+	__u64 h = 0x9e3779b97f4a7c15ull;
+
+	bpf_probe_read_user(words, sizeof(words), (void *)addr);
+	for (int i = 0; i < 16; i++) {
+		h ^= words[i];
+		h *= 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 31;
+	}
+	return h;
 }
 
 static __always_inline __u64 gs_pack_dim(__u64 x, __u64 y, __u64 z)
@@ -166,6 +210,76 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		c->arg0 = 4;
 		c->stream = PT_REGS_PARM4(ctx);
 		break;
+
+	/* CUDA Graph: the same shapes in the runtime and the driver. */
+	case GS_OP_CUDA_STREAM_BEGIN_CAPTURE: /* (stream, mode) */
+	case GS_OP_CU_STREAM_BEGIN_CAPTURE:
+		c->stream = PT_REGS_PARM1(ctx);
+		c->arg0 = PT_REGS_PARM2(ctx);
+		break;
+	case GS_OP_CUDA_STREAM_END_CAPTURE:   /* (stream, graph *out) */
+	case GS_OP_CU_STREAM_END_CAPTURE:
+		c->stream = PT_REGS_PARM1(ctx);
+		c->out_ptr = PT_REGS_PARM2(ctx);
+		break;
+	case GS_OP_CUDA_GRAPH_INSTANTIATE:    /* (exec *out, graph, flags) */
+	case GS_OP_CU_GRAPH_INSTANTIATE:
+		c->out_ptr = PT_REGS_PARM1(ctx);
+		c->arg0 = PT_REGS_PARM2(ctx);
+		c->arg1 = PT_REGS_PARM3(ctx);
+		break;
+	case GS_OP_CUDA_GRAPH_LAUNCH:         /* (exec, stream) */
+	case GS_OP_CU_GRAPH_LAUNCH:
+		c->handle = PT_REGS_PARM1(ctx);
+		c->stream = PT_REGS_PARM2(ctx);
+		break;
+	case GS_OP_CUDA_GRAPH_EXEC_UPDATE:    /* (exec, graph, info *) */
+	case GS_OP_CU_GRAPH_EXEC_UPDATE:
+		c->handle = PT_REGS_PARM1(ctx);
+		c->arg0 = PT_REGS_PARM2(ctx);
+		break;
+	case GS_OP_CUDA_GRAPH_DESTROY:        /* (graph) */
+	case GS_OP_CU_GRAPH_DESTROY:
+	case GS_OP_CUDA_GRAPH_EXEC_DESTROY:   /* (exec) */
+	case GS_OP_CU_GRAPH_EXEC_DESTROY:
+		c->handle = PT_REGS_PARM1(ctx);
+		break;
+
+	/* NCCL. x86-64: 7th and later integer arguments at [sp+8], [sp+16]. */
+	case GS_OP_NCCL_ALL_REDUCE:     /* (send, recv, count, dtype, op, comm, stream) */
+	case GS_OP_NCCL_REDUCE_SCATTER: /* (send, recv, recvcount, dtype, op, comm, stream) */
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), 0, ctx->r9,
+			     gs_read_u64((void *)(sp + 8)));
+		break;
+	case GS_OP_NCCL_REDUCE:         /* (send, recv, count, dtype, op, root, comm, stream) */
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), ctx->r9,
+			     gs_read_u64((void *)(sp + 8)), gs_read_u64((void *)(sp + 16)));
+		break;
+	case GS_OP_NCCL_BROADCAST:      /* (send, recv, count, dtype, root, comm, stream) */
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, PT_REGS_PARM5(ctx), ctx->r9,
+			     gs_read_u64((void *)(sp + 8)));
+		break;
+	case GS_OP_NCCL_ALL_GATHER:     /* (send, recv, sendcount, dtype, comm, stream) */
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, 0, PT_REGS_PARM5(ctx), ctx->r9);
+		break;
+	case GS_OP_NCCL_SEND:           /* (buf, count, dtype, peer, comm, stream) */
+	case GS_OP_NCCL_RECV:
+		gs_nccl_coll(c, PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 0, PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx),
+			     ctx->r9);
+		break;
+	case GS_OP_NCCL_COMM_INIT_RANK:        /* (comm *out, nranks, ncclUniqueId id, rank) */
+	case GS_OP_NCCL_COMM_INIT_RANK_CONFIG: /* (comm *out, nranks, id, rank, config *) */
+		/* The 128-byte id is passed by value in memory, at [sp+8]; it takes
+		 * no register, so rank is the third integer register argument. */
+		c->out_ptr = PT_REGS_PARM1(ctx);
+		c->arg1 = PT_REGS_PARM2(ctx) & 0xffffffff;
+		c->arg0 = PT_REGS_PARM3(ctx) & 0xffffffff;
+		c->stream = gs_hash_unique_id(sp + 8);
+		break;
+	case GS_OP_NCCL_COMM_DESTROY:   /* (comm) */
+	case GS_OP_NCCL_COMM_ABORT:
+		c->handle = PT_REGS_PARM1(ctx);
+		break;
 	default:
 		break;
 	}
@@ -176,6 +290,7 @@ static __always_inline void gs_fill_task(struct gs_event *e, __u64 pid_tgid)
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->cgroup_v1_id = gs_cgroup_v1_id(bpf_get_current_task_btf());
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 }
 

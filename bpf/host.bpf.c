@@ -41,6 +41,7 @@ static __always_inline void gs_fill_from_task(struct gs_event *e, struct task_st
 	e->pid = BPF_CORE_READ(t, tgid);
 	e->tid = BPF_CORE_READ(t, pid);
 	e->cgroup_id = gs_task_cgroup(t);
+	e->cgroup_v1_id = gs_cgroup_v1_id(t);
 	BPF_CORE_READ_STR_INTO(&e->comm, t, comm);
 }
 
@@ -136,6 +137,28 @@ int BPF_PROG(gs_process_exec, struct task_struct *p, pid_t old_pid, struct linux
 	gs_fill_from_task(e, p);
 	e->handle = (__u32)old_pid;
 	gs_submit(e);
+
+	/* The new program's argv, read now: by the time user space looks at
+	 * /proc, a short-lived process is gone. */
+	struct mm_struct *mm = BPF_CORE_READ(p, mm);
+	__u64 start = BPF_CORE_READ(mm, arg_start);
+	__u64 end = BPF_CORE_READ(mm, arg_end);
+	__u32 len = end > start ? end - start : 0;
+	if (len > GS_AUX_PAYLOAD - 1)
+		len = GS_AUX_PAYLOAD - 1;
+	struct gs_aux_header *h = bpf_ringbuf_reserve(&aux_events, sizeof(*h) + GS_AUX_PAYLOAD, 0);
+	if (!h) {
+		gs_count(GS_STAT_DROP_AUX);
+		return 0;
+	}
+	h->ts_ns = bpf_ktime_get_ns();
+	h->pid = p->tgid;
+	h->tid = p->pid;
+	h->kind = GS_AUX_EXEC_ARGV;
+	if (bpf_probe_read_user((void *)(h + 1), len & (GS_AUX_PAYLOAD - 1), (void *)start) != 0)
+		len = 0;
+	h->len = len;
+	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 

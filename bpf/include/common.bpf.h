@@ -26,6 +26,12 @@ struct {
 
 /* tgid -> 1. Written by user space (--pid, launched command), by the fork
  * tracepoint (descendants) and by the first CUDA call in unfiltered mode. */
+/* Variable-length, rare records (exec argv). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} aux_events SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, GS_MAX_TARGETS);
@@ -58,7 +64,29 @@ static __always_inline __u32 gs_drop_slot(__u16 op)
 		return GS_STAT_DROP_CUDA;
 	if (op < 128)
 		return GS_STAT_DROP_DRIVER;
+	if (op < 192)
+		return GS_STAT_DROP_NCCL;
 	return GS_STAT_DROP_HOST;
+}
+
+/* The memory-controller cgroup v1 id of a task. Container runtimes that only
+ * use cgroup v1 leave the v2 id at the root on hybrid hosts; this id still
+ * tells containers apart. 0 when the controller is not on v1. */
+static __always_inline __u64 gs_cgroup_v1_id(struct task_struct *t)
+{
+	int id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
+	struct cgroup_subsys_state *css;
+	struct cgroup *cg;
+
+	if (id < 0 || id >= CGROUP_SUBSYS_COUNT)
+		return 0;
+	css = BPF_CORE_READ(t, cgroups, subsys[id]);
+	if (!css)
+		return 0;
+	cg = BPF_CORE_READ(css, cgroup);
+	if (!cg || BPF_CORE_READ(cg, root, cgrp.kn) == BPF_CORE_READ(t, cgroups, dfl_cgrp, root, cgrp.kn))
+		return 0;
+	return BPF_CORE_READ(cg, kn, id);
 }
 
 /* Reserve a record, or count the loss. The caller fills and submits it. */
@@ -78,6 +106,7 @@ static __always_inline struct gs_event *gs_reserve(__u16 op)
 	e->stream = 0;
 	e->arg0 = 0;
 	e->arg1 = 0;
+	e->cgroup_v1_id = 0;
 	return e;
 }
 

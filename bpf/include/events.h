@@ -48,6 +48,14 @@ enum gs_op {
 	GS_OP_CUDA_DEVICE_SYNCHRONIZE = 13,
 	GS_OP_CUDA_EVENT_SYNCHRONIZE = 14,
 	GS_OP_CUDA_STREAM_WAIT_EVENT = 15,
+	/* CUDA Graph (runtime): handle = graph or exec, stream, arg0/arg1 below */
+	GS_OP_CUDA_STREAM_BEGIN_CAPTURE = 20,  /* stream, arg0 = mode */
+	GS_OP_CUDA_STREAM_END_CAPTURE = 21,    /* stream, handle = graph made */
+	GS_OP_CUDA_GRAPH_INSTANTIATE = 22,     /* handle = exec made, arg0 = graph, arg1 = flags */
+	GS_OP_CUDA_GRAPH_LAUNCH = 23,          /* handle = exec, stream */
+	GS_OP_CUDA_GRAPH_EXEC_UPDATE = 24,     /* handle = exec, arg0 = graph */
+	GS_OP_CUDA_GRAPH_DESTROY = 25,         /* handle = graph */
+	GS_OP_CUDA_GRAPH_EXEC_DESTROY = 26,    /* handle = exec */
 
 	/* CUDA Driver (libcuda): 64..127 */
 	GS_OP_CU_LAUNCH_KERNEL = 64,
@@ -60,6 +68,33 @@ enum gs_op {
 	GS_OP_CU_MEMCPY_ASYNC = 71,
 	GS_OP_CU_CTX_SYNCHRONIZE = 72,
 	GS_OP_CU_STREAM_SYNCHRONIZE = 73,
+	/* CUDA Graph (driver twins), same fields as the runtime ops */
+	GS_OP_CU_STREAM_BEGIN_CAPTURE = 80,
+	GS_OP_CU_STREAM_END_CAPTURE = 81,
+	GS_OP_CU_GRAPH_INSTANTIATE = 82,
+	GS_OP_CU_GRAPH_LAUNCH = 83,
+	GS_OP_CU_GRAPH_EXEC_UPDATE = 84,
+	GS_OP_CU_GRAPH_DESTROY = 85,
+	GS_OP_CU_GRAPH_EXEC_DESTROY = 86,
+
+	/* NCCL (libnccl): 128..191. Collectives: bytes = count x datatype size,
+	 * handle = communicator, stream, arg0 = element count,
+	 * arg1 = datatype | redop << 8 | peer-or-root << 32.
+	 * Init: handle = communicator made, stream = hash of the unique id,
+	 * arg0 = rank, arg1 = nranks. */
+	GS_OP_NCCL_ALL_REDUCE = 128,
+	GS_OP_NCCL_REDUCE = 129,
+	GS_OP_NCCL_BROADCAST = 130,
+	GS_OP_NCCL_ALL_GATHER = 131,
+	GS_OP_NCCL_REDUCE_SCATTER = 132,
+	GS_OP_NCCL_SEND = 133,
+	GS_OP_NCCL_RECV = 134,
+	GS_OP_NCCL_GROUP_START = 135,
+	GS_OP_NCCL_GROUP_END = 136,
+	GS_OP_NCCL_COMM_INIT_RANK = 137,
+	GS_OP_NCCL_COMM_INIT_RANK_CONFIG = 138,
+	GS_OP_NCCL_COMM_DESTROY = 139,
+	GS_OP_NCCL_COMM_ABORT = 140,
 
 	/* Host tracepoints: 192..255 */
 	GS_OP_SCHED_SWITCH = 192,
@@ -94,11 +129,13 @@ enum gs_stat {
 	GS_STAT_DROP_HOST = 3,    /* ring full: host record lost */
 	GS_STAT_CALL_DEPTH = 4,   /* call nesting deeper than GS_MAX_DEPTH: call not timed */
 	GS_STAT_UNMATCHED_RET = 5,/* return with no matching entry (attached mid-call) */
+	GS_STAT_DROP_NCCL = 6,    /* ring full: NCCL record lost */
+	GS_STAT_DROP_AUX = 7,     /* aux ring full: exec argv record lost */
 	GS_STAT_MAX = 8,
 };
 
 /*
- * One traced call or host event: 96 bytes, 8-byte aligned.
+ * One traced call or host event: 104 bytes, 8-byte aligned.
  *
  * Field meaning by op family (see docs/schema.md):
  *   alloc / free:   bytes = size, handle = device (or host) pointer
@@ -113,6 +150,19 @@ enum gs_stat {
  *                   arg1 = raw prev_state
  *   sched_wakeup:   handle = waker (tgid << 32 | tid)
  *   process_fork:   handle = child pid; process_exit: ret = exit code
+ *   block_io:       ts_ns = issue, duration_ns = issue -> complete, bytes,
+ *                   arg0 = 0 read / 1 write / 2 discard / 3 other,
+ *                   arg1 = dev (major << 20 | minor), handle = sector,
+ *                   task = the task that issued the request
+ *   tcp_retransmit: bytes = address family (2 IPv4, 10 IPv6), handle = saddr,
+ *                   stream = daddr (IPv4; low 64 bits for IPv6),
+ *                   arg0 = sport << 16 | dport, arg1 = TCP state
+ *   mm_page_alloc:  aggregated by user space from per-process counters:
+ *                   ts_ns = interval start, duration_ns = interval, bytes,
+ *                   arg0 = allocations; pid 0 = every untraced process
+ *   direct_reclaim: duration_ns = time stalled reclaiming, arg0 = pages
+ *                   reclaimed, arg1 = 1 for memcg reclaim
+ *   oom_kill:       task = the victim, bytes = its resident memory
  */
 struct gs_event {
 	__u64 ts_ns;        /* CLOCK_MONOTONIC at call entry (or event) */
@@ -128,7 +178,23 @@ struct gs_event {
 	__u64 stream;
 	__u64 arg0;
 	__u64 arg1;
+	__u64 cgroup_v1_id; /* memory-controller cgroup v1 id (hybrid hosts), else 0 */
 	char comm[GS_TASK_COMM_LEN];
+};
+
+/* Variable-length records on the `aux_events` ring (rare events only). */
+enum gs_aux_kind {
+	GS_AUX_EXEC_ARGV = 1, /* payload: NUL-separated argv of the new program */
+};
+
+#define GS_AUX_PAYLOAD 512
+
+struct gs_aux_header {
+	__u64 ts_ns;
+	__u32 pid;
+	__u32 tid;
+	__u32 kind;       /* enum gs_aux_kind */
+	__u32 len;        /* payload bytes that follow */
 };
 
 #endif /* GPUSCOPE_EVENTS_H */

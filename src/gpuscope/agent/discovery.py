@@ -22,6 +22,7 @@ from gpuscope.model.ops import Op, op_for_symbol
 LIB_PATTERNS = {
     "cudart": re.compile(r"^libcudart\.so(\.\d+)*$"),
     "cuda": re.compile(r"^libcuda\.so(\.\d+)*$"),
+    "nccl": re.compile(r"^libnccl\.so(\.\d+)*$"),
 }
 
 

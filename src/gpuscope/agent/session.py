@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,10 +23,12 @@ import numpy as np
 
 from gpuscope import __version__
 from gpuscope.agent.discovery import CudaLibrary, Discovery
+from gpuscope.agent.attribution import cgroups_of, rank_info, read_environ
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.libbpf import libbpf
+from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
@@ -36,15 +39,28 @@ TICK_INTERVAL_S = 1.0
 
 @dataclass
 class LiveStats:
-    """Exact counts and streaming latency histograms per op, for the whole run."""
+    """Exact counts and streaming latency histograms per op, for the whole run.
+
+    Mutated by the collector loop only; other threads (the live view's
+    snapshot builder) read it through ``copy()``, which takes ``lock``.
+    ``preemptors`` counts, per process (tgid) that took the CPU, how often a
+    traced thread was preempted; ``preempted_ns`` is their total off-CPU time.
+    """
 
     per_op: dict[int, LatencyHistogram] = field(default_factory=dict)
     events: int = 0
     preempted: int = 0
     pids: set[int] = field(default_factory=set)
+    preempted_ns: int = 0
+    preemptors: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def update(self, ev: np.ndarray) -> list[int]:
         """Fold a batch in; return pids seen for the first time."""
+        with self.lock:
+            return self._update(ev)
+
+    def _update(self, ev: np.ndarray) -> list[int]:
         self.events += len(ev)
         ops = ev["op"]
         for op in np.unique(ops).tolist():
@@ -54,10 +70,27 @@ class LiveStats:
                 hist = self.per_op[op] = LatencyHistogram.empty()
             hist.add(ev["duration_ns"][sel])
             if op == Op.sched_switch:
-                self.preempted += int(np.count_nonzero(ev["arg0"][sel]))
+                preempted = ev[sel][ev["arg0"][sel] != 0]
+                self.preempted += len(preempted)
+                self.preempted_ns += int(preempted["duration_ns"].sum())
+                tgids, counts = np.unique(preempted["handle"] >> np.uint64(32), return_counts=True)
+                for tgid, n in zip(tgids.tolist(), counts.tolist(), strict=True):
+                    self.preemptors[tgid] = self.preemptors.get(tgid, 0) + n
         new = [p for p in np.unique(ev["pid"]).tolist() if p not in self.pids]
         self.pids.update(new)
         return new
+
+    def copy(self) -> LiveStats:
+        """A consistent private copy, safe to take from any thread (cost: one histogram copy per op)."""
+        with self.lock:
+            return LiveStats(
+                {op: h.copy() for op, h in self.per_op.items()},
+                self.events,
+                self.preempted,
+                set(self.pids),
+                self.preempted_ns,
+                dict(self.preemptors),
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +158,8 @@ class TraceSession:
         )
         self.writer = EventWriter(self.conn, self.session_id)
         self.targets: list[int] = []
+        self._cgroups_seen: set[tuple[int, str]] = set()
+        self._page_interval_start = self.started_mono_ns
         self._last_tick = time.monotonic()
         self._last_events = 0
         self._t0 = time.monotonic()
@@ -156,11 +191,28 @@ class TraceSession:
         while True:
             ev = self.tracer.read()
             if not len(ev):
-                return total
+                break
             total += len(ev)
             self.writer.put(ev)
             for pid in self.stats.update(ev):
                 self._note_process(pid)
+            self._note_communicators(ev)
+            # After exec, the process is another program: refresh what we know.
+            for pid in np.unique(ev["pid"][ev["op"] == Op.process_exec]).tolist():
+                self._note_process(pid, refresh=True)
+        for rec in self.tracer.read_aux():
+            if rec.kind == AuxKind.EXEC_ARGV:
+                argv = rec.payload.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+                self.writer.call(
+                    "INSERT INTO execs(session_id, ts_ns, pid, tid, argv) VALUES (?, ?, ?, ?, ?)",
+                    (self.session_id, rec.ts_ns, rec.pid, rec.tid, argv),
+                )
+                # A short-lived process may be gone before /proc was read.
+                self.writer.call(
+                    "UPDATE processes SET cmdline = ? WHERE session_id = ? AND pid = ? AND coalesce(cmdline, '') = ''",
+                    (argv, self.session_id, rec.pid),
+                )
+        return total
 
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[Tick], None] | None = None) -> None:
         """Poll until ``should_stop()`` is true, calling ``on_tick`` once a second."""
@@ -178,6 +230,7 @@ class TraceSession:
         rate = (self.stats.events - self._last_events) / max(now - self._last_tick, 1e-9)
         self._last_tick, self._last_events = now, self.stats.events
         self._save_counters(counters)
+        self._flush_page_allocs()
         if not self._explicit_libs:
             for pid in list(self.stats.pids)[:256]:
                 for lib in self.discovery.scan_process(pid):
@@ -201,15 +254,77 @@ class TraceSession:
             params += [time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC)]
         self.writer.call(sql + " WHERE id = ?", (*params, self.session_id))
 
-    def _note_process(self, pid: int) -> None:
+    def _note_process(self, pid: int, refresh: bool = False) -> None:
+        """Record who a process is (command, cgroups, container, rank) while /proc has it."""
         info = read_process(pid)
         if info is None:
             return
+        env = read_environ(pid)
+        ranks = rank_info(env)
+        cgroups = cgroups_of(pid, env)
+        v2 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v2"), None)
+        v1 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v1:memory"), None)
         self.writer.call(
-            "INSERT OR IGNORE INTO processes(session_id, pid, comm, cmdline, exe, cgroup_path, first_seen_ns) "
+            f"INSERT OR {'REPLACE' if refresh else 'IGNORE'} INTO processes(session_id, pid, comm, cmdline, exe, "
+            "cgroup_id, cgroup_path, "
+            "first_seen_ns, cgroup_v1_id, rank, local_rank, world_size, launcher, slurm_job_id, slurm_step_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self.session_id, pid, info.comm, info.cmdline, info.exe, v2, info.cgroup_path, time.time_ns(), v1,
+             ranks.rank, ranks.local_rank, ranks.world_size, ranks.launcher, ranks.slurm_job_id,
+             ranks.slurm_step_id),
+        )  # fmt: skip
+        for c in cgroups:
+            if (c.cgroup_id, c.hierarchy) in self._cgroups_seen:
+                continue
+            self._cgroups_seen.add((c.cgroup_id, c.hierarchy))
+            self.writer.call(
+                "INSERT OR IGNORE INTO cgroups(cgroup_id, hierarchy, path, container_id, runtime, pod_uid, pod_name, "
+                "pod_namespace, slurm_job_id, slurm_step_id, ecs_task_id, first_seen_ns) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (c.cgroup_id, c.hierarchy, c.path, c.container_id, c.runtime, c.pod_uid, c.pod_name,
+                 c.pod_namespace, c.slurm_job_id, c.slurm_step_id, c.ecs_task_id, time.time_ns()),
+            )  # fmt: skip
+
+    def _note_communicators(self, ev: np.ndarray) -> None:
+        """Remember each NCCL communicator's rank and size, joined to its calls in SQL."""
+        sel = ((ev["op"] == Op.ncclCommInitRank) | (ev["op"] == Op.ncclCommInitRankConfig)) & (ev["ret"] == 0)
+        if not sel.any():
+            return
+        rows = [
+            (self.session_id, int(r["pid"]), int(np.int64(r["handle"].view(np.int64))),
+             int(r["stream"].view(np.int64)), int(r["arg0"]), int(r["arg1"]), int(r["ts_ns"]))
+            for r in ev[sel]
+        ]  # fmt: skip
+        self.writer.call(
+            "INSERT OR IGNORE INTO nccl_comms(session_id, pid, comm_handle, comm_hash, rank, nranks, ts_ns) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (self.session_id, pid, info.comm, info.cmdline, info.exe, info.cgroup_path, time.time_ns()),
+            rows,
         )
+
+    def _flush_page_allocs(self) -> None:
+        """Turn the kernel's exact per-process page counters into mm_page_alloc rows."""
+        now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        counts = self.tracer.drain_page_allocs()
+        start, self._page_interval_start = self._page_interval_start, now
+        if not counts:
+            return
+        ev = np.zeros(len(counts), dtype=EVENT_DTYPE)
+        for i, (pid, (n, nbytes)) in enumerate(sorted(counts.items())):
+            ev[i]["pid"] = ev[i]["tid"] = pid
+            ev[i]["bytes"] = nbytes
+            ev[i]["arg0"] = n
+        ev["ts_ns"] = start
+        ev["duration_ns"] = now - start
+        ev["op"] = int(Op.mm_page_alloc)
+        ev["comm"] = [self._comm_of(int(p)).encode()[:15] for p in ev["pid"]]
+        self.writer.put(ev)
+        self.stats.update(ev)
+
+    def _comm_of(self, pid: int) -> str:
+        if pid == 0:
+            return "(other)"
+        info = read_process(pid)
+        return info.comm if info else ""
 
     # -- teardown ------------------------------------------------------------
 
@@ -220,6 +335,7 @@ class TraceSession:
         libraries = self.attached
         tracer.detach()
         self.poll()
+        self._flush_page_allocs()
         counters = tracer.counters()
         self._save_counters(counters, final=True, libraries=libraries)
         tracer.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ import numpy as np
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
-from gpuscope.bpf.ringbuf import RingReader
+from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader
 from gpuscope.bpf.wire import DROP_STATS, STAT_SLOTS, Stat
 from gpuscope.elf import function_offsets
 from gpuscope.errors import BpfLoadError, ProcessNotFoundError
@@ -30,7 +31,23 @@ HOST_PROGRAMS = {
     "gs_process_exec": "sched_process_exec",
     "gs_process_exit": "sched_process_exit",
 }
-SHARED_MAPS = ("events", "targets", "stats")
+SHARED_MAPS = ("events", "aux_events", "targets", "stats")
+# Optional host probe domains: object file -> {program: tracepoint}.
+HOST_DOMAINS = {
+    "io": {"gs_block_rq_issue": "block_rq_issue", "gs_block_rq_complete": "block_rq_complete"},
+    "net": {"gs_tcp_retransmit": "tcp_retransmit_skb"},
+    "mem": {
+        "gs_mm_page_alloc": "mm_page_alloc",
+        "gs_direct_reclaim_begin": "mm_vmscan_direct_reclaim_begin",
+        "gs_direct_reclaim_end": "mm_vmscan_direct_reclaim_end",
+        "gs_memcg_reclaim_begin": "mm_vmscan_memcg_reclaim_begin",
+        "gs_memcg_reclaim_end": "mm_vmscan_memcg_reclaim_end",
+        "gs_oom_mark_victim": "mark_victim",
+    },
+}
+AUX_RING_BYTES = 1 << 20
+# How long programs that read the old page-counter generation may still run.
+_GEN_GRACE_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +65,9 @@ class TraceOptions:
     wakeups: bool = True
     ring_bytes: int = 32 << 20
     force_classic_uprobes: bool = False
+    io: bool = True
+    tcp: bool = True
+    memory: bool = True
 
 
 @dataclass
@@ -83,7 +103,10 @@ class Tracer:
         self.host_links: list[str] = []
         self._host = BpfObject(object_path("host.bpf.o"))
         self._cuda: BpfObject | None = None
+        self._domains: dict[str, BpfObject] = {}
         self.ring: RingReader | None = None
+        self.aux: AuxReader | None = None
+        self._page_gen = 0
         try:
             self._load()
         except BaseException:
@@ -118,7 +141,20 @@ class Tracer:
             if o.host or prog == "gs_process_fork":
                 host.attach_auto(prog)
                 self.host_links.append(tp)
+        wanted = {"io": o.host and o.io, "net": o.host and o.tcp, "mem": o.host and o.memory}
+        for name, progs in HOST_DOMAINS.items():
+            if not wanted[name]:
+                continue
+            obj = BpfObject(object_path(f"{name}.bpf.o"))
+            self._domains[name] = obj
+            for m in SHARED_MAPS:
+                obj.reuse_map(m, host.map_fd(m))
+            obj.load()
+            for prog, tp in progs.items():
+                obj.attach_auto(prog)
+                self.host_links.append(tp)
         self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
+        self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
 
     # -- targets -------------------------------------------------------------
 
@@ -161,6 +197,37 @@ class Tracer:
         assert self.ring is not None
         return self.ring.read(max_records)
 
+    def read_aux(self) -> list[AuxRecord]:
+        return self.aux.read() if self.aux is not None else []
+
+    def drain_page_allocs(self) -> dict[int, tuple[int, int]]:
+        """Page allocations since the last drain: {pid: (allocations, bytes)}, exact.
+
+        pid 0 collects every process that is not a target.
+        """
+        mem = self._domains.get("mem")
+        if mem is None:
+            return {}
+        lib = mem.lib
+        old = self._page_gen & 1
+        self._page_gen += 1
+        lib.map_update(mem.map_fd("page_gen"), struct.pack("<I", 0), struct.pack("<I", self._page_gen & 1))
+        time.sleep(_GEN_GRACE_S)
+        fd = mem.map_fd("page_allocs")
+        ncpu = int(lib.libbpf_num_possible_cpus())
+        out: dict[int, tuple[int, int]] = {}
+        for key in lib.map_keys(fd, 8):
+            gen, pid = struct.unpack("<II", key)
+            if gen != old:
+                continue
+            raw = lib.map_lookup(fd, key, 16 * ncpu)
+            lib.map_delete(fd, key)
+            if raw is None:
+                continue
+            vals = struct.unpack(f"<{2 * ncpu}Q", raw)
+            out[pid] = (sum(vals[0::2]), sum(vals[1::2]))
+        return out
+
     def counters(self) -> dict[str, int]:
         """Kernel-side counters: submitted records and drops by source."""
         vals = read_percpu_u64(self._host.lib, self._host.map_fd("stats"), STAT_SLOTS)
@@ -170,6 +237,8 @@ class Tracer:
 
     def detach(self) -> None:
         """Remove every probe; the ring keeps what was already submitted."""
+        for obj in self._domains.values():
+            obj.detach_all()
         if self._cuda is not None:
             self._cuda.detach_all()
         self._host.detach_all()
@@ -179,6 +248,12 @@ class Tracer:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        if self.aux is not None:
+            self.aux.close()
+            self.aux = None
+        for obj in self._domains.values():
+            obj.close()
+        self._domains.clear()
         if self._cuda is not None:
             self._cuda.close()
             self._cuda = None

@@ -47,6 +47,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
     "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
     "bpf_map_delete_elem": (c_int, [c_int, c_void_p]),
+    "bpf_map_get_next_key": (c_int, [c_int, c_void_p, c_void_p]),
     "bpf_enable_stats": (c_int, [c_int]),
 }
 
@@ -158,6 +159,18 @@ class Libbpf:
         if self._lib.bpf_map_lookup_elem(fd, k, v) != 0:
             return None
         return v.raw
+
+    def map_keys(self, fd: int, key_size: int) -> list[bytes]:
+        """Every key of a hash map (a snapshot: concurrent updates may be missed)."""
+        keys: list[bytes] = []
+        cur = None
+        nxt = ctypes.create_string_buffer(key_size)
+        while True:
+            rc = self._lib.bpf_map_get_next_key(fd, cur, nxt)
+            if rc != 0:
+                return keys
+            keys.append(nxt.raw)
+            cur = ctypes.create_string_buffer(nxt.raw, key_size)
 
     def map_delete(self, fd: int, key: bytes) -> bool:
         k = ctypes.create_string_buffer(key, len(key))

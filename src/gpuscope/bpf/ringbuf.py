@@ -17,7 +17,9 @@ import mmap
 import numpy as np
 
 from gpuscope.bpf.libbpf import u64_at
-from gpuscope.bpf.wire import RECORD_DTYPE, RECORD_SIZE
+from dataclasses import dataclass
+
+from gpuscope.bpf.wire import AUX_HEADER_DTYPE, RECORD_DTYPE, RECORD_SIZE
 
 BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
@@ -76,3 +78,54 @@ class RingReader:
         # One 8-byte store: the kernel reads consumer_pos concurrently.
         self._cons.value = cons + n * RECORD_SIZE
         return np.ascontiguousarray(events)
+
+
+@dataclass(frozen=True, slots=True)
+class AuxRecord:
+    ts_ns: int
+    pid: int
+    tid: int
+    kind: int
+    payload: bytes
+
+
+class AuxReader:
+    """Consume variable-length records (``struct gs_aux_header`` + payload).
+
+    These are rare (one per exec), so records are walked one at a time.
+    """
+
+    def __init__(self, map_fd: int, size: int) -> None:
+        page = mmap.PAGESIZE
+        self._mask = size - 1
+        self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+        self._prod_map = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        self._cons = u64_at(self._cons_map, 0)
+        self._prod_view = np.frombuffer(self._prod_map, dtype="<u8", count=1, offset=0)
+        self._page = page
+
+    def close(self) -> None:
+        del self._cons, self._prod_view
+        self._cons_map.close()
+        self._prod_map.close()
+
+    def read(self) -> list[AuxRecord]:
+        out: list[AuxRecord] = []
+        cons = int(self._cons.value)
+        prod = int(self._prod_view[0])
+        hsize = AUX_HEADER_DTYPE.itemsize
+        while cons < prod:
+            off = self._page + (cons & self._mask)
+            length = int(np.frombuffer(self._prod_map, dtype="<u4", count=1, offset=off)[0])
+            if length & BUSY_BIT:
+                break
+            size = length & ~(BUSY_BIT | DISCARD_BIT)
+            if not length & DISCARD_BIT and size >= hsize:
+                body = bytes(self._prod_map[off + 8 : off + 8 + size])
+                hdr = np.frombuffer(body, dtype=AUX_HEADER_DTYPE, count=1)[0]
+                n = min(int(hdr["len"]), size - hsize)
+                out.append(AuxRecord(int(hdr["ts_ns"]), int(hdr["pid"]), int(hdr["tid"]), int(hdr["kind"]),
+                                     body[hsize : hsize + n]))  # fmt: skip
+            cons += (8 + size + 7) & ~7
+        self._cons.value = cons
+        return out

@@ -27,6 +27,7 @@ EVENT_FIELDS: list[tuple[str, str]] = [
     ("stream", "<u8"),
     ("arg0", "<u8"),
     ("arg1", "<u8"),
+    ("cgroup_v1_id", "<u8"),
     ("comm", f"S{TASK_COMM_LEN}"),
 ]
 EVENT_DTYPE = np.dtype(EVENT_FIELDS, align=True)
@@ -54,10 +55,20 @@ class Stat(enum.IntEnum):
     DROP_HOST = 3
     CALL_DEPTH = 4
     UNMATCHED_RET = 5
+    DROP_NCCL = 6
+    DROP_AUX = 7
 
 
 STAT_SLOTS = 8
-DROP_STATS = (Stat.DROP_CUDA, Stat.DROP_DRIVER, Stat.DROP_HOST)
+DROP_STATS = (Stat.DROP_CUDA, Stat.DROP_DRIVER, Stat.DROP_HOST, Stat.DROP_NCCL)
+
+# struct gs_aux_header + payload on the aux ring (variable length, rare).
+AUX_HEADER_DTYPE = np.dtype([("ts_ns", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("kind", "<u4"), ("len", "<u4")])
+AUX_PAYLOAD = 512
+
+
+class AuxKind(enum.IntEnum):
+    EXEC_ARGV = 1
 
 
 def unpack_dim(packed: int) -> tuple[int, int, int]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 class Source(enum.Enum):
     CUDA = "cuda"  # CUDA Runtime (libcudart)
     DRIVER = "driver"  # CUDA Driver (libcuda)
+    NCCL = "nccl"  # NCCL (libnccl)
     HOST = "host"  # kernel tracepoints
 
 
@@ -35,6 +36,13 @@ class Op(enum.IntEnum):
     cudaDeviceSynchronize = 13
     cudaEventSynchronize = 14
     cudaStreamWaitEvent = 15
+    cudaStreamBeginCapture = 20
+    cudaStreamEndCapture = 21
+    cudaGraphInstantiate = 22
+    cudaGraphLaunch = 23
+    cudaGraphExecUpdate = 24
+    cudaGraphDestroy = 25
+    cudaGraphExecDestroy = 26
 
     cuLaunchKernel = 64
     cuLaunchKernelEx = 65
@@ -46,6 +54,27 @@ class Op(enum.IntEnum):
     cuMemcpyAsync = 71
     cuCtxSynchronize = 72
     cuStreamSynchronize = 73
+    cuStreamBeginCapture = 80
+    cuStreamEndCapture = 81
+    cuGraphInstantiate = 82
+    cuGraphLaunch = 83
+    cuGraphExecUpdate = 84
+    cuGraphDestroy = 85
+    cuGraphExecDestroy = 86
+
+    ncclAllReduce = 128
+    ncclReduce = 129
+    ncclBroadcast = 130
+    ncclAllGather = 131
+    ncclReduceScatter = 132
+    ncclSend = 133
+    ncclRecv = 134
+    ncclGroupStart = 135
+    ncclGroupEnd = 136
+    ncclCommInitRank = 137
+    ncclCommInitRankConfig = 138
+    ncclCommDestroy = 139
+    ncclCommAbort = 140
 
     sched_switch = 192
     sched_wakeup = 193
@@ -77,6 +106,9 @@ class OpKind(enum.Enum):
     IO = "io"
     NET = "net"
     MEMORY = "memory"
+    GRAPH = "graph"
+    COLLECTIVE = "collective"
+    COMM = "comm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +124,8 @@ def source_of(op_id: int) -> Source:
         return Source.CUDA
     if op_id < 128:
         return Source.DRIVER
+    if op_id < 192:
+        return Source.NCCL
     return Source.HOST
 
 
@@ -121,6 +155,33 @@ _KINDS: dict[Op, tuple[OpKind, str]] = {
     Op.cuMemcpyAsync: (OpKind.COPY, "driver asynchronous copy"),
     Op.cuCtxSynchronize: (OpKind.SYNC, "driver wait for the context"),
     Op.cuStreamSynchronize: (OpKind.SYNC, "driver wait for a stream"),
+    Op.cudaStreamBeginCapture: (OpKind.GRAPH, "start capturing a stream into a graph: arg0 = mode"),
+    Op.cudaStreamEndCapture: (OpKind.GRAPH, "end capture: handle = graph"),
+    Op.cudaGraphInstantiate: (OpKind.GRAPH, "instantiate a graph: handle = exec, arg0 = graph"),
+    Op.cudaGraphLaunch: (OpKind.GRAPH, "launch a graph: handle = exec"),
+    Op.cudaGraphExecUpdate: (OpKind.GRAPH, "update an instantiated graph: handle = exec, arg0 = graph"),
+    Op.cudaGraphDestroy: (OpKind.GRAPH, "destroy a graph: handle = graph"),
+    Op.cudaGraphExecDestroy: (OpKind.GRAPH, "destroy an instantiated graph: handle = exec"),
+    Op.cuStreamBeginCapture: (OpKind.GRAPH, "driver: start capturing a stream"),
+    Op.cuStreamEndCapture: (OpKind.GRAPH, "driver: end capture: handle = graph"),
+    Op.cuGraphInstantiate: (OpKind.GRAPH, "driver: instantiate: handle = exec, arg0 = graph"),
+    Op.cuGraphLaunch: (OpKind.GRAPH, "driver: launch a graph: handle = exec"),
+    Op.cuGraphExecUpdate: (OpKind.GRAPH, "driver: update an instantiated graph"),
+    Op.cuGraphDestroy: (OpKind.GRAPH, "driver: destroy a graph"),
+    Op.cuGraphExecDestroy: (OpKind.GRAPH, "driver: destroy an instantiated graph"),
+    Op.ncclAllReduce: (OpKind.COLLECTIVE, "all-reduce"),
+    Op.ncclReduce: (OpKind.COLLECTIVE, "reduce to a root"),
+    Op.ncclBroadcast: (OpKind.COLLECTIVE, "broadcast from a root"),
+    Op.ncclAllGather: (OpKind.COLLECTIVE, "all-gather"),
+    Op.ncclReduceScatter: (OpKind.COLLECTIVE, "reduce-scatter"),
+    Op.ncclSend: (OpKind.COLLECTIVE, "point-to-point send"),
+    Op.ncclRecv: (OpKind.COLLECTIVE, "point-to-point receive"),
+    Op.ncclGroupStart: (OpKind.COMM, "start a group of NCCL calls"),
+    Op.ncclGroupEnd: (OpKind.COMM, "end a group: the grouped calls are issued"),
+    Op.ncclCommInitRank: (OpKind.COMM, "join a communicator: handle = comm, arg0 = rank, arg1 = nranks"),
+    Op.ncclCommInitRankConfig: (OpKind.COMM, "join a communicator with a config"),
+    Op.ncclCommDestroy: (OpKind.COMM, "leave a communicator"),
+    Op.ncclCommAbort: (OpKind.COMM, "abort a communicator"),
     Op.sched_switch: (OpKind.SCHED, "thread off-CPU interval (preempted or blocked)"),
     Op.sched_wakeup: (OpKind.SCHED, "thread woken up"),
     Op.process_fork: (OpKind.LIFECYCLE, "new child process"),
@@ -139,15 +200,23 @@ OPS: dict[Op, OpInfo] = {op: OpInfo(op, op.source, kind, desc) for op, (kind, de
 # points. Stripped (repeatedly) to find the op a symbol implements.
 _VARIANT = re.compile(r"(_v[0-9]+|_ptds|_ptsz)$")
 
-_RUNTIME_NAMES = {op.name: op for op in Op if op.source is Source.CUDA and op is not Op.UNKNOWN}
-_DRIVER_NAMES = {op.name: op for op in Op if op.source is Source.DRIVER}
+_API_NAMES: dict[str, Op] = {
+    op.name: op for op in Op if op.source in (Source.CUDA, Source.DRIVER, Source.NCCL) and op is not Op.UNKNOWN
+}
+# Entry points with another name but the same signature as an op.
+_API_NAMES.update(
+    {
+        "cudaGraphInstantiateWithFlags": Op.cudaGraphInstantiate,
+        "cuGraphInstantiateWithFlags": Op.cuGraphInstantiate,
+    }
+)
 
 
 def op_for_symbol(symbol: str) -> Op | None:
     """The op a library symbol implements, or None if it is not probed."""
     name = symbol
     while True:
-        op = _RUNTIME_NAMES.get(name) or _DRIVER_NAMES.get(name)
+        op = _API_NAMES.get(name)
         if op is not None:
             return op
         stripped = _VARIANT.sub("", name)

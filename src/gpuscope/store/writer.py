@@ -19,9 +19,9 @@ import numpy as np
 
 _INSERT = (
     "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
-    "bytes, handle, stream, arg0, arg1) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "bytes, handle, stream, arg0, arg1, cgroup_v1_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1")
+_U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ class EventWriter:
     def _insert(self, ev: np.ndarray) -> None:
         n = len(ev)
         comm_col = self._comm_column(ev["comm"])
-        cols = np.empty((n, 15), dtype=np.int64)
+        cols = np.empty((n, 16), dtype=np.int64)
         cols[:, 0] = self._session_id
         cols[:, 1] = ev["ts_ns"].view(np.int64)
         cols[:, 2] = ev["duration_ns"].view(np.int64)

@@ -1,0 +1,65 @@
+"""The optional config file: ``$GPUSCOPE_CONFIG``, ``~/.config/gpuscope/config.toml``
+or ``/etc/gpuscope/config.toml``.
+
+Recognised keys: ``node`` (node name stored with every event) and ``db``
+(default database path). Command-line flags win over the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuscope.errors import UsageError
+
+KNOWN_KEYS = {"node", "db"}
+
+
+def config_paths() -> list[Path]:
+    env = os.environ.get("GPUSCOPE_CONFIG")
+    if env:
+        return [Path(env)]
+    return [Path("~/.config/gpuscope/config.toml").expanduser(), Path("/etc/gpuscope/config.toml")]
+
+
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path}: malformed config: {exc}", remedy="fix the file or unset GPUSCOPE_CONFIG") from None
+    out: dict[str, Any] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        value = value.strip()
+        if not sep or len(value) < 2 or value[0] != value[-1] or value[0] not in "\"'":
+            raise UsageError(f"{path}:{n}: malformed config line (expected key = \"value\")")
+        out[key.strip()] = value[1:-1]
+    return out
+
+
+def load_config() -> dict[str, Any]:
+    """The first config file that exists, validated; {} when there is none."""
+    for path in config_paths():
+        if not path.is_file():
+            if os.environ.get("GPUSCOPE_CONFIG"):
+                raise UsageError(f"{path}: config file not found", remedy="fix GPUSCOPE_CONFIG")
+            continue
+        data = _parse_toml(path.read_text(), path)
+        unknown = set(data) - KNOWN_KEYS
+        if unknown:
+            raise UsageError(f"{path}: unknown config keys: {', '.join(sorted(unknown))}", remedy=f"known keys: {', '.join(sorted(KNOWN_KEYS))}")
+        for key in KNOWN_KEYS & set(data):
+            if not isinstance(data[key], str) or not data[key]:
+                raise UsageError(f"{path}: `{key}` must be a non-empty string")
+        if "node" in data and ":" in data["node"]:
+            raise UsageError(f"{path}: node name may not contain ':' (it separates node and id in event ids)")
+        return data
+    return {}
