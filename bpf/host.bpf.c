@@ -125,6 +125,46 @@ int BPF_PROG(gs_process_fork, struct task_struct *parent, struct task_struct *ch
 	return 0;
 }
 
+static __always_inline void gs_emit_user_area(struct task_struct *p, __u32 kind, __u64 start, __u64 end)
+{
+	__u32 len = end > start ? end - start : 0;
+	if (len > GS_AUX_PAYLOAD - 1)
+		len = GS_AUX_PAYLOAD - 1;
+	struct gs_aux_header *h = bpf_ringbuf_reserve(&aux_events, sizeof(*h) + GS_AUX_PAYLOAD, 0);
+	if (!h) {
+		gs_count(GS_STAT_DROP_AUX);
+		return;
+	}
+	h->ts_ns = bpf_ktime_get_ns();
+	h->pid = p->tgid;
+	h->tid = p->pid;
+	h->kind = kind;
+	if (bpf_probe_read_user((void *)(h + 1), len & (GS_AUX_PAYLOAD - 1), (void *)start) != 0)
+		len = 0;
+	h->len = len;
+	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void gs_emit_env(struct task_struct *p, __u64 start, __u64 end)
+{
+	__u32 len = end > start ? end - start : 0;
+	if (len > GS_AUX_ENV_PAYLOAD - 1)
+		len = GS_AUX_ENV_PAYLOAD - 1;
+	struct gs_aux_header *h = bpf_ringbuf_reserve(&aux_events, sizeof(*h) + GS_AUX_ENV_PAYLOAD, 0);
+	if (!h) {
+		gs_count(GS_STAT_DROP_AUX);
+		return;
+	}
+	h->ts_ns = bpf_ktime_get_ns();
+	h->pid = p->tgid;
+	h->tid = p->pid;
+	h->kind = GS_AUX_EXEC_ENV;
+	if (bpf_probe_read_user((void *)(h + 1), len & (GS_AUX_ENV_PAYLOAD - 1), (void *)start) != 0)
+		len = 0;
+	h->len = len;
+	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(gs_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
@@ -138,27 +178,12 @@ int BPF_PROG(gs_process_exec, struct task_struct *p, pid_t old_pid, struct linux
 	e->handle = (__u32)old_pid;
 	gs_submit(e);
 
-	/* The new program's argv, read now: by the time user space looks at
-	 * /proc, a short-lived process is gone. */
+	/* The new program's argv and environment, read now: by the time user
+	 * space looks at /proc, a short-lived process is gone (and with it the
+	 * RANK / WORLD_SIZE it was started with). */
 	struct mm_struct *mm = BPF_CORE_READ(p, mm);
-	__u64 start = BPF_CORE_READ(mm, arg_start);
-	__u64 end = BPF_CORE_READ(mm, arg_end);
-	__u32 len = end > start ? end - start : 0;
-	if (len > GS_AUX_PAYLOAD - 1)
-		len = GS_AUX_PAYLOAD - 1;
-	struct gs_aux_header *h = bpf_ringbuf_reserve(&aux_events, sizeof(*h) + GS_AUX_PAYLOAD, 0);
-	if (!h) {
-		gs_count(GS_STAT_DROP_AUX);
-		return 0;
-	}
-	h->ts_ns = bpf_ktime_get_ns();
-	h->pid = p->tgid;
-	h->tid = p->pid;
-	h->kind = GS_AUX_EXEC_ARGV;
-	if (bpf_probe_read_user((void *)(h + 1), len & (GS_AUX_PAYLOAD - 1), (void *)start) != 0)
-		len = 0;
-	h->len = len;
-	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
+	gs_emit_user_area(p, GS_AUX_EXEC_ARGV, BPF_CORE_READ(mm, arg_start), BPF_CORE_READ(mm, arg_end));
+	gs_emit_env(p, BPF_CORE_READ(mm, env_start), BPF_CORE_READ(mm, env_end));
 	return 0;
 }
 

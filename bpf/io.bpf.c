@@ -42,6 +42,8 @@ int BPF_PROG(gs_block_rq_issue, struct request *rq)
 	__u32 flags = BPF_CORE_READ(rq, cmd_flags);
 	__u32 op = flags & GS_REQ_OP_MASK;
 
+	if ((id >> 32) == self_tgid)
+		return 0;
 	v.ts_ns = bpf_ktime_get_ns();
 	v.pid = id >> 32;
 	v.tid = (__u32)id;

@@ -66,6 +66,7 @@ STANDINS = [
     # (source, output soname file)
     ("cudart_standin.c", "libcudart.so.12"),
     ("cuda_standin.c", "libcuda.so.1"),
+    ("nccl_standin.c", "libnccl.so.2"),
 ]
 
 
@@ -81,7 +82,7 @@ def build_standins(root: str, out_dir: str) -> None:
             continue
         subprocess.run(
             [cc, "-shared", "-fPIC", "-O2", "-fno-omit-frame-pointer", f"-Wl,-soname,{lib}",
-             "-o", out, src, "-lpthread"],
+             "-o", out, src, "-ldl", "-lpthread"],
             check=True,
         )  # fmt: skip
 

@@ -35,6 +35,7 @@ class StandinLibs:
     dir: Path
     cudart: Path
     cuda: Path
+    nccl: Path
 
     def env(self, **latency: str) -> dict[str, str]:
         """Environment for a workload: the stand-in dir on LD_LIBRARY_PATH and latencies.
@@ -51,13 +52,17 @@ class StandinLibs:
 def build_standins(out: Path) -> StandinLibs:
     out.mkdir(parents=True, exist_ok=True)
     cc = _cc()
-    for src, lib in (("cudart_standin.c", "libcudart.so.12"), ("cuda_standin.c", "libcuda.so.1")):
+    for src, lib in (
+        ("cudart_standin.c", "libcudart.so.12"),
+        ("cuda_standin.c", "libcuda.so.1"),
+        ("nccl_standin.c", "libnccl.so.2"),
+    ):
         subprocess.run(
             [cc, "-shared", "-fPIC", "-O2", "-fno-omit-frame-pointer", f"-Wl,-soname,{lib}",
              "-o", str(out / lib), str(STANDIN_SRC / src), "-ldl", "-lpthread"],
             check=True,
         )  # fmt: skip
-    return StandinLibs(out, out / "libcudart.so.12", out / "libcuda.so.1")
+    return StandinLibs(out, out / "libcudart.so.12", out / "libcuda.so.1", out / "libnccl.so.2")
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +87,7 @@ def build_workload(standin: StandinLibs, tmp_path_factory: pytest.TempPathFactor
             subprocess.run(
                 [_cc(), "-O1", "-g", *(extra_flags or ["-fno-omit-frame-pointer"]), "-o", str(exe),
                  str(WORKLOADS_SRC / name), f"-L{standin.dir}", "-l:libcudart.so.12", "-l:libcuda.so.1",
-                 f"-Wl,-rpath,{standin.dir}", "-lpthread", "-lm"],
+                 "-l:libnccl.so.2", f"-Wl,-rpath,{standin.dir}", "-lpthread", "-lm"],
                 check=True,
             )  # fmt: skip
             cache[key] = exe

@@ -19,6 +19,9 @@
  * so its host events follow. */
 const volatile __u8 filter_targets = 0;
 
+/* gpuscope's own process: its database writes are not the workload's I/O. */
+const volatile __u32 self_tgid = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 16 << 20); /* resized by user space before load */

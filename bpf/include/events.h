@@ -185,9 +185,11 @@ struct gs_event {
 /* Variable-length records on the `aux_events` ring (rare events only). */
 enum gs_aux_kind {
 	GS_AUX_EXEC_ARGV = 1, /* payload: NUL-separated argv of the new program */
+	GS_AUX_EXEC_ENV = 2,  /* payload: its NUL-separated environment (first 4 KiB) */
 };
 
 #define GS_AUX_PAYLOAD 512
+#define GS_AUX_ENV_PAYLOAD 4096
 
 struct gs_aux_header {
 	__u64 ts_ns;

@@ -88,3 +88,35 @@ STANDIN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunctio
 STANDIN_EXPORT CUresult cuCtxSynchronize(void) { return standin_work("cuCtxSynchronize"); }
 STANDIN_EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return standin_work("cuStreamSynchronize"); }
 STANDIN_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { (void)s; return standin_work("cuStreamSynchronize"); }
+
+/* CUDA Graph driver twins. */
+static uint64_t next_cugraph = 0x5a0000;
+STANDIN_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode)
+{
+	(void)s; (void)mode;
+	return standin_work("cuStreamBeginCapture");
+}
+STANDIN_EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph)
+{
+	(void)s;
+	int r = standin_work("cuStreamEndCapture");
+	if (r == 0)
+		*graph = (void *)__atomic_add_fetch(&next_cugraph, 0x100, __ATOMIC_RELAXED);
+	return r;
+}
+STANDIN_EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
+{
+	(void)flags;
+	int r = standin_work("cuGraphInstantiate");
+	if (r == 0)
+		*exec = (void *)((uintptr_t)graph | 0x8);
+	return r;
+}
+STANDIN_EXPORT CUresult cuGraphLaunch(void *exec, CUstream s) { (void)exec; (void)s; return standin_work("cuGraphLaunch"); }
+STANDIN_EXPORT CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info)
+{
+	(void)exec; (void)graph; (void)info;
+	return standin_work("cuGraphExecUpdate");
+}
+STANDIN_EXPORT CUresult cuGraphDestroy(void *g) { (void)g; return standin_work("cuGraphDestroy"); }
+STANDIN_EXPORT CUresult cuGraphExecDestroy(void *e) { (void)e; return standin_work("cuGraphExecDestroy"); }

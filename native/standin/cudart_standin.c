@@ -136,3 +136,47 @@ STANDIN_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, un
 	(void)s; (void)e; (void)flags;
 	return standin_work("cudaStreamWaitEvent");
 }
+
+/* CUDA Graph entry points (CUDA 12 signatures). */
+typedef void *cudaGraph_t;
+typedef void *cudaGraphExec_t;
+static uintptr_t next_graph = 0x6a0000;
+
+STANDIN_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode)
+{
+	(void)s; (void)mode;
+	return standin_work("cudaStreamBeginCapture");
+}
+STANDIN_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+	(void)s;
+	int r = standin_work("cudaStreamEndCapture");
+	if (r == 0)
+		*graph = (cudaGraph_t)__atomic_add_fetch(&next_graph, 0x100, __ATOMIC_RELAXED);
+	return r;
+}
+STANDIN_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+	(void)flags;
+	int r = standin_work("cudaGraphInstantiate");
+	if (r == 0)
+		*exec = (cudaGraphExec_t)((uintptr_t)graph | 0x8);
+	return r;
+}
+STANDIN_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
+							 unsigned long long flags)
+{
+	return cudaGraphInstantiate(exec, graph, flags);
+}
+STANDIN_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+	(void)exec; (void)s;
+	return standin_work("cudaGraphLaunch");
+}
+STANDIN_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, void *info)
+{
+	(void)exec; (void)graph; (void)info;
+	return standin_work("cudaGraphExecUpdate");
+}
+STANDIN_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g) { (void)g; return standin_work("cudaGraphDestroy"); }
+STANDIN_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { (void)e; return standin_work("cudaGraphExecDestroy"); }

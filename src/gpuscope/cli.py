@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import keyword
 import sqlite3
 import sys
 import traceback
@@ -17,11 +18,11 @@ from types import ModuleType
 from gpuscope import __version__
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
 
-COMMANDS = ["trace", "check", "version"]
+COMMANDS = ["trace", "explain", "check", "query", "export", "diff", "merge", "import", "version"]
 
 
 def _load(name: str) -> ModuleType:
-    return importlib.import_module(f"gpuscope.commands.{name}")
+    return importlib.import_module(f"gpuscope.commands.{name}{'_' if keyword.iskeyword(name) else ''}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if args.verbose >= 2:
+            traceback.print_exc()
+        print(f"error: internal error: {type(exc).__name__}: {exc} (rerun with -vv for the traceback)", file=sys.stderr)
+        return EXIT_FAILURE
     except BrokenPipeError:
         return EXIT_FAILURE
 

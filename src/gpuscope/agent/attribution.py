@@ -71,8 +71,16 @@ def _read(path: str) -> bytes:
 
 
 def read_environ(pid: int) -> dict[str, str]:
+    return parse_environ(_read(f"/proc/{pid}/environ"))
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """NUL-separated KEY=VALUE entries (a truncated last entry is dropped)."""
     env: dict[str, str] = {}
-    for item in _read(f"/proc/{pid}/environ").split(b"\0"):
+    items = raw.split(b"\0")
+    if raw and not raw.endswith(b"\0"):
+        items = items[:-1]
+    for item in items:
         k, sep, v = item.partition(b"=")
         if sep:
             env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")

@@ -23,7 +23,7 @@ import numpy as np
 
 from gpuscope import __version__
 from gpuscope.agent.discovery import CudaLibrary, Discovery
-from gpuscope.agent.attribution import cgroups_of, rank_info, read_environ
+from gpuscope.agent.attribution import cgroups_of, parse_environ, rank_info, read_environ
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.analysis.latency import LatencyHistogram
@@ -159,6 +159,7 @@ class TraceSession:
         self.writer = EventWriter(self.conn, self.session_id)
         self.targets: list[int] = []
         self._cgroups_seen: set[tuple[int, str]] = set()
+        self._environ: dict[int, dict[str, str]] = {}
         self._page_interval_start = self.started_mono_ns
         self._last_tick = time.monotonic()
         self._last_events = 0
@@ -201,16 +202,20 @@ class TraceSession:
             for pid in np.unique(ev["pid"][ev["op"] == Op.process_exec]).tolist():
                 self._note_process(pid, refresh=True)
         for rec in self.tracer.read_aux():
-            if rec.kind == AuxKind.EXEC_ARGV:
+            if rec.kind == AuxKind.EXEC_ENV:
+                self._exec_environ(rec.pid, rec.payload)
+            elif rec.kind == AuxKind.EXEC_ARGV:
                 argv = rec.payload.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
                 self.writer.call(
                     "INSERT INTO execs(session_id, ts_ns, pid, tid, argv) VALUES (?, ?, ?, ?, ?)",
                     (self.session_id, rec.ts_ns, rec.pid, rec.tid, argv),
                 )
-                # A short-lived process may be gone before /proc was read.
+                # exec replaced the program: its argv is the command line now
+                # (and a short-lived process may be gone before /proc is read).
                 self.writer.call(
-                    "UPDATE processes SET cmdline = ? WHERE session_id = ? AND pid = ? AND coalesce(cmdline, '') = ''",
-                    (argv, self.session_id, rec.pid),
+                    "INSERT INTO processes(session_id, pid, cmdline, first_seen_ns) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(session_id, pid) DO UPDATE SET cmdline = excluded.cmdline",
+                    (self.session_id, rec.pid, argv, time.time_ns()),
                 )
         return total
 
@@ -258,8 +263,13 @@ class TraceSession:
         """Record who a process is (command, cgroups, container, rank) while /proc has it."""
         info = read_process(pid)
         if info is None:
-            return
+            return  # gone already: the exec records (argv, environment) fill the row
         env = read_environ(pid)
+        if not env:
+            # Exited already (its environ is gone): keep what an earlier look saw;
+            # exec passes the environment on in practice.
+            env = self._environ.get(pid, {})
+        self._environ[pid] = env
         ranks = rank_info(env)
         cgroups = cgroups_of(pid, env)
         v2 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v2"), None)
@@ -284,6 +294,24 @@ class TraceSession:
                 (c.cgroup_id, c.hierarchy, c.path, c.container_id, c.runtime, c.pod_uid, c.pod_name,
                  c.pod_namespace, c.slurm_job_id, c.slurm_step_id, c.ecs_task_id, time.time_ns()),
             )  # fmt: skip
+
+    def _exec_environ(self, pid: int, payload: bytes) -> None:
+        """Rank and job identity from the environment the program was exec'd with."""
+        env = parse_environ(payload)
+        self._environ[pid] = env
+        ranks = rank_info(env)
+        if ranks.launcher is None and ranks.slurm_job_id is None:
+            return
+        # An upsert: the process may be gone before /proc was read, so the
+        # row may not exist yet.
+        self.writer.call(
+            "INSERT INTO processes(session_id, pid, first_seen_ns, rank, local_rank, world_size, launcher, "
+            "slurm_job_id, slurm_step_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, pid) DO UPDATE "
+            "SET rank = excluded.rank, local_rank = excluded.local_rank, world_size = excluded.world_size, "
+            "launcher = excluded.launcher, slurm_job_id = excluded.slurm_job_id, slurm_step_id = excluded.slurm_step_id",
+            (self.session_id, pid, time.time_ns(), ranks.rank, ranks.local_rank, ranks.world_size, ranks.launcher,
+             ranks.slurm_job_id, ranks.slurm_step_id),
+        )  # fmt: skip
 
     def _note_communicators(self, ev: np.ndarray) -> None:
         """Remember each NCCL communicator's rank and size, joined to its calls in SQL."""

@@ -147,6 +147,7 @@ class Tracer:
                 continue
             obj = BpfObject(object_path(f"{name}.bpf.o"))
             self._domains[name] = obj
+            obj.set_const("self_tgid", os.getpid())
             for m in SHARED_MAPS:
                 obj.reuse_map(m, host.map_fd(m))
             obj.load()

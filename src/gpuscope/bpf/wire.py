@@ -69,6 +69,7 @@ AUX_PAYLOAD = 512
 
 class AuxKind(enum.IntEnum):
     EXEC_ARGV = 1
+    EXEC_ENV = 2
 
 
 def unpack_dim(packed: int) -> tuple[int, int, int]:

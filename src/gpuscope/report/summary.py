@@ -8,7 +8,7 @@ from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.model.ops import Source, op_name, source_of
 from gpuscope.report.units import fmt_count, fmt_ns
 
-_TITLES = {Source.CUDA: "CUDA Runtime", Source.DRIVER: "CUDA Driver", Source.HOST: "Host"}
+_TITLES = {Source.CUDA: "CUDA Runtime", Source.DRIVER: "CUDA Driver", Source.NCCL: "NCCL", Source.HOST: "Host"}
 
 
 def render_summary(
@@ -34,12 +34,12 @@ def render_summary(
         for op in ops:
             h = per_op[op]
             name = op_name(op)
-            if name == "sched_switch" and preempted:
-                name = f"sched_switch ({preempted} preempted)"
             lines.append(
                 f"  {name:<22}{fmt_count(h.count):>10}{fmt_ns(h.percentile(50)):>11}"
                 f"{fmt_ns(h.percentile(95)):>11}{fmt_ns(h.percentile(99)):>11}{fmt_ns(h.max_ns):>11}"
             )
+    if preempted:
+        lines.append(f"  ({fmt_count(preempted)} of the off-CPU intervals were preemptions)")
     if counters.get("call_depth") or counters.get("unmatched_ret"):
         lines.append("")
         lines.append(

@@ -1,0 +1,58 @@
+"""Render an explain report for a terminal: findings first, then a compact stats summary."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpuscope.model.findings import Severity
+from gpuscope.report.units import fmt_ns
+
+if TYPE_CHECKING:
+    from gpuscope.analysis.engine import Report
+    from gpuscope.analysis.stats import OpStats
+
+
+def _stats_table(rows: tuple[OpStats, ...] | list[OpStats], limit: int = 12) -> list[str]:
+    out = [f"  {'op':<24} {'count':>9} {'p50':>10} {'p95':>10} {'p99':>10} {'max':>10} {'time':>6}"]
+    for s in list(rows)[:limit]:
+        out.append(f"  {s.op:<24} {s.count:>9,} {fmt_ns(s.p50_ns):>10} {fmt_ns(s.p95_ns):>10} "
+                   f"{fmt_ns(s.p99_ns):>10} {fmt_ns(s.max_ns):>10} {s.time_share:>6.1%}")  # fmt: skip
+    return out
+
+
+def render_report(report: Report, per_process: bool = False) -> str:
+    w = report.window
+    lines = [f"Window: {fmt_ns(w.length_ns)} ({w.events:,} events) ending "
+             f"{fmt_ns(w.recording_end_ns - w.end_ns)} before the end of the recording"]  # fmt: skip
+    counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
+    if report.findings:
+        summary = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items(), reverse=True) if n)
+        lines.append(f"{len(report.findings)} finding(s): {summary}")
+    else:
+        lines.append("no findings")
+    for i, f in enumerate(report.findings, 1):
+        lines.append("")
+        lines.append(f"{i}. [{f.severity.name}] {f.kind}: {f.symptom.summary}")
+        s = f.symptom
+        if s.op:
+            lines.append(f"   symptom: {s.op} x{s.count:,}  p50 {fmt_ns(s.p50_ns)}  p99 {fmt_ns(s.p99_ns)}  "
+                         f"max {fmt_ns(s.max_ns)}")  # fmt: skip
+        for c in f.causes:
+            for ev in c.evidence:
+                lines.append(f"   - {ev}")
+        lines.append(f"   fix: {f.fix}")
+    if report.stats:
+        lines.append("")
+        lines.append("CUDA API summary:")
+        lines.extend(_stats_table(report.stats))
+    if per_process and report.per_process:
+        lines.append("")
+        lines.append("Per process:")
+        for pid in sorted({s.pid for s in report.per_process if s.pid is not None}):
+            rows = [s for s in report.per_process if s.pid == pid]
+            lines.append(f" pid {pid}: {sum(r.count for r in rows):,} calls")
+            lines.extend(_stats_table(rows))
+        pids = {s.pid for s in report.per_process}
+        if len(pids) > 1:
+            lines.append(f" {len(pids)} processes share the GPU (see gpu-contention findings for the effect)")
+    return "\n".join(lines)
