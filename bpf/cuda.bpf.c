@@ -359,6 +359,10 @@ int gs_cuda_return(struct pt_regs *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
+
+	/* Untraced processes never pushed a frame: not a mismatch, just not ours. */
+	if (filter_targets && !gs_is_target(pid_tgid >> 32))
+		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct gs_call_stack *st = bpf_task_storage_get(&call_stacks, task, 0, 0);
 

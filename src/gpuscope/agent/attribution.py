@@ -177,3 +177,48 @@ def cgroups_of(pid: int, env: dict[str, str] | None = None) -> list[CgroupInfo]:
             CgroupInfo(cid, hierarchy, path, f["container_id"], f["runtime"], f["pod_uid"], pod_name, pod_ns, job, step, ecs)
         )
     return out
+
+
+class CgroupResolver:
+    """Map cgroup ids seen on events to paths by walking the cgroup filesystems.
+
+    A process may move into a container cgroup and exit between two reads of
+    /proc, but its events carry the cgroup id; the id is the directory's inode,
+    so a walk finds the path while the cgroup exists. Walks are cached and
+    repeated at most once a second for unknown ids.
+    """
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[str, int], str] = {}
+        self._last_walk = -1.0
+        self._roots = [("v2", _v2_root())]
+        if os.path.isdir("/sys/fs/cgroup/memory") and _v2_root() != "/sys/fs/cgroup/memory":
+            self._roots.append(("v1:memory", "/sys/fs/cgroup/memory"))
+
+    def _walk(self) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self._last_walk < 1.0:
+            return
+        self._last_walk = now
+        for hierarchy, root in self._roots:
+            for dirpath, _dirs, _files in os.walk(root):
+                try:
+                    ino = os.stat(dirpath).st_ino
+                except OSError:
+                    continue
+                self._index[(hierarchy, ino)] = dirpath[len(root) :] or "/"
+
+    def resolve(self, hierarchy: str, cgroup_id: int) -> CgroupInfo | None:
+        key = (hierarchy, cgroup_id)
+        if key not in self._index:
+            self._walk()
+        path = self._index.get(key)
+        if path is None:
+            return None
+        f = parse_cgroup_path(path)
+        return CgroupInfo(
+            cgroup_id, hierarchy, path, f["container_id"], f["runtime"], f["pod_uid"], None, None,
+            f["slurm_job_id"], f["slurm_step_id"], f["ecs_task_id"],
+        )  # fmt: skip

@@ -23,7 +23,14 @@ import numpy as np
 
 from gpuscope import __version__
 from gpuscope.agent.discovery import CudaLibrary, Discovery
-from gpuscope.agent.attribution import cgroups_of, parse_environ, rank_info, read_environ
+from gpuscope.agent.attribution import (
+    CgroupInfo,
+    CgroupResolver,
+    cgroups_of,
+    parse_environ,
+    rank_info,
+    read_environ,
+)
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.analysis.latency import LatencyHistogram
@@ -160,6 +167,7 @@ class TraceSession:
         self.targets: list[int] = []
         self._cgroups_seen: set[tuple[int, str]] = set()
         self._environ: dict[int, dict[str, str]] = {}
+        self._resolver = CgroupResolver()
         self._page_interval_start = self.started_mono_ns
         self._last_tick = time.monotonic()
         self._last_events = 0
@@ -198,6 +206,7 @@ class TraceSession:
             for pid in self.stats.update(ev):
                 self._note_process(pid)
             self._note_communicators(ev)
+            self._note_cgroups(ev)
             # After exec, the process is another program: refresh what we know.
             for pid in np.unique(ev["pid"][ev["op"] == Op.process_exec]).tolist():
                 self._note_process(pid, refresh=True)
@@ -284,16 +293,7 @@ class TraceSession:
              ranks.slurm_step_id),
         )  # fmt: skip
         for c in cgroups:
-            if (c.cgroup_id, c.hierarchy) in self._cgroups_seen:
-                continue
-            self._cgroups_seen.add((c.cgroup_id, c.hierarchy))
-            self.writer.call(
-                "INSERT OR IGNORE INTO cgroups(cgroup_id, hierarchy, path, container_id, runtime, pod_uid, pod_name, "
-                "pod_namespace, slurm_job_id, slurm_step_id, ecs_task_id, first_seen_ns) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (c.cgroup_id, c.hierarchy, c.path, c.container_id, c.runtime, c.pod_uid, c.pod_name,
-                 c.pod_namespace, c.slurm_job_id, c.slurm_step_id, c.ecs_task_id, time.time_ns()),
-            )  # fmt: skip
+            self._insert_cgroup(c)
 
     def _exec_environ(self, pid: int, payload: bytes) -> None:
         """Rank and job identity from the environment the program was exec'd with."""
@@ -311,6 +311,28 @@ class TraceSession:
             "launcher = excluded.launcher, slurm_job_id = excluded.slurm_job_id, slurm_step_id = excluded.slurm_step_id",
             (self.session_id, pid, time.time_ns(), ranks.rank, ranks.local_rank, ranks.world_size, ranks.launcher,
              ranks.slurm_job_id, ranks.slurm_step_id),
+        )  # fmt: skip
+
+    def _note_cgroups(self, ev: np.ndarray) -> None:
+        """Resolve cgroup ids seen on events (a process may move and exit between /proc reads)."""
+        for hierarchy, col in (("v2", "cgroup_id"), ("v1:memory", "cgroup_v1_id")):
+            for cid in np.unique(ev[col]).tolist():
+                if cid <= 1 or (cid, hierarchy) in self._cgroups_seen:
+                    continue
+                info = self._resolver.resolve(hierarchy, cid)
+                if info is not None:
+                    self._insert_cgroup(info)
+
+    def _insert_cgroup(self, c: CgroupInfo) -> None:
+        if (c.cgroup_id, c.hierarchy) in self._cgroups_seen:
+            return
+        self._cgroups_seen.add((c.cgroup_id, c.hierarchy))
+        self.writer.call(
+            "INSERT OR IGNORE INTO cgroups(cgroup_id, hierarchy, path, container_id, runtime, pod_uid, pod_name, "
+            "pod_namespace, slurm_job_id, slurm_step_id, ecs_task_id, first_seen_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (c.cgroup_id, c.hierarchy, c.path, c.container_id, c.runtime, c.pod_uid, c.pod_name,
+             c.pod_namespace, c.slurm_job_id, c.slurm_step_id, c.ecs_task_id, time.time_ns()),
         )  # fmt: skip
 
     def _note_communicators(self, ev: np.ndarray) -> None:
