@@ -76,20 +76,71 @@ def build_c(name: str, extra: Sequence[str] = ()) -> Path:
     return out
 
 
-def build_bpf(src: Path, out: Path) -> Path:
-    """Compile one BPF C file with the project's flags and headers (when stale)."""
+def build_bpf(src: Path, out: Path, include_first: Path | None = None) -> Path:
+    """Compile one BPF C file with the project's flags and headers (when stale).
+
+    include_first: a directory searched before bpf/include (another events.h).
+    """
     inc = ROOT / "bpf" / "include"
-    headers = sorted(inc.glob("*.h"))
+    first = [include_first] if include_first else []
+    headers = [h for d in [*first, inc] for h in sorted(d.glob("*.h"))]
     out.parent.mkdir(parents=True, exist_ok=True)
-    if _stale(out, [src, *headers]):
-        cmd = [_clang(), *BPF_CFLAGS, "-I", str(inc), "-I", str(inc / "vmlinux" / "x86"), "-c", str(src), "-o", str(out)]
-        subprocess.run(cmd, check=True)
+    if _stale(out, [src, *headers]) or include_first:
+        incs = [a for d in [*first, inc, inc / "vmlinux" / "x86"] for a in ("-I", str(d))]
+        subprocess.run([_clang(), *BPF_CFLAGS, *incs, "-c", str(src), "-o", str(out)], check=True)
     return out
 
 
-def build_bench_bpf(name: str) -> Path:
+def build_bench_bpf(name: str, include_first: Path | None = None) -> Path:
     """Compile bench/NAME.bpf.c into bench/.build/NAME.bpf.o."""
-    return build_bpf(BENCH_DIR / f"{name}.bpf.c", BUILD_DIR / f"{name}.bpf.o")
+    return build_bpf(BENCH_DIR / f"{name}.bpf.c", BUILD_DIR / f"{name}.bpf.o", include_first)
+
+
+def header_event_size(include_dir: Path) -> int:
+    """sizeof(struct gs_event) as INCLUDE_DIR/events.h declares it."""
+    BUILD_DIR.mkdir(exist_ok=True)
+    src = BUILD_DIR / "event_size.c"
+    src.write_text('#include <stdio.h>\n#include "events.h"\nint main(void){printf("%zu\\n", sizeof(struct gs_event));}\n')
+    exe = BUILD_DIR / "event_size"
+    subprocess.run(["cc", "-I", str(include_dir), "-o", str(exe), str(src)], check=True)
+    return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+
+
+def wire_mismatch() -> str:
+    """Empty when bpf/include/events.h and the Python mirror agree; else what differs.
+
+    The header and gpuscope.bpf.wire are edited in separate steps: between
+    them, objects built from bpf/ write records the reader cannot decode.
+    """
+    from gpuscope.bpf.wire import EVENT_SIZE
+
+    size = header_event_size(ROOT / "bpf" / "include")
+    if size == EVENT_SIZE:
+        return ""
+    return f"bpf/include/events.h says {size} B per event, gpuscope.bpf.wire {EVENT_SIZE} B"
+
+
+def events_include_for_wire() -> tuple[Path, str]:
+    """An include dir whose events.h matches the Python mirror, and a note.
+
+    The working tree's header when it agrees, else the committed one (HEAD)
+    when that agrees. Raises RuntimeError when neither does.
+    """
+    mismatch = wire_mismatch()
+    if not mismatch:
+        return ROOT / "bpf" / "include", ""
+    from gpuscope.bpf.wire import EVENT_SIZE
+
+    head_dir = BUILD_DIR / "head_include"
+    head_dir.mkdir(parents=True, exist_ok=True)
+    text = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "HEAD:bpf/include/events.h"], capture_output=True, text=True, check=False
+    ).stdout
+    if text:
+        (head_dir / "events.h").write_text(text)
+        if header_event_size(head_dir) == EVENT_SIZE:
+            return head_dir, f"events.h from HEAD ({mismatch})"
+    raise RuntimeError(f"cannot build a producer the reader can decode: {mismatch}")
 
 
 def use_source_bpf() -> str:
@@ -101,9 +152,13 @@ def use_source_bpf() -> str:
     note saying which objects the numbers come from.
     """
     out_dir = BUILD_DIR / "gpuscope_bpf"
+    mismatch = wire_mismatch()
+    if mismatch:
+        os.environ.pop("GPUSCOPE_BPF_DIR", None)
+        return f"packaged BPF objects ({mismatch})"
     try:
-        for name in ("cuda", "host"):
-            build_bpf(ROOT / "bpf" / f"{name}.bpf.c", out_dir / f"{name}.bpf.o")
+        for src in sorted((ROOT / "bpf").glob("*.bpf.c")):
+            build_bpf(src, out_dir / src.name.replace(".bpf.c", ".bpf.o"))
     except subprocess.CalledProcessError:
         os.environ.pop("GPUSCOPE_BPF_DIR", None)
         return "packaged BPF objects (bpf/ sources did not compile)"

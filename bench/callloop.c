@@ -9,9 +9,13 @@
  * measured by the same binary; the call goes through a function pointer (like
  * a PLT call, one indirect jump). The process pins itself to CPU (default 1)
  * and runs WARMUP calls before the timed ones, so every call it makes hits
- * the probes: records expected = WARMUP + ITERATIONS.
+ * the probes: records expected = WARMUP + calls (ITERATIONS rounded down to
+ * whole chunks).
  *
- * Prints one line: "calls=N warmup=W ns_per_call=X rc=R".
+ * The timed calls run in chunks of CHUNK calls. Prints one line:
+ * "calls=N warmup=W ns_per_call=MEAN ns_per_call_p50=MEDIAN_CHUNK rc=R".
+ * The median chunk is the robust figure on a shared machine: a chunk in which
+ * another task took the CPU is an outlier, not a shift of the mean.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -23,6 +27,7 @@
 #include <time.h>
 
 #define WARMUP 1000
+#define CHUNK 1000
 
 typedef struct { unsigned int x, y, z; } dim3;
 typedef int (*launch_fn)(const void *, dim3, dim3, void **, size_t, void *);
@@ -36,6 +41,12 @@ static uint64_t now_ns(void)
 }
 
 static void kernel_stub(void) {}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
 
 int main(int argc, char **argv)
 {
@@ -70,17 +81,24 @@ int main(int argc, char **argv)
 	sync_fn sf = (sync_fn)sym;
 	dim3 grid = {128, 1, 1}, block = {256, 1, 1};
 	void *args[1] = {0};
-	uint64_t t0 = 0;
-	for (long i = -WARMUP; i < iters; i++) {
-		if (i == 0)
-			t0 = now_ns();
-		if (launch)
-			rc = lf((const void *)kernel_stub, grid, block, args, 0, 0);
-		else
-			rc = sf(0);
+	long nchunks = iters / CHUNK;
+	uint64_t *chunk_ns = calloc(nchunks > 0 ? (size_t)nchunks : 1, sizeof(uint64_t));
+
+	for (long i = 0; i < WARMUP; i++)
+		rc = launch ? lf((const void *)kernel_stub, grid, block, args, 0, 0) : sf(0);
+	uint64_t t0 = now_ns(), tc = t0;
+	for (long c = 0; c < nchunks; c++) {
+		for (long i = 0; i < CHUNK; i++)
+			rc = launch ? lf((const void *)kernel_stub, grid, block, args, 0, 0) : sf(0);
+		uint64_t t = now_ns();
+		chunk_ns[c] = t - tc;
+		tc = t;
 	}
-	uint64_t t1 = now_ns();
-	printf("calls=%ld warmup=%d ns_per_call=%.2f rc=%d\n", iters, WARMUP,
-	       iters > 0 ? (double)(t1 - t0) / (double)iters : 0.0, rc);
+	long done = nchunks * CHUNK;
+	qsort(chunk_ns, (size_t)nchunks, sizeof(uint64_t), cmp_u64);
+	double p50 = nchunks > 0 ? (double)chunk_ns[nchunks / 2] / CHUNK : 0.0;
+	printf("calls=%ld warmup=%d ns_per_call=%.2f ns_per_call_p50=%.2f rc=%d\n", done, WARMUP,
+	       done > 0 ? (double)(tc - t0) / (double)done : 0.0, p50, rc);
+	free(chunk_ns);
 	return 0;
 }

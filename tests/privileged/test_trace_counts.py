@@ -84,7 +84,9 @@ def test_key_arguments_of_allocations_copies_and_launches_are_recorded(build_wor
     assert sorted(int(h) for (h,) in run.query("SELECT handle FROM events WHERE op = 'cudaFree'")) == sorted(handles)  # type: ignore[call-overload]
     # and copies record direction and size
     assert run.query("SELECT DISTINCT arg0, bytes FROM events WHERE op = 'cudaMemcpy'") == [(1, 256)]
-    assert run.query("SELECT DISTINCT arg0, bytes, stream FROM events WHERE op = 'cudaMemcpyAsync'") == [(2, 256, 0x5151)]
+    assert run.query("SELECT DISTINCT arg0, bytes, stream FROM events WHERE op = 'cudaMemcpyAsync'") == [
+        (2, 256, 0x5151)
+    ]
     # and runtime launches record geometry, shared memory and stream
     assert run.query("SELECT DISTINCT arg0, arg1, bytes, stream FROM events WHERE op = 'cudaLaunchKernel'") == [
         (pack_dim(128, 2, 1), pack_dim(256, 1, 1), 48, 0x5151)

@@ -12,7 +12,7 @@ from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_reader, connect_writer
-from gpuscope.store.schema import SCHEMA_VERSION
+from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
 
 
@@ -39,7 +39,8 @@ def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     connect_writer(db).close()
     conn = connect_writer(db)
     rows = conn.execute("SELECT version FROM schema_migrations").fetchall()
-    assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
+    assert len(set(rows)) == len(rows)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 

@@ -54,7 +54,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
 
 
 def test_event_struct_size_matches_the_c_header(layout: dict[str, int]) -> None:
-    assert EVENT_SIZE == layout["sizeof"] == 96
+    assert EVENT_SIZE == layout["sizeof"] == 104
     assert 8 + layout["sizeof"] == RECORD_SIZE
 
 

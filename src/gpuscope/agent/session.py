@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from gpuscope import __version__
-from gpuscope.agent.discovery import CudaLibrary, Discovery
 from gpuscope.agent.attribution import (
     CgroupInfo,
     CgroupResolver,
@@ -31,6 +30,7 @@ from gpuscope.agent.attribution import (
     rank_info,
     read_environ,
 )
+from gpuscope.agent.discovery import CudaLibrary, Discovery
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.analysis.latency import LatencyHistogram

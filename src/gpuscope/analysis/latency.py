@@ -18,7 +18,8 @@ NBUCKETS = 36 * SUB  # 2**36 ns ~ 68.7 s; larger values land in the last bucket
 def bucket_index(values_ns: np.ndarray) -> np.ndarray:
     v = np.maximum(values_ns.astype(np.float64), 1.0)
     idx = np.floor(np.log2(v) * SUB).astype(np.int64)
-    return np.clip(idx, 0, NBUCKETS - 1)
+    out: np.ndarray = np.clip(idx, 0, NBUCKETS - 1)
+    return out
 
 
 def bucket_value(idx: int) -> float:

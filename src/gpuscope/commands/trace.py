@@ -10,12 +10,14 @@ import sys
 import time
 from types import FrameType
 
-from gpuscope.agent.session import Tick, TraceSession
+from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
+from gpuscope.config import load_config
 from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
 from gpuscope.report.summary import render_summary
 from gpuscope.report.units import parse_duration_s, parse_size
 from gpuscope.store.connect import default_db_path
+from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
 
 NAME = "trace"
 HELP = "trace CUDA Runtime/Driver calls and host events into SQLite (needs root)"
@@ -34,8 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
     p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
     p.add_argument("--no-wakeups", action="store_true", help="do not record sched_wakeup events")
+    p.add_argument("--no-io", action="store_true", help="no block I/O tracepoints")
+    p.add_argument("--no-tcp", action="store_true", help="no TCP retransmit tracepoint")
+    p.add_argument("--no-memory", action="store_true", help="no page allocation / reclaim / OOM tracepoints")
     p.add_argument("--ring-size", default="32m", help="ring buffer size, a power of two (default 32m)")
     p.add_argument("--classic-uprobes", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-tui", action="store_true", help="no full-screen view: one plain line per second on stderr")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per second on stdout (the summary goes to stderr)"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
@@ -106,12 +115,19 @@ def run(args: argparse.Namespace) -> int:
         wakeups=not args.no_wakeups,
         ring_bytes=ring,
         force_classic_uprobes=args.classic_uprobes,
+        io=not args.no_io,
+        tcp=not args.no_tcp,
+        memory=not args.no_memory,
     )
-    db = args.db or default_db_path()
+    config = load_config()
+    db = args.db or os.environ.get("GPUSCOPE_DB") or config.get("db") or default_db_path()
+    node = args.node or config.get("node")
+    if node is not None and (":" in node or not node.strip()):
+        raise UsageError(f"--node {node!r}: a node name must be non-empty and may not contain ':'")
     session = TraceSession(
         opts,
         db,
-        node=args.node,
+        node=node,
         argv=sys.argv,
         libraries=args.lib,
         command=command or None,
@@ -122,12 +138,13 @@ def run(args: argparse.Namespace) -> int:
         if not session.attached:
             raise NoCudaLibraryError("no CUDA library (libcudart / libcuda) found to attach to")
         _print_header(session, command, args.pid)
+        mode = choose_mode(no_tui=args.no_tui, json=args.json, stdout_is_tty=sys.stdout.isatty())
+        live = LiveOutput(session, mode, _target_text(command, args.pid))
         proc = _launch(command, session) if command else None
         stop = _Stop()
         old_int = signal.signal(signal.SIGINT, stop)
         old_term = signal.signal(signal.SIGTERM, stop)
         deadline = time.monotonic() + duration if duration else None
-        progress = _Progress()
 
         def should_stop() -> bool:
             if stop.requested:
@@ -137,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
             return proc is not None and proc.poll() is not None
 
         try:
-            session.run(should_stop, progress)
+            with live:
+                session.run(should_stop, live.on_tick)
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
-            progress.done()
         exit_code = 0
         if proc is not None:
             if proc.poll() is None:
@@ -157,20 +174,28 @@ def run(args: argparse.Namespace) -> int:
         raise
     elapsed = time.monotonic() - session._t0
     counters = session.finish()
-    print(render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted))
-    print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next")
+    live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
+    # Machine formats keep stdout for themselves: the human summary goes to stderr.
+    out = sys.stderr if mode is OutputMode.JSON else sys.stdout
+    print(
+        render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted),
+        file=out,
+    )
+    print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next", file=out)
     return exit_code
+
+
+def _target_text(command: list[str], pids: list[int]) -> str:
+    if command:
+        return "command: " + " ".join(command)
+    if pids:
+        return "pids: " + ", ".join(map(str, pids))
+    return "all processes that call CUDA"
 
 
 def _print_header(session: TraceSession, command: list[str], pids: list[int]) -> None:
     err = sys.stderr
-    if command:
-        target = "command: " + " ".join(command)
-    elif pids:
-        target = "pids: " + ", ".join(map(str, pids))
-    else:
-        target = "all processes that call CUDA"
-    print(f"Tracing {target}", file=err)
+    print(f"Tracing {_target_text(command, pids)}", file=err)
     for att in session.attached:
         lib = att.library
         print(f"  {lib.kind:<6} {lib.path} {lib.version} ({att.probes} probes, {lib.found_via})", file=err)
@@ -179,24 +204,3 @@ def _print_header(session: TraceSession, command: list[str], pids: list[int]) ->
     print(f"  probes: {mode}; host: {host or 'off'}", file=err)
     print(f"  database: {session.db_path}", file=err)
     print("Hit Ctrl-C to end.", file=err)
-
-
-class _Progress:
-    """A plain progress line once a second on stderr (rewritten in place on a TTY)."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, tick: Tick) -> None:
-        line = f"[{tick.elapsed_s:5.0f}s] {tick.events:,} events ({tick.events_per_s:,.0f}/s), {tick.dropped:,} dropped"
-        if self.tty:
-            sys.stderr.write("\r" + line.ljust(70))
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-        self.shown = True
-
-    def done(self) -> None:
-        if self.tty and self.shown:
-            sys.stderr.write("\n")

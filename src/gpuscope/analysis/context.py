@@ -1,0 +1,117 @@
+"""What every rule shares: the frame, the window, and per-call facts computed once."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from gpuscope.analysis.frame import GPU_CALLS, LAUNCH_OPS, EventFrame, Window
+from gpuscope.analysis.intervals import overlap_by_key
+from gpuscope.analysis.stats import pct
+from gpuscope.model.ops import Op
+
+SCHED = int(Op.sched_switch)
+# A first call is "cold" when it is this many times its steady-state p50 and
+# costs at least COLD_MIN_EXCESS_NS more.
+COLD_RATIO = 10.0
+COLD_MIN_EXCESS_NS = 100_000
+
+
+class Context:
+    """Lazily computed views of one window's events (not a value object: it caches)."""
+
+    def __init__(self, frame: EventFrame, window: Window, pids: tuple[int, ...] = ()) -> None:
+        self.frame = frame
+        self.window = window
+        self.pid_filter = pids
+
+    @cached_property
+    def calls(self) -> np.ndarray:
+        """Indices of CUDA runtime/driver calls in the frame (of the --pid processes)."""
+        m = self.frame.mask_ops(GPU_CALLS)
+        if self.pid_filter:
+            m &= np.isin(self.frame.pid, np.array(self.pid_filter, dtype=np.int64))
+        return np.flatnonzero(m)
+
+    @cached_property
+    def call_pids(self) -> list[int]:
+        return [int(p) for p in np.unique(self.frame.pid[self.calls])]
+
+    @cached_property
+    def sched(self) -> np.ndarray:
+        return np.flatnonzero(self.frame.op == SCHED)
+
+    def _offcpu(self, preempted: bool) -> np.ndarray:
+        f, c, s = self.frame, self.calls, self.sched
+        s = s[(f.arg0[s] != 0) == preempted]
+        return overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+
+    @cached_property
+    def preempted_ns(self) -> np.ndarray:
+        """Per call: time its thread was runnable but off CPU (another task had it)."""
+        return self._offcpu(True)
+
+    @cached_property
+    def voluntary_ns(self) -> np.ndarray:
+        """Per call: time its thread was blocked by its own choice (sleep, wait, I/O)."""
+        return self._offcpu(False)
+
+    @cached_property
+    def cold(self) -> np.ndarray:
+        """Per call: True for a cold first call (first of its (pid, op), or of its kernel for launches)."""
+        f, c = self.frame, self.calls
+        n = len(c)
+        out = np.zeros(n, dtype=bool)
+        if n == 0:
+            return out
+        is_launch = np.isin(f.op[c], np.fromiter(LAUNCH_OPS, dtype=np.int64))
+        key_handle = np.where(is_launch, f.handle[c], 0)
+        group = f.pid[c] * 256 + f.op[c]
+        order = np.lexsort((f.ts[c], key_handle, group))  # stable by time inside each key
+        g_sorted, h_sorted = group[order], key_handle[order]
+        starts = np.ones(n, dtype=bool)
+        starts[1:] = (g_sorted[1:] != g_sorted[:-1]) | (h_sorted[1:] != h_sorted[:-1])
+        first = np.zeros(n, dtype=bool)
+        first[order[starts]] = True
+        # Steady state per (pid, op): p50 of the calls that are not first calls.
+        d = f.dur[c]
+        for _, _, pos in self._groups_of(group, np.ones(n, dtype=bool), 1):
+            steady = d[pos[~first[pos]]]
+            if len(steady) < 3:
+                continue
+            base = max(pct(steady, 50), 1)
+            cand = pos[first[pos]]
+            hit = (d[cand] >= COLD_RATIO * base) & (d[cand] - base >= COLD_MIN_EXCESS_NS)
+            out[cand[hit]] = True
+        return out
+
+    def pid_span_ns(self, pid: int) -> int:
+        """Wall time a process was active in the window: its first event to its last call's end."""
+        f = self.frame
+        c = self.calls[f.pid[self.calls] == pid]
+        if len(c) == 0:
+            return 0
+        lo = max(int(f.ts[c].min()), self.window.start_ns)
+        hi = min(int((f.ts[c] + f.dur[c]).max()), self.window.end_ns)
+        return max(hi - lo, 1)
+
+    def groups(self, min_count: int = 10, warm_only: bool = True) -> list[tuple[int, int, np.ndarray]]:
+        """(pid, op, positions into ``calls``) for every op of every process with enough calls."""
+        f, c = self.frame, self.calls
+        keep = ~self.cold if warm_only else np.ones(len(c), dtype=bool)
+        return self._groups_of(f.pid[c] * 256 + f.op[c], keep, min_count)
+
+    @staticmethod
+    def _groups_of(group: np.ndarray, keep: np.ndarray, min_count: int) -> list[tuple[int, int, np.ndarray]]:
+        out = []
+        order = np.argsort(group, kind="stable")
+        g_sorted = group[order]
+        uniq, bounds = np.unique(g_sorted, return_index=True)
+        bounds = np.append(bounds, len(g_sorted))
+        for g in range(len(uniq)):
+            pos = order[bounds[g] : bounds[g + 1]]
+            pos = pos[keep[pos]]
+            if len(pos) >= min_count:
+                out.append((int(uniq[g]) // 256, int(uniq[g]) % 256, pos))
+        return out

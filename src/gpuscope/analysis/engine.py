@@ -1,0 +1,117 @@
+"""Run the rule registry over a window of a database and rank the findings.
+
+``explain_db`` is the one entry point commands use: it opens the database
+read-only, analyses, and (when asked and possible) appends the findings to
+the ``findings`` table through a separate writer connection.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.frame import EventFrame, Window, load_frame, recording_bounds
+from gpuscope.analysis.rules import RULES, Rule
+from gpuscope.analysis.stats import OpStats, op_stats
+from gpuscope.errors import DatabaseError
+from gpuscope.model.findings import Finding, Severity
+from gpuscope.store.connect import connect_reader
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainOptions:
+    """What to analyse. ``since_ns`` counts back from the END of the recording, not from now.
+
+    ``from_ns``/``to_ns`` are offsets from the start of the recording.
+    """
+
+    since_ns: int | None = None
+    from_ns: int | None = None
+    to_ns: int | None = None
+    pids: tuple[int, ...] = ()
+    min_severity: Severity = Severity.LOW
+    store: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    window: Window
+    findings: tuple[Finding, ...]
+    stats: tuple[OpStats, ...]
+    per_process: tuple[OpStats, ...]
+    stored: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self, per_process: bool = False) -> dict[str, object]:
+        d: dict[str, object] = {
+            "window": self.window.as_dict(),
+            "findings": [f.as_dict() for f in self.findings],
+            "stats": [s.as_dict() for s in self.stats],
+            "stored": self.stored,
+        }
+        if per_process:
+            d["per_process"] = [s.as_dict() for s in self.per_process]
+        return d
+
+
+def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
+    lo, hi, offset, sessions = recording_bounds(conn)
+    start, end = lo, hi
+    if opts.since_ns is not None:
+        start = max(lo, hi - opts.since_ns)
+    if opts.from_ns is not None:
+        start = lo + opts.from_ns
+    if opts.to_ns is not None:
+        end = min(hi, lo + opts.to_ns)
+    return Window(start, max(start, end), lo, hi, offset, sessions)
+
+
+def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, pids: tuple[int, ...] = (),
+            min_severity: Severity = Severity.LOW) -> Report:  # fmt: skip
+    """Evaluate every rule and rank findings: severity, then time lost."""
+    ctx = Context(frame, window, pids)
+    findings: list[Finding] = []
+    for rule in rules:
+        findings.extend(rule.evaluate(ctx))
+    findings = [f for f in findings if f.severity >= min_severity]
+    findings.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
+    c = ctx.calls
+    wall = max(window.length_ns, 1)
+    stats = op_stats(frame.op[c], frame.dur[c], wall)
+    per_process: list[OpStats] = []
+    for p in ctx.call_pids:
+        m = c[frame.pid[c] == p]
+        per_process.extend(op_stats(frame.op[m], frame.dur[m], ctx.pid_span_ns(p), pid=p))
+    n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
+    w = Window(window.start_ns, window.end_ns, window.recording_start_ns, window.recording_end_ns,
+               window.wall_offset_ns, window.session_ids, n)  # fmt: skip
+    return Report(w, tuple(findings), tuple(stats), tuple(per_process))
+
+
+def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
+    """Analyse a database. Reads through a read-only connection; stores findings only if ``opts.store``.
+
+    Raises DatabaseError for a missing or corrupt database.
+    """
+    conn = connect_reader(path)
+    try:
+        window = resolve_window(conn, opts)
+        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids)
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(
+            f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
+        ) from None
+    finally:
+        conn.close()
+    report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity)
+    if opts.store and report.findings:
+        from gpuscope.analysis.history import store_findings
+
+        stored, note = store_findings(path, report)
+        return Report(report.window, report.findings, report.stats, report.per_process, stored,
+                      (*report.notes, *((note,) if note else ())))  # fmt: skip
+    return report

@@ -1,0 +1,31 @@
+"""The registry of explain rules: one class per rule, a stable id that is also the finding kind."""
+
+from __future__ import annotations
+
+from gpuscope.analysis.rules.base import Rule
+from gpuscope.analysis.rules.flow import DataStarvationRule, SyncStallRule, ThroughputDropRule
+from gpuscope.analysis.rules.gpu import (
+    AllocatorChurnRule,
+    ColdStartRule,
+    GpuContentionRule,
+    MemcpyBoundRule,
+    MemoryLeakRule,
+)
+from gpuscope.analysis.rules.host import (
+    BlockIoRule,
+    CpuPreemptionRule,
+    MemoryPressureRule,
+    NoisyNeighbourRule,
+    OomRule,
+    TcpRetransmitRule,
+)
+
+RULES: tuple[Rule, ...] = (
+    CpuPreemptionRule(), NoisyNeighbourRule(), BlockIoRule(), MemoryPressureRule(), TcpRetransmitRule(),
+    GpuContentionRule(), ColdStartRule(), MemcpyBoundRule(), AllocatorChurnRule(), MemoryLeakRule(),
+    DataStarvationRule(), SyncStallRule(), ThroughputDropRule(), OomRule(),
+)  # fmt: skip
+
+RULE_IDS = tuple(r.id for r in RULES)
+
+__all__ = ["RULES", "RULE_IDS", "Rule"]

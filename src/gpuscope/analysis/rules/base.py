@@ -1,0 +1,85 @@
+"""The Rule protocol and the shared "host cause overlapping calls" analysis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.stats import effect_size, measurable, pct, severity_for
+from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Symptom
+from gpuscope.model.ops import op_name
+from gpuscope.report.units import fmt_ns
+
+
+class Rule(Protocol):
+    """One detection: a stable id (also the finding kind) and an evaluation over a window."""
+
+    id: str
+    kind: str
+
+    def evaluate(self, ctx: Context) -> list[Finding]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OpEffect:
+    pid: int
+    op: int
+    positions: np.ndarray  # into ctx.calls
+    effect: Effect
+
+
+def effect_line(op: str, e: Effect, cause: str) -> str:
+    """The one-line effect-size sentence every causal claim carries."""
+    ratio = f"{e.p50_ratio:.0f}×" if e.p50_ratio >= 10 else f"{e.p50_ratio:.1f}×"
+    return (
+        f"{op}: calls overlapping {cause}: p50 {fmt_ns(e.affected_p50_ns)} vs {fmt_ns(e.unaffected_p50_ns)} "
+        f"unaffected ({ratio}); {e.slowest_overlapped} of the {e.slowest_n} slowest calls overlapped; "
+        f"{cause} explains {e.excess_share:.0%} of the excess time"
+    )
+
+
+def per_op_effects(ctx: Context, cause_ns: np.ndarray, affected: np.ndarray, pid: int | None = None) -> list[OpEffect]:
+    """Effect of a per-call cause on every (pid, op) group; only the measurable ones, biggest first."""
+    f, c = ctx.frame, ctx.calls
+    out = []
+    for gpid, op, pos in ctx.groups():
+        if pid is not None and gpid != pid:
+            continue
+        if not affected[pos].any():
+            continue
+        e = effect_size(f.dur[c[pos]], affected[pos], cause_ns[pos])
+        if measurable(e):
+            out.append(OpEffect(gpid, op, pos, e))
+    out.sort(key=lambda o: -o.effect.explained_ns)
+    return out
+
+
+def symptom_for(ctx: Context, pid: int, op: int, pos: np.ndarray, summary: str) -> Symptom:
+    d = ctx.frame.dur[ctx.calls[pos]]
+    return Symptom(summary, op_name(op), pid, ctx.frame.comm(pid), len(d), pct(d, 50), pct(d, 99),
+                   int(d.max()) if len(d) else 0, int(d.sum()))  # fmt: skip
+
+
+def host_cause_findings(
+    ctx: Context, rule: str, cause_name: str, cause_ns: np.ndarray, affected: np.ndarray,
+    evidence: dict[int, list[str]], culprits: dict[int, tuple[Culprit, ...]], fix: str,
+) -> list[Finding]:  # fmt: skip
+    """One finding per process whose calls a host cause measurably slows, ranked by lost time."""
+    findings = []
+    effects = per_op_effects(ctx, cause_ns, affected)
+    for pid in sorted({o.pid for o in effects}):
+        mine = [o for o in effects if o.pid == pid]
+        top = mine[0]
+        lost = sum(o.effect.explained_ns for o in mine)
+        wall = ctx.pid_span_ns(pid)
+        lines = [effect_line(op_name(o.op), o.effect, cause_name) for o in mine[:3]]
+        cause = Cause(rule, (*evidence.get(pid, []), *lines), top.effect, culprits.get(pid, ()))
+        e = top.effect
+        summary = (f"{op_name(top.op)} of pid {pid} is {e.p50_ratio:.1f}× slower when it overlaps {cause_name}; "
+                   f"{fmt_ns(lost)} lost ({lost / max(wall, 1):.0%} of its wall time)")  # fmt: skip
+        findings.append(Finding(rule, rule, severity_for(lost, wall, e.p50_ratio),
+                                symptom_for(ctx, pid, top.op, top.positions, summary), (cause,), fix, lost, wall))  # fmt: skip
+    return findings

@@ -1,0 +1,165 @@
+"""Rules about the flow of work: starvation between launches, GPU-bound waits, falling throughput."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.frame import GPU_WORK, SYNC_OPS
+from gpuscope.analysis.intervals import merge, overlap_by_key, overlap_ns
+from gpuscope.analysis.rules.base import symptom_for
+from gpuscope.analysis.stats import severity_for
+from gpuscope.model.findings import Cause, Finding, Severity, Symptom
+from gpuscope.model.ops import op_name
+from gpuscope.report.units import fmt_ns
+
+STARVE_GAP_NS = 1_000_000
+STARVE_SHARE = 0.2
+STARVE_MIN_SYNC_NS = 100_000
+SYNC_SHARE = 0.3
+HOST_EXPLAINED_MAX = 0.25
+DROP = 0.4
+
+
+def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
+    return np.isin(a, np.fromiter(ops, dtype=np.int64, count=len(ops)))
+
+
+class DataStarvationRule:
+    """Long gaps with no GPU work while the feeding thread computes on the CPU or waits for data."""
+
+    id = kind = "data-starvation"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        out = []
+        for p in ctx.call_pids:
+            w = c[(f.pid[c] == p) & _isin(f.op[c], GPU_WORK)]
+            is_sync = _isin(f.op[w], SYNC_OPS)
+            # Only waits that saw real GPU work make the GPU's idleness meaningful.
+            if int(is_sync.sum()) < 10 or np.median(f.dur[w[is_sync]]) < STARVE_MIN_SYNC_NS:
+                continue
+            # After a synchronisation returns the GPU has nothing queued (on that stream) until the next
+            # call: those gaps are GPU idle time for sure; gaps after async launches are not.
+            after = np.flatnonzero(is_sync[:-1])
+            gap_s = f.ts[w[after]] + f.dur[w[after]]
+            gap_e = f.ts[w[after + 1]]
+            gap = np.maximum(gap_e - gap_s, 0)
+            # A GPU shared with other processes is not idle while they use it.
+            peers = c[(f.pid[c] != p) & _isin(f.op[c], GPU_WORK)]
+            ps, pe = merge(f.ts[peers], f.ts[peers] + f.dur[peers])
+            gap = gap - overlap_ns(gap_s, np.maximum(gap_e, gap_s), ps, pe)
+            long = gap >= STARVE_GAP_NS
+            wall = ctx.pid_span_ns(p)
+            idle = int(gap[long].sum())
+            if idle < STARVE_SHARE * wall:
+                continue
+            tids = f.tid[w[after + 1]][long]
+            s = ctx.sched
+            s = s[f.pid[s] == p]
+            off = overlap_by_key(tids, gap_s[long], gap_e[long], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+            on_cpu = 1.0 - float(off.sum()) / max(idle, 1)
+            what = ("the feeding thread was on-CPU doing host work (preprocessing, Python overhead)" if on_cpu >= 0.5
+                    else "the feeding thread was blocked waiting (data-loader workers, queues, I/O)")  # fmt: skip
+            lines = (
+                f"{int(long.sum())} gaps ≥ {fmt_ns(STARVE_GAP_NS)} between a synchronisation and the next GPU call: "
+                f"{fmt_ns(idle)} = {idle / wall:.0%} of wall time",
+                f"{what}: on-CPU {on_cpu:.0%} of the gaps",
+            )
+            sym = Symptom(
+                f"the GPU of pid {p} idles {idle / wall:.0%} of the time between a wait and the next call",
+                "gpu-idle",
+                p,
+                f.comm(p),
+                int(long.sum()),
+                int(np.median(gap[long])),
+                int(np.percentile(gap[long], 99, method="inverted_cdf")),
+                int(gap[long].max()),
+                idle,
+            )
+            out.append(Finding(self.id, self.kind, severity_for(idle, wall), sym,
+                (Cause(self.id, lines, None, (), {"idle_ns": idle, "gaps": int(long.sum()),
+                                                  "on_cpu_share": round(on_cpu, 3)}),),
+                "feed the GPU ahead of time: more DataLoader workers, pin_memory=True, prefetch_factor, move "
+                "preprocessing to the GPU or an earlier stage", idle, wall))  # fmt: skip
+        return out
+
+
+class SyncStallRule:
+    """Synchronisations take much of the wall time and no host cause explains them: the GPU is the bottleneck."""
+
+    id = kind = "sync-stall"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        out = []
+        for p, op, pos in ctx.groups(min_count=10):
+            if op not in SYNC_OPS:
+                continue
+            wall = ctx.pid_span_ns(p)
+            # Union over threads: time at least one thread waited, so shares stay <= 100%.
+            s, e = merge(f.ts[c[pos]], f.ts[c[pos]] + f.dur[c[pos]])
+            total = int((e - s).sum())
+            host = int(ctx.preempted_ns[pos].sum()) * total // max(int(f.dur[c[pos]].sum()), 1)
+            if total < SYNC_SHARE * wall or host > HOST_EXPLAINED_MAX * total:
+                continue
+            lines = (
+                f"{op_name(op)} waits {fmt_ns(total)} = {total / wall:.0%} of wall time",
+                f"host causes (preemption) cover {host / max(total, 1):.0%} of it: the wait is GPU work",
+            )
+            # Waiting for a busy GPU is not a fault; it is where optimisation starts: at most MEDIUM.
+            sev = Severity.MEDIUM if total >= 0.5 * wall else Severity.LOW
+            out.append(Finding(self.id, self.kind, sev, symptom_for(ctx, p, op, pos,
+                               f"pid {p} waits on the GPU {total / wall:.0%} of its time ({op_name(op)})"),
+                               (Cause(self.id, lines, None, (), {"sync_share": round(total / wall, 3)}),),
+                               "the GPU is the bottleneck: profile kernels (nsys/ncu), use mixed precision, fuse "
+                               "kernels, and remove synchronisations that are not needed (.item(), .cpu())",
+                               0, wall))  # fmt: skip
+        return out
+
+
+class ThroughputDropRule:
+    """An op's rate falls ≥ 40% below its peak for several consecutive bins."""
+
+    id = kind = "throughput-drop"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        out = []
+        for p, op, pos in ctx.groups(min_count=50):
+            ts = f.ts[c[pos]]
+            span = int(ts[-1] - ts[0])
+            bin_ns = max(50_000_000, min(1_000_000_000, span // 10))
+            nb = span // bin_ns
+            if nb < 5:
+                continue
+            counts = np.bincount(((ts - ts[0]) // bin_ns).astype(np.int64), minlength=nb + 1)[:nb]
+            peak = int(counts.max())
+            if peak < 10:
+                continue
+            low = counts <= (1 - DROP) * peak
+            run = best = 0
+            for v in low.tolist():
+                run = run + 1 if v else 0
+                best = max(best, run)
+            if best < 3:
+                continue
+            cur = int(counts[low].mean())
+            wall = ctx.pid_span_ns(p)
+            lost = int(low.sum()) * bin_ns * (peak - cur) // max(peak, 1)
+            drop = 1 - cur / peak
+            sev = Severity.HIGH if drop >= 0.6 and low.sum() >= 0.2 * nb else Severity.MEDIUM
+            lines = (
+                f"{op_name(op)} rate fell {drop:.0%}: peak {peak * 1e9 / bin_ns:.0f}/s, "
+                f"{cur * 1e9 / bin_ns:.0f}/s in {int(low.sum())} of {nb} bins of {fmt_ns(bin_ns)}",
+            )
+            out.append(Finding(self.id, self.kind, min(sev, max(severity_for(lost, wall), Severity.MEDIUM)),
+                               symptom_for(ctx, p, op, pos, f"{op_name(op)} throughput of pid {p} dropped {drop:.0%}"),
+                               (Cause(self.id, lines, None, (), {"peak_per_s": round(peak * 1e9 / bin_ns, 1),
+                                                                "low_per_s": round(cur * 1e9 / bin_ns, 1)}),),
+                               "look at the other findings for this process in the low-rate period; if none, compare "
+                               "input sizes and batch shapes over time", lost, wall))  # fmt: skip
+        return out
+
+
+__all__ = ["DataStarvationRule", "SyncStallRule", "ThroughputDropRule"]

@@ -1,0 +1,217 @@
+"""Rules whose cause is the GPU side or the program's own use of CUDA."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, FREE_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS
+from gpuscope.analysis.intervals import merge, overlap_ns
+from gpuscope.analysis.rules.base import effect_line, per_op_effects, symptom_for
+from gpuscope.analysis.stats import pct, severity_for
+from gpuscope.model.findings import Cause, Culprit, Finding, Severity
+from gpuscope.model.ops import op_name
+from gpuscope.report.units import fmt_bytes, fmt_ns
+
+
+def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
+    return np.isin(a, np.fromiter(ops, dtype=np.int64, count=len(ops)))
+
+
+class GpuContentionRule:
+    """Several processes use the GPU at once: their waits overlap other processes' GPU work."""
+
+    id = kind = "gpu-contention"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        work = _isin(f.op[c], GPU_WORK)
+        pids = np.unique(f.pid[c[work]])
+        if len(pids) < 2:
+            return []
+        other = np.zeros(len(c), dtype=np.int64)
+        spans = {}
+        for p in pids.tolist():
+            m = work & (f.pid[c] == p)
+            spans[p] = merge(f.ts[c[m]], f.ts[c[m]] + f.dur[c[m]])
+        for p in pids.tolist():
+            mine = f.pid[c] == p
+            peers = [spans[q] for q in pids.tolist() if q != p]
+            s, e = merge(np.concatenate([x[0] for x in peers]), np.concatenate([x[1] for x in peers]))
+            other[mine] = overlap_ns(f.ts[c[mine]], f.ts[c[mine]] + f.dur[c[mine]], s, e)
+        affected = other >= 0.1 * np.maximum(f.dur[c], 1)
+        effects = [o for o in per_op_effects(ctx, other, affected) if _isin(np.array([o.op]), SYNC_OPS | COPY_OPS)[0]]
+        peers_of = {
+            p: tuple(Culprit("peer", q, None, f.comm(q)) for q in pids.tolist() if q != p) for p in pids.tolist()
+        }
+        out = []
+        for p in sorted({o.pid for o in effects}):
+            mine = [o for o in effects if o.pid == p]
+            lost = sum(o.effect.explained_ns for o in mine)
+            wall = ctx.pid_span_ns(p)
+            top = mine[0]
+            lines = (f"{len(pids)} processes issue GPU work in the window: "
+                     + ", ".join(f"{f.comm(q) or '?'} (pid {q})" for q in pids.tolist()),
+                     *(effect_line(op_name(o.op), o.effect, "other processes' GPU work") for o in mine[:3]))  # fmt: skip
+            summary = (f"{op_name(top.op)} of pid {p} is {top.effect.p50_ratio:.1f}× slower while other processes "
+                       f"use the GPU; {fmt_ns(lost)} lost")  # fmt: skip
+            out.append(Finding(self.id, self.kind, severity_for(lost, wall, top.effect.p50_ratio),
+                               symptom_for(ctx, p, top.op, top.positions, summary),
+                               (Cause(self.id, lines, top.effect, peers_of[p]),),
+                               "give each process its own GPU (CUDA_VISIBLE_DEVICES), or share it deliberately with "
+                               "MPS / MIG instead of time-slicing", lost, wall))  # fmt: skip
+        return out
+
+
+class ColdStartRule:
+    """First calls (context init, the first launch of each kernel) cost 10× or more of steady state."""
+
+    id = kind = "cold-start"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c, cold = ctx.frame, ctx.calls, ctx.cold
+        out = []
+        for p in np.unique(f.pid[c[cold]]).tolist():
+            pos = np.flatnonzero(cold & (f.pid[c] == p))
+            lost = int(f.dur[c[pos]].sum())
+            wall = ctx.pid_span_ns(p)
+            launches = _isin(f.op[c[pos]], LAUNCH_OPS)
+            kernels = len(np.unique(f.handle[c[pos[launches]]]))
+            ops = np.unique(f.op[c[pos]]).tolist()
+            worst = pos[np.argmax(f.dur[c[pos]])]
+            lines = [f"{len(pos)} cold first calls cost {fmt_ns(lost)}; slowest {op_name(int(f.op[c[worst]]))} "
+                     f"{fmt_ns(float(f.dur[c[worst]]))}",
+                     "first calls of: " + ", ".join(op_name(o) for o in ops)]  # fmt: skip
+            if kernels:
+                lines.append(f"first launch of {kernels} distinct kernels (lazy module loading), not contention")
+            summary = f"pid {p} spends {fmt_ns(lost)} in {len(pos)} cold first calls ({lost / max(wall, 1):.0%} of its wall time)"
+            sev = min(severity_for(lost, wall), Severity.HIGH)  # one-off cost: never CRITICAL
+            out.append(Finding(self.id, self.kind, sev, symptom_for(ctx, p, int(f.op[c[worst]]), pos, summary),
+                               (Cause(self.id, tuple(lines), None, (), {"cold_calls": len(pos), "kernels": kernels}),),
+                               "warm up before timing or serving (run a few iterations at start-up, call cudaFree(0) "
+                               "early to create the context); CUDA_MODULE_LOADING=EAGER loads all kernels up front",
+                               lost, wall))  # fmt: skip
+        return out
+
+
+MEMCPY_SHARE = 0.3
+
+
+class MemcpyBoundRule:
+    """Copies take at least 30% of the process's wall time and more than its launches and syncs."""
+
+    id = kind = "memcpy-bound"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        out = []
+        for p in ctx.call_pids:
+            mine = c[f.pid[c] == p]
+            cp = mine[_isin(f.op[mine], COPY_OPS)]
+            other = mine[_isin(f.op[mine], SYNC_OPS | LAUNCH_OPS)]
+            if len(cp) < 10:
+                continue
+            wall = ctx.pid_span_ns(p)
+            s, e = merge(f.ts[cp], f.ts[cp] + f.dur[cp])
+            copy_ns = int((e - s).sum())
+            if copy_ns < MEMCPY_SHARE * wall or copy_ns <= int(f.dur[other].sum()):
+                continue
+            nbytes = int(f.bytes[cp].sum())
+            small = int((f.bytes[cp] < 64 * 1024).sum())
+            dirs = {k: int((f.arg0[cp] == v).sum()) for k, v in (("H2D", 1), ("D2H", 2), ("D2D", 3))}
+            lines = (f"{len(cp)} copies take {fmt_ns(copy_ns)} = {copy_ns / wall:.0%} of wall time, "
+                     f"{fmt_bytes(nbytes)} at {nbytes / max(copy_ns, 1) * 1e9 / 2**30:.2f} GiB/s",
+                     "directions: " + ", ".join(f"{k} {v}" for k, v in dirs.items() if v) + f"; {small} copies < 64 KiB")  # fmt: skip
+            summary = f"copies dominate pid {p}: {copy_ns / wall:.0%} of its wall time"
+            op = int(np.bincount(f.op[cp]).argmax())
+            out.append(Finding(self.id, self.kind, severity_for(copy_ns // 2, wall),
+                               symptom_for(ctx, p, op, np.flatnonzero(np.isin(c, cp)), summary),
+                               (Cause(self.id, lines, None, (), {"copy_share": round(copy_ns / wall, 3),
+                                                                "bytes": nbytes, "small_copies": small}),),
+                               "keep data on the GPU between steps; use pinned host memory (pin_memory=True) and "
+                               "cudaMemcpyAsync on a side stream to overlap copies with compute; batch small copies",
+                               copy_ns // 2, wall))  # fmt: skip
+        return out
+
+
+SPIKE_RATIO = 10.0
+
+
+class AllocatorChurnRule:
+    """Periodic cudaMalloc spikes: the caching allocator releasing and re-acquiring memory."""
+
+    id = kind = "allocator-churn"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        out = []
+        for p, op, pos in ctx.groups(min_count=10):
+            if op not in ALLOC_OPS:
+                continue
+            d = f.dur[c[pos]]
+            base = max(pct(d, 50), 1)
+            spikes = pos[(d >= SPIKE_RATIO * base) & (d - base >= 100_000)]
+            if len(spikes) < 3:
+                continue
+            gaps = np.diff(f.ts[c[spikes]])
+            cv = float(gaps.std() / gaps.mean()) if gaps.mean() > 0 else 1.0
+            lost = int((f.dur[c[spikes]] - base).sum())
+            wall = ctx.pid_span_ns(p)
+            periodic = cv <= 0.5
+            lines = (f"{len(spikes)} of {len(pos)} {op_name(op)} calls ≥ {SPIKE_RATIO:.0f}× p50 ({fmt_ns(base)}), "
+                     f"p50 of spikes {fmt_ns(pct(f.dur[c[spikes]], 50))}",
+                     (f"spikes are periodic: every {fmt_ns(float(np.median(gaps)))} (cv {cv:.2f})" if periodic
+                      else f"spikes are irregular (cv {cv:.2f})"))  # fmt: skip
+            summary = f"{op_name(op)} of pid {p} spikes {len(spikes)} times, {fmt_ns(lost)} lost"
+            out.append(Finding(self.id, self.kind, severity_for(lost, wall, pct(f.dur[c[spikes]], 50) / base),
+                               symptom_for(ctx, p, op, pos, summary),
+                               (Cause(self.id, lines, None, (), {"spikes": len(spikes), "period_cv": round(cv, 3)}),),
+                               "stop the allocator from returning memory: remove torch.cuda.empty_cache() from the "
+                               "loop, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable",
+                               lost, wall))  # fmt: skip
+        return out
+
+
+class MemoryLeakRule:
+    """Allocations without frees: live device memory keeps growing over the window."""
+
+    id = kind = "memory-leak"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        out = []
+        for p in ctx.call_pids:
+            mine = c[f.pid[c] == p]
+            al = mine[_isin(f.op[mine], ALLOC_OPS)]
+            fr = mine[_isin(f.op[mine], FREE_OPS)]
+            if len(al) < 10:
+                continue
+            freed = np.isin(f.handle[al], f.handle[fr])
+            live = np.cumsum(np.where(freed, 0, f.bytes[al]))
+            unfreed = int((~freed).sum())
+            # Growth: live bytes rise through the window, not just a tail of recent allocations.
+            half = len(al) // 2
+            if unfreed < 10 or live[half] <= 0 or live[-1] < 1.8 * live[half]:
+                continue
+            span_s = max(float(f.ts[al[-1]] - f.ts[al[0]]) / 1e9, 1e-9)
+            rate = float(live[-1]) / span_s
+            wall = ctx.pid_span_ns(p)
+            sev = Severity.HIGH if unfreed / len(al) >= 0.5 and live[-1] >= 2**30 else Severity.MEDIUM
+            lines = (
+                f"{unfreed} of {len(al)} allocations never freed: {fmt_bytes(float(live[-1]))} live at the end",
+                f"growing {fmt_bytes(rate)}/s; live bytes doubled between the middle and the end of the window",
+            )
+            out.append(Finding(self.id, self.kind, sev,
+                               symptom_for(ctx, p, int(f.op[al[0]]), np.flatnonzero(np.isin(c, al)),
+                                           f"pid {p} leaks device memory: {fmt_bytes(float(live[-1]))} unfreed, "
+                                           f"{fmt_bytes(rate)}/s"),
+                               (Cause(self.id, lines, None, (Culprit("allocator", p, None, f.comm(p)),),
+                                      {"unfreed_allocs": unfreed, "live_bytes": int(live[-1]),
+                                       "growth_bytes_per_s": int(rate)}),),
+                               "free what you allocate (or drop references so the caching allocator can reuse it); "
+                               "look for tensors kept in lists across steps, e.g. accumulating loss without .item()",
+                               0, wall))  # fmt: skip
+        return out
+
+
+__all__ = ["AllocatorChurnRule", "ColdStartRule", "GpuContentionRule", "MemcpyBoundRule", "MemoryLeakRule"]

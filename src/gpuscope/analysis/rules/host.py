@@ -1,0 +1,214 @@
+"""Rules whose cause is on the host: CPU preemption, other cgroups, block I/O, memory, network, OOM."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.intervals import attribute, count_in, overlap_by_key
+from gpuscope.analysis.rules.base import host_cause_findings, per_op_effects
+from gpuscope.analysis.stats import severity_for
+from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
+from gpuscope.model.ops import Op
+from gpuscope.report.units import fmt_bytes, fmt_ns
+
+AFFECTED_FRACTION = 0.1  # a call is affected when the cause covers >= 10% of it
+BURST_BYTES = 64 << 20
+BURST_MAX_NS = 100_000_000
+
+
+def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tuple[list[str], tuple[Culprit, ...]]:
+    """Which tasks took the CPU from this process's threads during its calls, by overlapped time."""
+    f, c, s = ctx.frame, ctx.calls, ctx.sched
+    s = s[(f.arg0[s] != 0) & (f.pid[s] == pid)]
+    mine = c[f.pid[c] == pid]
+    if other_cgroup_only:
+        s = s[f.stream[s] != f.cgroup[s]]
+    by_task: dict[int, int] = {}
+    for tid in np.unique(f.tid[s]).tolist():
+        st = s[f.tid[s] == tid]
+        ct = mine[f.tid[mine] == tid]
+        for label, t in attribute(f.ts[ct], f.ts[ct] + f.dur[ct], f.ts[st], f.ts[st] + f.dur[st], f.handle[st]).items():
+            by_task[label] = by_task.get(label, 0) + t
+    total = sum(by_task.values()) or 1
+    by_pid: dict[int, int] = {}
+    for h, t in by_task.items():
+        by_pid[h >> 32] = by_pid.get(h >> 32, 0) + t
+    cg_of: dict[int, int] = {}
+    for h, cg in zip((f.handle[s] >> 32).tolist(), f.stream[s].tolist(), strict=True):
+        cg_of.setdefault(int(h), int(cg))
+    culprits = tuple(
+        Culprit("preemptor", p, None, ctx.frame.comm(p) or ("swapper" if p == 0 else None), cg_of.get(p) or None,
+                t / total, t)
+        for p, t in sorted(by_pid.items(), key=lambda kv: -kv[1])[:5]
+    )  # fmt: skip
+    lines = [f"preempted during its calls by {c.label()}: {fmt_ns(c.time_ns or 0)} ({(c.share or 0):.0%})"
+             for c in culprits[:3]]  # fmt: skip
+    return lines, culprits
+
+
+class CpuPreemptionRule:
+    """Calls slowed because their thread was runnable but another task had the CPU (voluntary sleeps excluded)."""
+
+    id = kind = "cpu-preemption"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        cause = ctx.preempted_ns
+        affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        evidence, culprits = {}, {}
+        for pid in ctx.call_pids:
+            evidence[pid], culprits[pid] = _preemptors(ctx, pid)
+        names = ", ".join(f"`{c.comm or c.pid}` (pid {c.pid})" for c in next(iter(culprits.values()), ())[:2])
+        fix = "pin the GPU process to dedicated cores (taskset -c / cgroup cpuset) and keep other work off them" + (
+            f"; move {names} to other cores or lower its priority (nice -n 19, cpu.weight)" if names else ""
+        )
+        return host_cause_findings(ctx, self.id, "CPU preemption", cause, affected, evidence, culprits, fix)
+
+
+class NoisyNeighbourRule:
+    """Preemption by tasks of another cgroup (another container or job on the node)."""
+
+    id = kind = "noisy-neighbour"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c, s = ctx.frame, ctx.calls, ctx.sched
+        s = s[(f.arg0[s] != 0) & (f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
+        if len(s) == 0:
+            return []
+        cause = overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+        affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        evidence, culprits = {}, {}
+        for pid in ctx.call_pids:
+            evidence[pid], culprits[pid] = _preemptors(ctx, pid, other_cgroup_only=True)
+        out = host_cause_findings(ctx, self.id, "preemption from another cgroup", cause, affected, evidence, culprits,
+                                  "isolate the GPU job: give its cgroup an exclusive cpuset (cpuset.cpus, "
+                                  "cpuset.cpus.partition=root) or raise its cpu.weight over the neighbour's")  # fmt: skip
+        # The mechanism is CPU preemption (reported by cpu-preemption); this names the tenancy: one level lower.
+        return [_demote(x) for x in out]
+
+
+def _demote(x: Finding) -> Finding:
+    sev = Severity(max(Severity.LOW, x.severity - 1))
+    return Finding(x.rule, x.kind, sev, x.symptom, x.causes, x.fix, x.lost_ns, x.wall_ns)
+
+
+def _same_pid_interval_cause(ctx: Context, op: Op) -> tuple[np.ndarray, np.ndarray]:
+    f, c = ctx.frame, ctx.calls
+    i = np.flatnonzero(f.op == int(op))
+    ends = f.ts[i] + np.maximum(f.dur[i], 1)
+    return i, overlap_by_key(f.pid[c], f.ts[c], f.ts[c] + f.dur[c], f.pid[i], f.ts[i], ends)
+
+
+class BlockIoRule:
+    """Calls slowed while block I/O of the same process was in flight."""
+
+    id = kind = "block-io"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        io, inflight = _same_pid_interval_cause(ctx, Op.block_io)
+        if len(io) == 0:
+            return []
+        # Time the thread itself was blocked while I/O was in flight is what the I/O cost the call.
+        cause = np.minimum(inflight, np.maximum(ctx.voluntary_ns, inflight // 2))
+        affected = inflight >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        evidence = {}
+        for pid in ctx.call_pids:
+            m = io[f.pid[io] == pid]
+            if len(m):
+                writes = int((f.arg0[m] == 1).sum())
+                evidence[pid] = [f"{len(m)} block I/O requests ({len(m) - writes} reads, {writes} writes), "
+                                 f"{fmt_bytes(float(f.bytes[m].sum()))}, peak latency {fmt_ns(float(f.dur[m].max()))}"]  # fmt: skip
+        fix = (
+            "move checkpoint writes off the training thread (async checkpointing, torch.distributed.checkpoint "
+            "async_save) and data reads to faster storage (NVMe, /dev/shm, page cache warm-up)"
+        )
+        return host_cause_findings(ctx, self.id, "block I/O", cause, affected, evidence, {}, fix)
+
+
+class MemoryPressureRule:
+    """Calls slowed by direct reclaim / page-allocation bursts of the same process."""
+
+    id = kind = "memory-pressure"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        rec = np.flatnonzero(f.op == int(Op.direct_reclaim))
+        pa = np.flatnonzero(f.op == int(Op.mm_page_alloc))
+        # Page allocations are stored aggregated over an interval: only a short interval with many
+        # bytes is a burst that can be placed in time; the rest is background.
+        burst = pa[(f.bytes[pa] >= BURST_BYTES) & (f.dur[pa] <= BURST_MAX_NS)]
+        src = np.concatenate([rec, burst])
+        if len(src) == 0:
+            return []
+        cause = overlap_by_key(f.pid[c], f.ts[c], f.ts[c] + f.dur[c], f.pid[src], f.ts[src],
+                               f.ts[src] + np.maximum(f.dur[src], 1))  # fmt: skip
+        affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        evidence = {}
+        for pid in ctx.call_pids:
+            r = rec[f.pid[rec] == pid]
+            p = burst[f.pid[burst] == pid]
+            evidence[pid] = [f"{len(r)} direct reclaims stalling {fmt_ns(float(f.dur[r].sum()))}; "
+                             f"{len(p)} page-allocation bursts ({fmt_bytes(float(f.bytes[p].sum()))})"]  # fmt: skip
+        fix = (
+            "reduce host memory use (smaller prefetch queues, fewer DataLoader workers, pinned-memory pools) or "
+            "give the job more RAM / a higher memory.min; check for swap with `vmstat 1`"
+        )
+        return host_cause_findings(ctx, self.id, "memory reclaim", cause, affected, evidence, {}, fix)
+
+
+class TcpRetransmitRule:
+    """Calls slowed while TCP segments of the same process were being retransmitted."""
+
+    id = kind = "tcp-retransmit"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, c = ctx.frame, ctx.calls
+        rt = np.flatnonzero(f.op == int(Op.tcp_retransmit))
+        if len(rt) == 0:
+            return []
+        hits = np.zeros(len(c), dtype=np.int64)
+        for pid in np.unique(f.pid[rt]).tolist():
+            cm = f.pid[c] == pid
+            pts = np.sort(f.ts[rt[f.pid[rt] == pid]])
+            hits[cm] = count_in(f.ts[c[cm]], f.ts[c[cm]] + f.dur[c[cm]], pts)
+        affected = hits > 0
+        cause = np.where(affected, f.dur[c], 0)  # a retransmit timeout stalls the whole call
+        evidence = {int(p): [f"{int((f.pid[rt] == p).sum())} TCP retransmits during its calls"]
+                    for p in np.unique(f.pid[rt]).tolist()}  # fmt: skip
+        fix = (
+            "check the network path: NIC counters (ethtool -S), switch errors, MTU mismatches; for NCCL over TCP "
+            "set NCCL_SOCKET_IFNAME to the fast interface"
+        )
+        return host_cause_findings(ctx, self.id, "TCP retransmits", cause, affected, evidence, {}, fix)
+
+
+class OomRule:
+    """A process was killed by the OOM killer."""
+
+    id = kind = "oom"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f = ctx.frame
+        out = []
+        traced = set(ctx.call_pids)
+        for i in np.flatnonzero(f.op == int(Op.oom_kill)).tolist():
+            victim = int(f.handle[i])
+            sev = Severity.CRITICAL if victim in traced or not traced else Severity.HIGH
+            comm = f.comm(victim)
+            sym = Symptom(f"{comm or 'process'} (pid {victim}) was killed by the OOM killer "
+                          f"(rss {fmt_bytes(float(f.bytes[i]))})", None, victim, comm, 1,
+                          extra={"rss_bytes": int(f.bytes[i]), "ts_ns": int(f.ts[i])})  # fmt: skip
+            cause = Cause(self.id, (f"oom_kill of pid {victim} at +{fmt_ns(float(f.ts[i] - ctx.window.start_ns))}",),
+                          None, (Culprit("victim", victim, None, comm, int(f.cgroup[i]) or None),),
+                          {"rss_bytes": int(f.bytes[i])})  # fmt: skip
+            out.append(Finding(self.id, self.kind, sev, sym, (cause,),
+                               "lower host memory use (batch size, DataLoader workers, prefetch) or raise the memory "
+                               "limit of the job's cgroup (memory.max) / add RAM", ctx.pid_span_ns(victim),
+                               max(ctx.pid_span_ns(victim), 1)))  # fmt: skip
+        return out
+
+
+__all__ = ["BlockIoRule", "CpuPreemptionRule", "MemoryPressureRule", "NoisyNeighbourRule", "OomRule",
+           "TcpRetransmitRule", "per_op_effects", "severity_for"]  # fmt: skip

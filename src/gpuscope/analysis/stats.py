@@ -1,0 +1,118 @@
+"""Exact statistics from stored events, effect sizes, and the severity rubric."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuscope.model.findings import Effect, Severity
+from gpuscope.model.ops import op_name
+
+
+def pct(values: np.ndarray, p: float) -> int:
+    """Exact nearest-rank percentile (the value at rank ceil(p/100 * n)); 0 for no values."""
+    if len(values) == 0:
+        return 0
+    return int(np.percentile(values, p, method="inverted_cdf"))
+
+
+@dataclass(frozen=True, slots=True)
+class OpStats:
+    op: str
+    pid: int | None
+    count: int
+    total_ns: int
+    p50_ns: int
+    p95_ns: int
+    p99_ns: int
+    max_ns: int
+    time_share: float  # of the span's wall clock
+    rate_per_s: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "op": self.op, "pid": self.pid, "count": self.count, "total_ns": self.total_ns,
+            "p50_ns": self.p50_ns, "p95_ns": self.p95_ns, "p99_ns": self.p99_ns, "max_ns": self.max_ns,
+            "time_share": round(self.time_share, 4), "rate_per_s": round(self.rate_per_s, 2),
+        }  # fmt: skip
+
+
+def op_stats(op_ids: np.ndarray, durs: np.ndarray, wall_ns: int, pid: int | None = None) -> list[OpStats]:
+    """Per-op statistics, one sort in all: order by (op, duration), then slice each op."""
+    if len(op_ids) == 0:
+        return []
+    order = np.lexsort((durs, op_ids))
+    ops_sorted, d_sorted = op_ids[order], durs[order]
+    uniq, first, counts = np.unique(ops_sorted, return_index=True, return_counts=True)
+    out = []
+    wall = max(wall_ns, 1)
+    for op, f, n in zip(uniq.tolist(), first.tolist(), counts.tolist(), strict=True):
+        d = d_sorted[f : f + n]
+        total = int(d.sum())
+
+        def rank(p: float, d: np.ndarray = d, n: int = n) -> int:
+            return int(d[max(0, math.ceil(p / 100 * n) - 1)])
+
+        out.append(OpStats(op_name(op), pid, n, total, rank(50), rank(95), rank(99), int(d[-1]),
+                           total / wall, n / (wall / 1e9)))  # fmt: skip
+    out.sort(key=lambda s: -s.total_ns)
+    return out
+
+
+def slowest_n(n: int) -> int:
+    """How many of the slowest calls the 'share of slowest calls' looks at: 1%, at least 10."""
+    return min(n, max(10, math.ceil(0.01 * n)))
+
+
+def effect_size(dur: np.ndarray, affected: np.ndarray, cause_ns: np.ndarray) -> Effect:
+    """Compare calls the cause overlapped with calls it did not.
+
+    With fewer than 3 unaffected calls there is no baseline, so the
+    counterfactual is the affected calls with the cause's time removed.
+    """
+    n = len(dur)
+    n_aff = int(affected.sum())
+    aff_p50 = pct(dur[affected], 50)
+    if n - n_aff >= 3:
+        un_p50 = pct(dur[~affected], 50)
+    else:
+        un_p50 = pct(np.maximum(dur[affected] - cause_ns[affected], 0), 50)
+    ratio = aff_p50 / max(un_p50, 1) if n_aff else 0.0
+    k = slowest_n(n)
+    top = np.argsort(dur, kind="stable")[n - k :] if n else np.zeros(0, dtype=np.int64)
+    overlapped = int(affected[top].sum())
+    p50_all = pct(dur, 50)
+    excess = np.maximum(dur - p50_all, 0)
+    explained = int(np.minimum(cause_ns, excess)[affected].sum())
+    total_excess = int(excess.sum())
+    return Effect(n_aff, n - n_aff, aff_p50, un_p50, float(ratio), k, overlapped,
+                  explained / total_excess if total_excess else 0.0, explained)  # fmt: skip
+
+
+# A cause is reported only when its effect is measurable: thresholds of docs/explain.md.
+MIN_AFFECTED = 3
+MIN_RATIO = 1.5
+MIN_EXCESS_SHARE = 0.2
+MIN_SLOWEST_SHARE = 0.5
+
+
+def measurable(e: Effect) -> bool:
+    return (
+        e.affected_calls >= MIN_AFFECTED
+        and e.p50_ratio >= MIN_RATIO
+        and (e.excess_share >= MIN_EXCESS_SHARE or e.slowest_share >= MIN_SLOWEST_SHARE)
+    )
+
+
+def severity_for(lost_ns: int, wall_ns: int, slowdown: float = 1.0) -> Severity:
+    """The rubric (docs/explain.md): share of wall time lost, then slowdown factor."""
+    share = lost_ns / wall_ns if wall_ns > 0 else 0.0
+    if share >= 0.5:
+        return Severity.CRITICAL
+    if share >= 0.2 or (slowdown >= 10 and share >= 0.05):
+        return Severity.HIGH
+    if share >= 0.05 or (slowdown >= 3 and share >= 0.01):
+        return Severity.MEDIUM
+    return Severity.LOW

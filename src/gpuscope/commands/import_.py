@@ -1,0 +1,34 @@
+"""gpuscope import: convert an Ingero database into a gpuscope database."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpuscope.importers import import_file
+
+NAME = "import"
+HELP = "convert an Ingero database (events, stacks, causal chains, snapshots) into a gpuscope database"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="INGERO.db", help="database written by `ingero trace`")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="OUT.db", help="new database to write (replaced at the end)"
+    )
+    p.add_argument("--node", help="node name for rows recorded without one (renames a single-node file)")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = import_file(args.source, args.output, node=args.node, progress=lambda s: print(s, file=sys.stderr))
+    ops = ", ".join(f"{op} {n:,}" for op, n in report.events_by_op.items())
+    print(f"imported {report.source_path} ({', '.join(report.nodes) or 'no node'}) into {args.output}")
+    print(f"  {report.sessions} sessions, {report.events:,} events ({ops or 'none'})")
+    print(
+        f"  {report.stacks} stacks, {report.chains} causal chains, {report.snapshots} snapshots, "
+        f"{report.aggregates} aggregate rows, {report.processes} processes, {report.cgroups} cgroups"
+    )
+    if report.other_rows:
+        kept = ", ".join(f"{t} {n}" for t, n in report.other_rows.items())
+        print(f"  kept as JSON in imported_rows: {kept}")
+    return 0

@@ -1,0 +1,12 @@
+"""Exporters: a registry of formats, each streaming a recording to a file.
+
+Built-in formats are registry entries like any extension would be (STYLE
+habit 7): ``EXPORTERS["perfetto"]`` writes Chrome Trace Event JSON.
+"""
+
+from gpuscope.export.base import Exporter, ExportOptions, ExportStats
+from gpuscope.export.perfetto import PerfettoJsonExporter
+
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (PerfettoJsonExporter(),)}
+
+__all__ = ["EXPORTERS", "ExportOptions", "ExportStats", "Exporter", "PerfettoJsonExporter"]

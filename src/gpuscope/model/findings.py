@@ -1,0 +1,170 @@
+"""Findings: what `gpuscope explain` concludes, as frozen value objects.
+
+A finding is symptom -> causes (each with evidence lines, an effect size and
+culprits) -> fix, with a severity from the rubric in docs/explain.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Severity(enum.IntEnum):
+    """Impact classes, ordered: a higher value is worse."""
+
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+    CRITICAL = 4
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r} (one of {', '.join(s.name.lower() for s in cls)})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """How much a cause changes the symptom: affected calls against unaffected ones.
+
+    ``p50_ratio`` = p50 of affected calls / p50 of unaffected calls;
+    ``slowest_share`` = share of the slowest calls that the cause overlapped;
+    ``excess_share`` = share of the excess time (time above the op's p50)
+    that the cause accounts for.
+    """
+
+    affected_calls: int
+    unaffected_calls: int
+    affected_p50_ns: int
+    unaffected_p50_ns: int
+    p50_ratio: float
+    slowest_n: int
+    slowest_overlapped: int
+    excess_share: float
+    explained_ns: int
+
+    @property
+    def slowest_share(self) -> float:
+        return self.slowest_overlapped / self.slowest_n if self.slowest_n else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "affected_calls": self.affected_calls,
+            "unaffected_calls": self.unaffected_calls,
+            "affected_p50_ns": self.affected_p50_ns,
+            "unaffected_p50_ns": self.unaffected_p50_ns,
+            "p50_ratio": round(self.p50_ratio, 2),
+            "slowest_n": self.slowest_n,
+            "slowest_overlapped": self.slowest_overlapped,
+            "slowest_share": round(self.slowest_share, 3),
+            "excess_share": round(self.excess_share, 3),
+            "explained_ns": self.explained_ns,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """A process, thread or cgroup involved in a cause."""
+
+    role: str  # "preemptor", "victim", "peer", "allocator", ...
+    pid: int | None = None
+    tid: int | None = None
+    comm: str | None = None
+    cgroup_id: int | None = None
+    share: float | None = None  # of the cause's time or count
+    time_ns: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (
+            ("role", self.role), ("pid", self.pid), ("tid", self.tid), ("comm", self.comm),
+            ("cgroup_id", self.cgroup_id), ("share", None if self.share is None else round(self.share, 3)),
+            ("time_ns", self.time_ns),
+        ) if v is not None}  # fmt: skip
+
+    def label(self) -> str:
+        who = f"{self.comm or '?'} (pid {self.pid}" if self.pid is not None else f"cgroup {self.cgroup_id} ("
+        extra = f", cgroup {self.cgroup_id}" if self.pid is not None and self.cgroup_id else ""
+        return who + extra + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    kind: str
+    evidence: tuple[str, ...]
+    effect: Effect | None = None
+    culprits: tuple[Culprit, ...] = ()
+    metrics: dict[str, float | int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        effect: dict[str, Any] = self.effect.as_dict() if self.effect else {}
+        effect.update(self.metrics)
+        return {
+            "kind": self.kind,
+            "evidence": list(self.evidence),
+            "effect": effect,
+            "culprits": [c.as_dict() for c in self.culprits],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Symptom:
+    """What the user sees: an op (or "process") of a pid, and its latency profile."""
+
+    summary: str
+    op: str | None = None
+    pid: int | None = None
+    comm: str | None = None
+    count: int = 0
+    p50_ns: int = 0
+    p99_ns: int = 0
+    max_ns: int = 0
+    total_ns: int = 0
+    extra: dict[str, float | int | str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "summary": self.summary, "op": self.op, "pid": self.pid, "comm": self.comm, "count": self.count,
+            "p50_ns": self.p50_ns, "p99_ns": self.p99_ns, "max_ns": self.max_ns, "total_ns": self.total_ns,
+        }  # fmt: skip
+        d.update(self.extra)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One ranked conclusion. ``lost_ns`` is the wall time the problem costs (for ranking)."""
+
+    rule: str
+    kind: str
+    severity: Severity
+    symptom: Symptom
+    causes: tuple[Cause, ...]
+    fix: str
+    lost_ns: int = 0
+    wall_ns: int = 0
+
+    @property
+    def id(self) -> str:
+        who = f"-{self.symptom.pid}" if self.symptom.pid is not None else ""
+        op = f"-{self.symptom.op}" if self.symptom.op else ""
+        return f"{self.kind}{who}{op}"
+
+    @property
+    def lost_share(self) -> float:
+        return self.lost_ns / self.wall_ns if self.wall_ns > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity.name,
+            "kind": self.kind,
+            "rule": self.rule,
+            "symptom": self.symptom.as_dict(),
+            "causes": [c.as_dict() for c in self.causes],
+            "fix": self.fix,
+            "impact": {"lost_ns": self.lost_ns, "wall_ns": self.wall_ns, "lost_share": round(self.lost_share, 4)},
+        }

@@ -1,0 +1,23 @@
+"""Read-only, time-limited SQL over a recording: filters as views, shared output formats."""
+
+from gpuscope.query.engine import DEFAULT_TIMEOUT_S, GuardedReader, QueryResult, open_reader, run_query
+from gpuscope.query.filters import EventFilter, TimePoint
+from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError
+from gpuscope.query.output import OutputFormat, add_output_options, chosen_format, write_rows
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "EventFilter",
+    "GuardedReader",
+    "OutputFormat",
+    "QueryRefusedError",
+    "QueryResult",
+    "QuerySyntaxError",
+    "QueryTimeoutError",
+    "TimePoint",
+    "add_output_options",
+    "chosen_format",
+    "open_reader",
+    "run_query",
+    "write_rows",
+]

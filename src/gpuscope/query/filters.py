@@ -1,0 +1,191 @@
+"""``--since/--from/--to/--pid/--node`` as TEMP views that shadow the event views.
+
+The user's SQL is never edited. Instead, on the read-only connection, a TEMP
+view named like each table or view that has ``session_id`` and ``ts_ns``
+columns (``events``, ``cuda_calls``, ``sched_switches``, ``event_log``, …)
+selects the filtered rows of its ``main.`` namesake; SQLite resolves unqualified names to the temp schema
+first, so ``SELECT … FROM events`` sees only the window. ``main.events`` stays
+reachable. Bounds are resolved to integers per session (monotonic ``ts_ns``,
+so the ``ts_ns`` index is used) and pids to integers before they are written
+into the view: no user text is pasted into SQL; node names are matched with a
+bound parameter.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from dataclasses import dataclass
+
+from gpuscope.errors import UsageError
+from gpuscope.report.units import parse_duration_s
+
+
+@dataclass(frozen=True, slots=True)
+class TimePoint:
+    """A point in a recording: an offset from its start, or an absolute Unix time."""
+
+    offset_ns: int | None = None
+    wall_ns: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TimePoint:
+        """``90s``/``2m``/``1.5`` (offset from the recording start) or ISO 8601 (``2026-01-02T03:04:05Z``).
+
+        Raises UsageError for anything else.
+        """
+        try:
+            return cls(offset_ns=int(parse_duration_s(text) * 1e9))
+        except ValueError:
+            pass
+        try:
+            when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise UsageError(
+                f"cannot read time {text!r}",
+                remedy="give an offset from the recording start (90s, 2m) or an ISO 8601 time (2026-01-02T03:04:05Z)",
+            ) from None
+        if when.tzinfo is None:
+            when = when.astimezone()  # local time, like `date`
+        return cls(wall_ns=int(when.timestamp() * 1e9))
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which events a reader sees. Empty (the default) means every event.
+
+    ``since_ns``: the last stretch of the recording, measured back from the
+    end of its last call (as ``explain --since`` counts). ``start``/``end``: inclusive window. ``pids``/``nodes``: keep
+    only these (any of them).
+    """
+
+    since_ns: int | None = None
+    start: TimePoint | None = None
+    end: TimePoint | None = None
+    pids: tuple[int, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.since_ns is None and self.start is None and self.end is None and not self.pids and not self.nodes
+
+    @classmethod
+    def from_options(
+        cls,
+        since: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        pids: list[int] | tuple[int, ...] | None = None,
+        nodes: list[str] | tuple[str, ...] | None = None,
+    ) -> EventFilter:
+        """Build a filter from CLI-style text options; raises UsageError on bad text."""
+        since_ns = None
+        if since is not None:
+            try:
+                since_ns = int(parse_duration_s(since) * 1e9)
+            except ValueError:
+                raise UsageError(f"cannot read duration {since!r}", remedy="use e.g. 30s, 5m, 2h") from None
+        return cls(
+            since_ns=since_ns,
+            start=TimePoint.parse(start) if start else None,
+            end=TimePoint.parse(end) if end else None,
+            pids=tuple(int(p) for p in pids or ()),
+            nodes=tuple(nodes or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    id: int
+    wall_minus_mono: int
+    start_wall_ns: int
+    end_wall_ns: int
+
+
+def _sessions(conn: sqlite3.Connection, nodes: tuple[str, ...]) -> list[_Session]:
+    rows = conn.execute("SELECT id, node, started_wall_ns, started_mono_ns, stopped_wall_ns FROM sessions").fetchall()
+    # The end of a session is the end of its last call (as `explain` counts it).
+    if len(rows) == 1:
+        # One session: through the ts_ns index, among the calls that started in the final minute.
+        (top,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
+        last: dict[int, int | None] = {rows[0][0]: None}
+        if top is not None:
+            (last[rows[0][0]],) = conn.execute(
+                "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(top) - 60_000_000_000,)
+            ).fetchone()
+    else:
+        last = dict(
+            conn.execute("SELECT session_id, max(ts_ns + duration_ns) FROM event_log GROUP BY session_id").fetchall()
+        )
+    out = []
+    for sid, node, wall0, mono0, stopped in rows:
+        if nodes and node not in nodes:
+            continue
+        offset = int(wall0) - int(mono0)
+        end_mono = last.get(sid)
+        end = int(end_mono) + offset if end_mono is not None else int(stopped or wall0)
+        out.append(_Session(int(sid), offset, int(wall0), end))
+    return out
+
+
+def _where(conn: sqlite3.Connection, f: EventFilter) -> str:
+    """The WHERE clause (integers only) that selects the filtered rows."""
+    sessions = _sessions(conn, f.nodes)
+    if not sessions:
+        return "0"
+    rec_start = min(s.start_wall_ns for s in sessions)
+    rec_end = max(s.end_wall_ns for s in sessions)
+    lo: int | None = None
+    hi: int | None = None
+
+    def resolve(p: TimePoint) -> int:
+        return rec_start + p.offset_ns if p.offset_ns is not None else int(p.wall_ns or 0)
+
+    if f.since_ns is not None:
+        lo = rec_end - f.since_ns
+    if f.start is not None:
+        lo = max(lo, resolve(f.start)) if lo is not None else resolve(f.start)
+    if f.end is not None:
+        hi = resolve(f.end)
+    per_session = []
+    for s in sessions:
+        terms = [f"session_id = {s.id}"]
+        if lo is not None:
+            terms.append(f"ts_ns >= {lo - s.wall_minus_mono}")
+        if hi is not None:
+            terms.append(f"ts_ns <= {hi - s.wall_minus_mono}")
+        per_session.append("(" + " AND ".join(terms) + ")")
+    clause = "(" + " OR ".join(per_session) + ")"
+    if f.pids:
+        clause += " AND pid IN (" + ", ".join(str(int(p)) for p in f.pids) + ")"
+    return clause
+
+
+def apply_filter(conn: sqlite3.Connection, f: EventFilter) -> None:
+    """Create the TEMP views that restrict the event views of ``conn`` to ``f``.
+
+    Must run before the read-only authorizer is installed. ``query_only`` is
+    lifted for the duration: ``mode=ro`` still keeps the file itself unwritable,
+    and the temp schema lives in memory.
+    """
+    if f.empty:
+        return
+    names = [r[0] for r in conn.execute("SELECT name FROM main.sqlite_master WHERE type IN ('table', 'view')")]
+    where = _where(conn, f)
+    targets = []
+    for name in names:
+        cols = {r[1] for r in conn.execute("SELECT * FROM pragma_table_info(?)", (name,))}
+        if {"session_id", "ts_ns"} <= cols and ("pid" in cols or not f.pids):
+            targets.append(name)
+    conn.execute("PRAGMA query_only=0")
+    try:
+        for name in targets:
+            quoted = '"' + name.replace('"', '""') + '"'
+            conn.execute(f"CREATE TEMP VIEW {quoted} AS SELECT * FROM main.{quoted} WHERE {where}")
+    finally:
+        conn.execute("PRAGMA query_only=1")
+
+
+def filtered_relations(conn: sqlite3.Connection) -> list[str]:
+    """Names the active filter applies to (the TEMP views of ``apply_filter``)."""
+    return [r[0] for r in conn.execute("SELECT name FROM temp.sqlite_master WHERE type = 'view' ORDER BY name")]

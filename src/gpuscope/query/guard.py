@@ -1,0 +1,122 @@
+"""Guards for user SQL: an authorizer that refuses writes and a time limit.
+
+``connect_reader`` already opens ``mode=ro`` with ``query_only``; the
+authorizer is a second, independent wall: it allows reading and nothing else,
+so ``ATTACH`` (which could open a writable file), ``PRAGMA writable_schema``,
+temp tables and transactions are refused before they run. The time limit is
+datasette's ``sqlite_timelimit`` pattern: a progress handler that aborts the
+statement once a deadline has passed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gpuscope.errors import EXIT_USAGE, GpuscopeError
+
+# Pragmas that only read: those that take a table or index name, and those
+# allowed only without a value (with one, they would set it).
+READ_ONLY_PRAGMAS_WITH_ARG = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list", "table_list"}
+)
+READ_ONLY_PRAGMAS = READ_ONLY_PRAGMAS_WITH_ARG | frozenset(
+    {
+        "database_list", "collation_list", "function_list", "pragma_list", "compile_options", "user_version",
+        "schema_version", "application_id", "page_count", "page_size", "freelist_count", "encoding", "query_only",
+    }
+)  # fmt: skip
+
+_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION})
+_RECURSIVE = getattr(sqlite3, "SQLITE_RECURSIVE", 33)
+
+# Authorizer action codes (sqlite3.h), for the one-line refusal message.
+_ACTION_NAMES = {
+    1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE", 5: "CREATE TEMP TRIGGER",
+    6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER", 8: "CREATE VIEW", 9: "DELETE", 10: "DROP INDEX", 11: "DROP TABLE",
+    12: "DROP TEMP INDEX", 13: "DROP TEMP TABLE", 14: "DROP TEMP TRIGGER", 15: "DROP TEMP VIEW", 16: "DROP TRIGGER",
+    17: "DROP VIEW", 18: "INSERT", 19: "PRAGMA", 20: "READ", 21: "SELECT", 22: "TRANSACTION", 23: "UPDATE",
+    24: "ATTACH", 25: "DETACH", 26: "ALTER TABLE", 27: "REINDEX", 28: "ANALYZE", 29: "CREATE VTABLE",
+    30: "DROP VTABLE", 31: "FUNCTION", 32: "SAVEPOINT", 33: "RECURSIVE",
+}  # fmt: skip
+
+
+class QueryRefusedError(GpuscopeError):
+    """The SQL tried something other than reading."""
+
+    exit_code = EXIT_USAGE
+    remedy = "gpuscope query is read-only: use one SELECT (or WITH … SELECT) statement"
+
+
+class QueryTimeoutError(GpuscopeError):
+    remedy = "narrow the query (a LIMIT, --since, --pid, a WHERE on ts_ns) or raise --timeout"
+
+
+class QuerySyntaxError(GpuscopeError):
+    exit_code = EXIT_USAGE
+    remedy = "see docs/schema.md for the tables, views and columns"
+
+
+class ReadOnlyAuthorizer:
+    """An ``sqlite3`` authorizer that allows reads and records the first refusal."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        if action in _ALLOWED_ACTIONS or action == _RECURSIVE:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if name in READ_ONLY_PRAGMAS_WITH_ARG or (arg2 is None and name in READ_ONLY_PRAGMAS):
+                return sqlite3.SQLITE_OK
+        if self.refused is None:
+            what = _ACTION_NAMES.get(action, f"action {action}")
+            target = " ".join(a for a in (arg1, arg2) if a)
+            self.refused = f"{what} {target}".strip()
+        return sqlite3.SQLITE_DENY
+
+
+def install_read_only_authorizer(conn: sqlite3.Connection) -> ReadOnlyAuthorizer:
+    """Refuse every statement that is not a read on ``conn``; returns the authorizer."""
+    auth = ReadOnlyAuthorizer()
+    conn.set_authorizer(auth)
+    return auth
+
+
+@contextmanager
+def time_limit(conn: sqlite3.Connection, seconds: float, *, deadline: float | None = None) -> Iterator[None]:
+    """Abort any statement on ``conn`` still running ``seconds`` from now (or at ``deadline``, monotonic).
+
+    ``seconds <= 0`` means no limit. The handler runs every 1000 VM steps
+    (every step for limits under 50 ms), like datasette's ``sqlite_timelimit``.
+    """
+    if seconds <= 0:
+        yield
+        return
+    if deadline is None:
+        deadline = time.monotonic() + seconds
+
+    def handler() -> int:
+        return 1 if time.monotonic() >= deadline else 0
+
+    conn.set_progress_handler(handler, 1 if seconds < 0.05 else 1000)
+    try:
+        yield
+    finally:
+        conn.set_progress_handler(None, 0)
+
+
+def translate_error(exc: sqlite3.Error, *, auth: ReadOnlyAuthorizer | None, timeout_s: float) -> GpuscopeError:
+    """Turn an sqlite3 error from user SQL into a one-line error with its remedy."""
+    msg = str(exc)
+    if "interrupted" in msg:
+        return QueryTimeoutError(f"query interrupted after the {timeout_s:g} s time limit")
+    if "not authorized" in msg or "authorization denied" in msg or "readonly" in msg or "read-only" in msg:
+        what = f" ({auth.refused})" if auth is not None and auth.refused else ""
+        return QueryRefusedError(f"refused: only reads are allowed{what}")
+    if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in msg:
+        return QueryRefusedError("refused: one statement at a time")
+    return QuerySyntaxError(f"SQL error: {msg}")

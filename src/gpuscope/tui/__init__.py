@@ -1,0 +1,1 @@
+"""The live view of `gpuscope trace`: snapshots built on a thread, rendered by views."""

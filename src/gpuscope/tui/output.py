@@ -1,0 +1,102 @@
+"""Wire a trace session to its live output: the full-screen view, plain lines or JSON."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+from gpuscope.agent.session import Tick, TraceSession
+from gpuscope.tui.findings import builtin_findings
+from gpuscope.tui.snapshot import FindingSource, LiveSnapshot, SnapshotBuilder
+from gpuscope.tui.source import SessionSource
+from gpuscope.tui.view import JsonView, LiveView, PlainView
+
+
+class OutputMode(enum.Enum):
+    TUI = "tui"  # full screen on a terminal
+    PLAIN = "plain"  # one line per interval on stderr
+    JSON = "json"  # one JSON object per interval on stdout
+
+
+def choose_mode(*, no_tui: bool, json: bool, stdout_is_tty: bool) -> OutputMode:
+    """``--json`` wins; the full screen needs stdout to be a terminal and no ``--no-tui``."""
+    if json:
+        return OutputMode.JSON
+    if no_tui or not stdout_is_tty:
+        return OutputMode.PLAIN
+    return OutputMode.TUI
+
+
+class LiveOutput:
+    """Run a snapshot builder and a view around ``session.run``.
+
+    Use as a context manager around the collector loop and pass ``on_tick``
+    as the session's tick callback. ``finish(counters)`` posts the last
+    interval (plain and JSON modes) once the session has flushed.
+    """
+
+    def __init__(
+        self,
+        session: TraceSession,
+        mode: OutputMode,
+        targets: str,
+        *,
+        findings: Sequence[FindingSource] | None = None,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.source = SessionSource(session, targets)
+        out = stdout or sys.stdout
+        err = stderr or sys.stderr
+        self.view: LiveView | PlainView | JsonView
+        if mode is OutputMode.TUI:
+            self.view = LiveView()
+        elif mode is OutputMode.JSON:
+            self.view = JsonView(out)
+        else:
+            self.view = PlainView(err)
+        self.builder = SnapshotBuilder(
+            self.source,
+            self._post,
+            findings=builtin_findings() if findings is None else findings,
+        )
+        self.last: LiveSnapshot | None = None
+
+    def _post(self, snap: LiveSnapshot) -> None:
+        self.last = snap
+        self.view.post(snap)
+
+    def on_tick(self, tick: Tick) -> None:
+        self.source.on_tick(tick)
+
+    def __enter__(self) -> LiveOutput:
+        self.view.__enter__()
+        self.builder.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.builder.stop()
+        finally:
+            self.view.__exit__(*exc)
+
+    def finish(self, counters: dict[str, int], *, db_path: str, session_id: int) -> None:
+        """After the session flushed: the last partial interval, and for JSON an end record."""
+        if self.mode is OutputMode.TUI:
+            return
+        self.source.set_dropped(counters.get("dropped", 0))
+        self._post(self.builder.build())
+        if isinstance(self.view, JsonView):
+            last = self.last
+            self.view.emit(
+                {
+                    "type": "end",
+                    "events": last.events if last else 0,
+                    "dropped": counters.get("dropped", 0),
+                    "db": db_path,
+                    "session": session_id,
+                }
+            )

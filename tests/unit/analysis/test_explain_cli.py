@@ -1,0 +1,171 @@
+"""`gpuscope explain` end to end on constructed databases, in process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpuscope.cli import main
+from gpuscope.model.ops import Op
+
+from .builder import MS, US, Events, steady_training
+
+
+def _preempted_db(path: Path) -> Path:
+    ev = Events(comms={100: "train", 999: "stress"})
+    for i, t in enumerate(steady_training(ev, 400)):
+        if i % 4 == 0:
+            ev.rows = [r if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize)) else
+                       (r[0], r[1] + 5 * MS, *r[2:]) for r in ev.rows]  # fmt: skip
+            ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999)
+    return ev.to_db(path)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(["explain", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_document_has_the_documented_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store")
+    assert rc == 0
+    doc = json.loads(out)
+    assert set(doc["window"]) >= {"start_ns", "end_ns", "length_ns", "events"}
+    f = doc["findings"][0]
+    assert set(f) >= {"id", "severity", "kind", "symptom", "causes", "fix"}
+    assert f["kind"] == "cpu-preemption"
+    assert set(f["symptom"]) >= {"op", "pid", "p50_ns", "p99_ns"}
+    cause = f["causes"][0]
+    assert set(cause) == {"kind", "evidence", "effect", "culprits"}
+    assert cause["effect"]["p50_ratio"] > 10
+    assert cause["culprits"][0]["pid"] == 999
+
+
+def test_since_counts_back_from_the_end_of_the_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # given a recording 4 s long, made long ago (monotonic timestamps far from now)
+    db = _preempted_db(tmp_path / "t.db")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--since", "1s")
+    w = json.loads(out)["window"]
+    assert rc == 0
+    assert w["end_ns"] == w["recording_end_ns"]
+    assert w["length_ns"] == 1_000_000_000
+    assert 0 < w["events"] < 1000
+
+
+def test_from_to_select_offsets_from_the_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--from", "1s", "--to", "2s")
+    w = json.loads(out)["window"]
+    assert (rc, w["start_ns"] - w["recording_start_ns"], w["length_ns"]) == (0, 1_000_000_000, 1_000_000_000)
+
+
+def test_findings_are_appended_to_the_history_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    for _ in range(2):
+        assert _run(capsys, "--db", str(db))[0] == 0
+    rows = sqlite3.connect(db).execute("SELECT kind, severity, window_end_ns FROM findings").fetchall()
+    assert len(rows) >= 2 and rows[0][0] == "cpu-preemption"
+
+
+def test_a_read_only_database_still_gets_a_report_and_is_not_modified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    before = db.read_bytes()
+    os.chmod(db, stat.S_IRUSR)
+    os.chmod(tmp_path, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        if os.access(db, os.W_OK):
+            pytest.skip("root ignores file modes here")
+        rc, out, err = _run(capsys, "--db", str(db))
+    finally:
+        os.chmod(tmp_path, stat.S_IRWXU)
+        os.chmod(db, stat.S_IRUSR | stat.S_IWUSR)
+    assert rc == 0 and "cpu-preemption" in out
+    assert "not stored" in err
+    assert db.read_bytes() == before
+
+
+def test_an_unwritable_database_is_reported_on_and_left_intact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a database explain may not write (what file modes do for a non-root user)
+    db = _preempted_db(tmp_path / "t.db")
+    sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    before = db.read_bytes()
+    monkeypatch.setattr("gpuscope.analysis.history._writable", lambda path: False)
+    rc, out, err = _run(capsys, "--db", str(db))
+    assert rc == 0 and "cpu-preemption" in out
+    assert "not stored" in err
+    assert db.read_bytes() == before
+    assert not (tmp_path / "t.db-wal").exists() or (tmp_path / "t.db-wal").stat().st_size == 0
+
+
+def test_no_store_leaves_the_file_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
+    before = db.read_bytes()
+    assert _run(capsys, "--db", str(db), "--no-store")[0] == 0
+    assert db.read_bytes() == before
+
+
+def test_empty_recording_says_no_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = Events().to_db(tmp_path / "e.db")
+    rc, out, _ = _run(capsys, "--db", str(db))
+    assert rc == 0 and "no findings" in out
+
+
+def test_clean_recording_says_no_findings_with_the_stats_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ev = Events()
+    steady_training(ev, 300)
+    rc, out, _ = _run(capsys, "--db", str(ev.to_db(tmp_path / "c.db")), "--per-process")
+    assert rc == 0 and "no findings" in out
+    assert "cudaStreamSynchronize" in out and "pid 100" in out
+
+
+def test_corrupt_database_is_one_line_error_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    rc, out, err = _run(capsys, "--db", str(bad))
+    assert rc == 1 and out == ""
+    assert err.startswith("error: ") and "Traceback" not in err
+
+
+def test_missing_database_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _run(capsys, "--db", str(tmp_path / "none.db"))
+    assert rc == 1 and "no such database" in err
+
+
+def test_database_without_event_tables_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "other.db"
+    sqlite3.connect(db).execute("CREATE TABLE t(x)").close()
+    rc, _, err = _run(capsys, "--db", str(db))
+    assert rc == 1 and "not a gpuscope database" in err
+
+
+def test_min_severity_filters_and_bad_levels_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--min-severity", "critical")
+    assert rc == 0 and all(f["severity"] == "CRITICAL" for f in json.loads(out)["findings"])
+    assert _run(capsys, "--db", str(db), "--min-severity", "urgent")[0] == 2
+    assert _run(capsys, "--db", str(db), "--since", "1s", "--from", "2s")[0] == 2
+
+
+def test_pid_filter_restricts_the_analysis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _preempted_db(tmp_path / "t.db")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--pid", "12345")
+    assert rc == 0 and json.loads(out)["findings"] == []

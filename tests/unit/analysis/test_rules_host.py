@@ -1,0 +1,116 @@
+"""Host-cause rules on constructed event sets: overlap, not proximity; effect size or nothing."""
+
+from __future__ import annotations
+
+from gpuscope.model.findings import Severity
+from gpuscope.model.ops import Op
+
+from .builder import MS, US, Events, steady_training
+
+
+def _slow_syncs(ev: Events, syncs: list[int], every: int, extra: int, **sched: object) -> None:
+    """Make every n-th sync `extra` longer, with an off-CPU interval of that length inside it."""
+    for i, t in enumerate(syncs):
+        if i % every == 0:
+            ev.rows = [r if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize)) else
+                       (r[0], r[1] + extra, *r[2:]) for r in ev.rows]  # fmt: skip
+            ev.sched(t + 20 * US, extra, **sched)  # type: ignore[arg-type]
+
+
+def test_preemption_inside_slow_syncs_is_reported_with_its_preemptor_and_effect() -> None:
+    # given syncs that are 5 ms longer whenever pid 999 held the CPU during them
+    ev = Events(comms={100: "train", 999: "stress"})
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999)
+    # when
+    report = ev.report()
+    # then
+    top = report.findings[0]
+    assert top.kind == "cpu-preemption"
+    assert top.severity >= Severity.HIGH
+    cause = top.causes[0]
+    assert cause.effect is not None and cause.effect.p50_ratio > 10
+    assert cause.effect.excess_share > 0.9
+    assert cause.culprits[0].pid == 999 and cause.culprits[0].comm == "stress"
+    assert "stress" in top.fix
+
+
+def test_voluntary_sleep_inside_calls_is_not_cpu_preemption() -> None:
+    ev = Events()
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=False, by_pid=0)
+    assert "cpu-preemption" not in ev.kinds()
+
+
+def test_preemption_between_calls_is_not_blamed_on_them() -> None:
+    # given preemption right after every sync (proximity), never inside one
+    ev = Events()
+    for t in steady_training(ev, 400):
+        ev.sched(t + 200 * US, 300 * US, preempted=True)
+    assert "cpu-preemption" not in ev.kinds()
+
+
+def test_preemption_without_a_latency_effect_is_not_reported() -> None:
+    # given every call equally preempted for a sliver: no difference between affected and unaffected
+    ev = Events()
+    for t in steady_training(ev, 400):
+        ev.sched(t + 20 * US, 2 * US, preempted=True)
+    assert "cpu-preemption" not in ev.kinds()
+
+
+def test_preemption_by_another_cgroup_is_also_a_noisy_neighbour_ranked_below_the_mechanism() -> None:
+    ev = Events(comms={999: "other-job"})
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999, by_cgroup=4242)
+    kinds = ev.kinds()
+    assert kinds[0] == "cpu-preemption"
+    assert "noisy-neighbour" in kinds
+
+
+def test_block_io_in_flight_during_slow_calls_is_reported() -> None:
+    ev = Events()
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 5, 4 * MS, preempted=False, by_pid=0)
+    for i, t in enumerate(syncs):
+        if i % 5 == 0:
+            ev.add(Op.block_io, t, 5 * MS, 100, nbytes=1 << 20, arg0=1)
+    kinds = ev.kinds()
+    assert kinds[0] == "block-io"
+    assert "cpu-preemption" not in kinds
+
+
+def test_direct_reclaim_during_slow_calls_is_memory_pressure() -> None:
+    ev = Events()
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 5, 3 * MS, preempted=False, by_pid=0)
+    for i, t in enumerate(syncs):
+        if i % 5 == 0:
+            ev.add(Op.direct_reclaim, t + 30 * US, 3 * MS, 100)
+    assert ev.kinds()[0] == "memory-pressure"
+
+
+def test_tcp_retransmits_inside_slow_calls_are_reported() -> None:
+    ev = Events()
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 5, 3 * MS, preempted=False, by_pid=0)
+    for i, t in enumerate(syncs):
+        if i % 5 == 0:
+            ev.add(Op.tcp_retransmit, t + 1 * MS, 0, 100)
+    assert "tcp-retransmit" in ev.kinds()
+
+
+def test_oom_kill_of_a_traced_process_is_critical() -> None:
+    ev = Events(comms={100: "train"})
+    steady_training(ev, 50)
+    ev.add(Op.oom_kill, 60 * MS, 0, 1, handle=100, nbytes=8 << 30)
+    top = ev.report().findings[0]
+    assert (top.kind, top.severity) == ("oom", Severity.CRITICAL)
+    assert top.symptom.pid == 100
+
+
+def test_a_clean_workload_has_no_high_or_critical_finding() -> None:
+    ev = Events()
+    syncs = steady_training(ev, 1000)
+    for t in syncs[::10]:
+        ev.sched(t + 500 * US, 50 * US, preempted=False)  # sleeps between calls
+    assert all(f.severity < Severity.HIGH for f in ev.report().findings)
