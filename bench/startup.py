@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import PYTHON, REAL_CUDART, ROOT, Result, median, use_source_bpf
+from benchlib import BUILD_DIR, PYTHON, REAL_CUDART, ROOT, Result, median, use_source_bpf
 
 from gpuscope.agent.discovery import Discovery
 from gpuscope.agent.tracer import TraceOptions, Tracer
@@ -48,12 +48,25 @@ def _in_process(lib_path: Path) -> tuple[float, float, int]:
     return t1 - t0, t3 - t2, probes
 
 
-def _end_to_end(lib_path: Path, db: Path) -> tuple[float, int, str]:
+def _env(cached_bytecode: bool) -> dict[str, str]:
+    """The environment as given, or with bytecode cached like an installed wheel.
+
+    Cached: .pyc files go to bench/.build/pycache (PYTHONPYCACHEPREFIX), not
+    into src/, even where PYTHONDONTWRITEBYTECODE is set.
+    """
+    env = dict(os.environ)
+    if cached_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(BUILD_DIR / "pycache")
+    return env
+
+
+def _end_to_end(lib_path: Path, db: Path, env: dict[str, str]) -> tuple[float, int, str]:
     """(wall seconds, exit status, last stderr line) of one `gpuscope trace` run."""
     cmd = [PYTHON, "-m", "gpuscope", "trace", "--lib", str(lib_path), "--duration", "0.5s", "--db", str(db),
            "--", "true"]  # fmt: skip
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     wall = time.perf_counter() - t0
     tail = (proc.stderr.strip().splitlines() or [""])[-1]
     return wall, proc.returncode, tail
@@ -78,27 +91,37 @@ def run(quick: bool = False) -> list[Result]:
         r, t, probes = _in_process(REAL_CUDART)
         ready.append(r)
         teardown.append(t)
-    walls: list[float] = []
-    bad: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-", dir="/var/tmp") as tmp:
-        for i in range(reps):
-            wall, rc, tail = _end_to_end(REAL_CUDART, Path(tmp) / f"trace{i}.db")
-            walls.append(wall)
-            if rc != 0:
-                bad.append(f"exit {rc}: {tail}")
-    imports = [_import_time() for _ in range(reps)]
-    e2e_note = f"{len(bad)} runs failed ({bad[0]})" if bad else "all exit 0"
-    setup = f"{note_src}; {reps} reps, median after the first; {REAL_CUDART.name} from the nvidia-cuda-runtime-cu12 wheel"
-    return [
+    rows = [
         _row("Tracer + attach -> ready", ready, f"{probes} probes, entry+return"),
         _row("detach + close", teardown),
-        _row("gpuscope trace -- true (wall)", walls, e2e_note),
-        _row("  of which: python + imports", imports, "`python -c 'import gpuscope.commands.trace'`"),
-        Result("startup", "(setup)", "", "", setup),
     ]
+    variants = [(True, "bytecode cached")]
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        variants.append((False, "PYTHONDONTWRITEBYTECODE set: no .pyc"))
+    with tempfile.TemporaryDirectory(prefix="gpuscope-bench-", dir="/var/tmp") as tmp:
+        for cached, label in variants:
+            env = _env(cached)
+            walls: list[float] = []
+            bad: list[str] = []
+            for i in range(reps):
+                wall, rc, tail = _end_to_end(REAL_CUDART, Path(tmp) / f"trace{i}.db", env)
+                walls.append(wall)
+                if rc != 0:
+                    bad.append(f"exit {rc}: {tail}")
+            note = f"{len(bad)} runs failed ({bad[0]})" if bad else "all exit 0"
+            rows.append(_row("gpuscope trace -- true (wall)", walls, f"{label}; {note}"))
+            imports = [_import_time(env) for _ in range(reps)]
+            rows.append(_row("  of which: python + imports", imports,
+                             f"{label}; `gpuscope.cli.build_parser()`"))  # fmt: skip
+    setup = f"{note_src}; {reps} reps, median after the first; {REAL_CUDART.name} from the nvidia-cuda-runtime-cu12 wheel"
+    rows.append(Result("startup", "(setup)", "", "", setup))
+    return rows
 
 
-def _import_time() -> float:
+def _import_time(env: dict[str, str]) -> float:
+    # gpuscope.cli builds its parser from every subcommand module: that is
+    # what `gpuscope trace` imports before it starts.
     t0 = time.perf_counter()
-    subprocess.run([PYTHON, "-c", "import gpuscope.commands.trace"], check=True, cwd=ROOT)
+    code = "import gpuscope.cli as c; c.build_parser()"
+    subprocess.run([PYTHON, "-c", code], check=True, cwd=ROOT, env=env)
     return time.perf_counter() - t0

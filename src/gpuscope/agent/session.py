@@ -32,12 +32,15 @@ from gpuscope.agent.attribution import (
 )
 from gpuscope.agent.discovery import CudaLibrary, Discovery
 from gpuscope.agent.procinfo import read_process
+from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.ops import Op
+from gpuscope.store.aggregates import BUCKET_NS, INSERT_AGGREGATES, Aggregator
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.retention import DEFAULT_MAX_DB, enforce_cap
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
 
 POLL_INTERVAL_S = 0.01
@@ -123,6 +126,9 @@ class TraceSession:
         discovery_env: dict[str, str] | None = None,
         command: list[str] | None = None,
         scan_system: bool = True,
+        record_all: bool = False,
+        max_db_bytes: int = DEFAULT_MAX_DB,
+        keep_first_s: float = 10.0,
     ) -> None:
         self.db_path = Path(db_path).expanduser()
         self.node = node or socket.gethostname()
@@ -160,10 +166,15 @@ class TraceSession:
                     "host": opts.host,
                     "uprobe_multi": self.tracer.multi,
                     "ring_bytes": opts.ring_bytes,
+                    "storage": "all" if record_all else "selective",
+                    "max_db_bytes": max_db_bytes,
                 },
             ),
         )
         self.writer = EventWriter(self.conn, self.session_id)
+        self.max_db_bytes = max_db_bytes
+        self.policy = StoragePolicy(record_all=record_all, start_ns=self.started_mono_ns, warmup_s=keep_first_s)
+        self.aggregator = Aggregator(self.session_id)
         self.targets: list[int] = []
         self._cgroups_seen: set[tuple[int, str]] = set()
         self._environ: dict[int, dict[str, str]] = {}
@@ -202,8 +213,9 @@ class TraceSession:
             if not len(ev):
                 break
             total += len(ev)
-            self.writer.put(ev)
-            for pid in self.stats.update(ev):
+            new_pids = self.stats.update(ev)
+            self._store(ev)
+            for pid in new_pids:
                 self._note_process(pid)
             self._note_communicators(ev)
             self._note_cgroups(ev)
@@ -245,6 +257,10 @@ class TraceSession:
         self._last_tick, self._last_events = now, self.stats.events
         self._save_counters(counters)
         self._flush_page_allocs()
+        self._flush_aggregates(time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 2 * BUCKET_NS)
+        if self.max_db_bytes > 0:
+            path, cap = self.db_path, self.max_db_bytes
+            self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
         if not self._explicit_libs:
             for pid in list(self.stats.pids)[:256]:
                 for lib in self.discovery.scan_process(pid):
@@ -367,8 +383,19 @@ class TraceSession:
         ev["duration_ns"] = now - start
         ev["op"] = int(Op.mm_page_alloc)
         ev["comm"] = [self._comm_of(int(p)).encode()[:15] for p in ev["pid"]]
-        self.writer.put(ev)
         self.stats.update(ev)
+        self._store(ev, keep_all=True)
+
+    def _store(self, ev: np.ndarray, keep_all: bool = False) -> None:
+        """Count every event in the aggregates; store the rows the policy keeps."""
+        keep = np.ones(len(ev), dtype=bool) if keep_all else self.policy.keep(ev, self.stats.per_op)
+        self.aggregator.add(ev, keep)
+        self.writer.put(ev if keep.all() else ev[keep])
+
+    def _flush_aggregates(self, before_ns: int | None) -> None:
+        rows = self.aggregator.take(before_ns)
+        if rows:
+            self.writer.call(INSERT_AGGREGATES, rows)
 
     def _comm_of(self, pid: int) -> str:
         if pid == 0:
@@ -386,6 +413,10 @@ class TraceSession:
         tracer.detach()
         self.poll()
         self._flush_page_allocs()
+        self._flush_aggregates(None)
+        if self.max_db_bytes > 0:
+            path, cap = self.db_path, self.max_db_bytes
+            self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
         counters = tracer.counters()
         self._save_counters(counters, final=True, libraries=libraries)
         tracer.close()

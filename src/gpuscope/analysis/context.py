@@ -25,6 +25,7 @@ class Context:
         self.frame = frame
         self.window = window
         self.pid_filter = pids
+        self._groups: dict[tuple[int, bool], list[tuple[int, int, np.ndarray]]] = {}
 
     @cached_property
     def calls(self) -> np.ndarray:
@@ -98,9 +99,12 @@ class Context:
 
     def groups(self, min_count: int = 10, warm_only: bool = True) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls``) for every op of every process with enough calls."""
-        f, c = self.frame, self.calls
-        keep = ~self.cold if warm_only else np.ones(len(c), dtype=bool)
-        return self._groups_of(f.pid[c] * 256 + f.op[c], keep, min_count)
+        key = (min_count, warm_only)
+        if key not in self._groups:
+            f, c = self.frame, self.calls
+            keep = ~self.cold if warm_only else np.ones(len(c), dtype=bool)
+            self._groups[key] = self._groups_of(f.pid[c] * 256 + f.op[c], keep, min_count)
+        return self._groups[key]
 
     @staticmethod
     def _groups_of(group: np.ndarray, keep: np.ndarray, min_count: int) -> list[tuple[int, int, np.ndarray]]:

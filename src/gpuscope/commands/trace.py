@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
     p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
     p.add_argument("--no-wakeups", action="store_true", help="do not record sched_wakeup events")
+    p.add_argument(
+        "--record-all", action="store_true", help="store a row for every event (default: selective, see docs/storage.md)"
+    )
+    p.add_argument("--keep-first", default="10s", metavar="DURATION", help="selective storage keeps every row this long (default 10s)")
+    p.add_argument("--max-db", default="10g", metavar="SIZE", help="keep the database under SIZE (e.g. 500m; 0 = no cap)")
     p.add_argument("--no-io", action="store_true", help="no block I/O tracepoints")
     p.add_argument("--no-tcp", action="store_true", help="no TCP retransmit tracepoint")
     p.add_argument("--no-memory", action="store_true", help="no page allocation / reclaim / OOM tracepoints")
@@ -119,6 +124,12 @@ def run(args: argparse.Namespace) -> int:
         tcp=not args.no_tcp,
         memory=not args.no_memory,
     )
+    try:
+        max_db = parse_size(args.max_db)
+    except ValueError:
+        raise UsageError(f"--max-db {args.max_db}: not a size (examples: 500m, 10g, 0)") from None
+    if 0 < max_db < (1 << 20):
+        raise UsageError(f"--max-db {args.max_db}: too small (at least 1m, or 0 for no cap)")
     config = load_config()
     db = args.db or os.environ.get("GPUSCOPE_DB") or config.get("db") or default_db_path()
     node = args.node or config.get("node")
@@ -129,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
         db,
         node=node,
         argv=sys.argv,
+        record_all=args.record_all,
+        max_db_bytes=max_db,
+        keep_first_s=parse_duration_s(args.keep_first),
         libraries=args.lib,
         command=command or None,
     )

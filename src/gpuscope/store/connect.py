@@ -31,6 +31,10 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(p), check_same_thread=False, isolation_level=None)
+        if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
+            # Only settable before the first table: lets --max-db give pages back.
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.create_function("gs_hist_merge", 2, _hist_merge, deterministic=True)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
@@ -40,6 +44,12 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     except OSError as exc:
         raise DatabaseError(f"{p}: cannot create: {exc.strerror}") from None
     return conn
+
+
+def _hist_merge(a: bytes | None, b: bytes | None) -> bytes:
+    from gpuscope.store.aggregates import decode_hist, encode_hist
+
+    return encode_hist(decode_hist(a) + decode_hist(b))
 
 
 def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:

@@ -376,10 +376,49 @@ WHERE o.kind = 'graph';
 CREATE INDEX nccl_comms_lookup ON nccl_comms(session_id, pid, comm_handle, ts_ns);
 """
 
+# Exact per-second aggregates of every event (selective storage keeps only
+# some rows; counts, rates and percentiles come from here).
+_V4_AGGREGATES = """
+CREATE TABLE event_aggregates (
+    session_id INTEGER NOT NULL,
+    bucket_ns INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    op_id INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    stored INTEGER NOT NULL,
+    sum_duration_ns INTEGER NOT NULL,
+    min_duration_ns INTEGER NOT NULL,
+    max_duration_ns INTEGER NOT NULL,
+    sum_bytes INTEGER NOT NULL,
+    histogram BLOB,
+    PRIMARY KEY (session_id, bucket_ns, pid, op_id)
+);
+CREATE VIEW aggregates AS
+SELECT
+    a.session_id AS session_id,
+    s.node AS node,
+    a.bucket_ns AS bucket_ns,
+    a.bucket_ns - s.started_mono_ns + s.started_wall_ns AS wall_ns,
+    a.pid AS pid,
+    o.source AS source,
+    o.name AS op,
+    a.count AS count,
+    a.stored AS stored,
+    a.sum_duration_ns AS sum_duration_ns,
+    a.min_duration_ns AS min_duration_ns,
+    a.max_duration_ns AS max_duration_ns,
+    a.sum_bytes AS sum_bytes,
+    a.histogram AS histogram
+FROM event_aggregates a
+JOIN sessions s ON s.id = a.session_id
+LEFT JOIN ops o ON o.id = a.op_id;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
     Migration(3, "attribution: cgroups, ranks, NCCL communicators, exec argv", _V3_ATTRIBUTION),
+    Migration(4, "exact per-second aggregates of every event", _V4_AGGREGATES),
     Migration(5, "merge and import: clock offsets, import provenance, imported history", _V5_MERGE_IMPORT),
 ]
 

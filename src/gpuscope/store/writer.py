@@ -12,6 +12,7 @@ import json
 import queue
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,9 @@ class EventWriter:
     def __init__(self, conn: sqlite3.Connection, session_id: int, *, max_pending: int = 64) -> None:
         self._conn = conn
         self._session_id = session_id
-        self._queue: queue.Queue[np.ndarray | tuple[str, Any] | None] = queue.Queue(max_pending)
+        self._queue: queue.Queue[np.ndarray | tuple[str, Any] | Callable[[sqlite3.Connection], Any] | None] = (
+            queue.Queue(max_pending)
+        )
         self._comm_ids: dict[bytes, int] = {
             c.encode(): i for i, c in conn.execute("SELECT id, comm FROM comms").fetchall()
         }
@@ -85,6 +88,10 @@ class EventWriter:
     def call(self, sql: str, params: tuple[Any, ...] | list[tuple[Any, ...]] = ()) -> None:
         """Run a small statement on the writer thread, in order with events."""
         self._queue.put((sql, params))
+
+    def call_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        """Run ``fn(conn)`` on the writer thread, outside any transaction, in order."""
+        self._queue.put(fn)
 
     def pending(self) -> int:
         return self._queue.qsize()
@@ -108,7 +115,12 @@ class EventWriter:
                 conn.execute("BEGIN")
                 # Coalesce whatever else is already queued into one transaction.
                 while True:
-                    if isinstance(item, tuple):
+                    if callable(item):
+                        # Maintenance (retention, checkpoints) runs between transactions.
+                        conn.execute("COMMIT")
+                        item(conn)
+                        conn.execute("BEGIN")
+                    elif isinstance(item, tuple):
                         sql, params = item
                         if isinstance(params, list):
                             conn.executemany(sql, params)

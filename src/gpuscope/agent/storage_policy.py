@@ -1,0 +1,74 @@
+"""Which events get a row of their own (selective storage, the default).
+
+Every event is counted exactly in ``event_aggregates``. Individual rows are
+kept for what analysis needs one by one, and sampled for the high-rate rest:
+
+- everything during the first ``warmup_s`` seconds of the session;
+- synchronizations, allocations and frees, graph and NCCL calls, host
+  events (off-CPU intervals, block I/O, retransmits, reclaim, lifecycle);
+- calls that failed (non-zero return);
+- the first launch of each kernel in each process (cold start is per kernel);
+- slow calls: above ``slow_factor`` × the op's running p50;
+- one in ``sample_every`` of the remaining launches, copies, memsets and wakeups.
+
+``--record-all`` keeps every row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscope.analysis.latency import LatencyHistogram
+from gpuscope.model.ops import OPS, Op, OpKind
+
+SAMPLED_KINDS = {OpKind.LAUNCH, OpKind.COPY, OpKind.SET}
+_SAMPLED_OPS = np.array(
+    sorted(int(o) for o, info in OPS.items() if info.kind in SAMPLED_KINDS) + [int(Op.sched_wakeup)], dtype=np.uint16
+)
+_LAUNCH_OPS = np.array(sorted(int(o) for o, info in OPS.items() if info.kind is OpKind.LAUNCH), dtype=np.uint16)
+
+
+@dataclass
+class StoragePolicy:
+    record_all: bool = False
+    warmup_s: float = 10.0
+    slow_factor: float = 3.0
+    sample_every: int = 100
+    start_ns: int = 0
+    _seen_kernels: set[tuple[int, int]] = field(default_factory=set)
+    _counters: dict[int, int] = field(default_factory=dict)
+
+    def keep(self, ev: np.ndarray, per_op: dict[int, LatencyHistogram]) -> np.ndarray:
+        """Boolean mask of the rows to store."""
+        n = len(ev)
+        if self.record_all or n == 0:
+            return np.ones(n, dtype=bool)
+        keep = ~np.isin(ev["op"], _SAMPLED_OPS)
+        keep |= ev["ts_ns"] < self.start_ns + int(self.warmup_s * 1e9)
+        keep |= ev["ret"] != 0
+        # One in N of each op, by arrival order (a counter per op: one shared
+        # counter would alias with the call pattern of a training step).
+        ops = ev["op"]
+        for op in np.unique(ops[~keep]).tolist():
+            sel = np.flatnonzero((ops == op) & ~keep)
+            start = self._counters.get(op, 0)
+            self._counters[op] = start + len(sel)
+            keep[sel[(np.arange(start, start + len(sel)) % self.sample_every) == 0]] = True
+        for op in np.unique(ev["op"][~keep]).tolist():
+            hist = per_op.get(op)
+            if hist is None or hist.count < 20:
+                continue
+            sel = (ev["op"] == op) & ~keep
+            keep[sel] = ev["duration_ns"][sel] > self.slow_factor * hist.percentile(50)
+        launches = np.flatnonzero(np.isin(ev["op"], _LAUNCH_OPS) & ~keep)
+        for i in launches.tolist():
+            key = (int(ev["pid"][i]), int(ev["handle"][i]))
+            if key not in self._seen_kernels:
+                self._seen_kernels.add(key)
+                keep[i] = True
+        # First launches that were kept for another reason still count as seen.
+        for i in np.flatnonzero(np.isin(ev["op"], _LAUNCH_OPS) & keep).tolist():
+            self._seen_kernels.add((int(ev["pid"][i]), int(ev["handle"][i])))
+        return keep

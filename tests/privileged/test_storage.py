@@ -1,0 +1,55 @@
+"""Selective storage and the size cap never change the counts: aggregates are exact."""
+
+from __future__ import annotations
+
+import os
+
+
+def _aggregate_counts(run) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {str(op): int(n) for op, n in run.query("SELECT op, sum(count) FROM aggregates GROUP BY op")}
+
+
+def test_selective_storage_samples_launches_but_counts_every_call(build_workload, trace_command):  # type: ignore[no-untyped-def]
+    exe = build_workload("cuda_calls.c")
+    run = trace_command([str(exe), "3000", "1"], extra=["--keep-first", "0"])
+    assert run.returncode == 0, run.stderr
+    agg = _aggregate_counts(run)
+    stored = run.op_counts()
+    # every call counted exactly
+    for op in ("cudaLaunchKernel", "cudaMalloc", "cudaStreamSynchronize", "cuLaunchKernel", "cudaMemcpy"):
+        assert agg[op] == 3000, (op, agg)
+    # synchronizations and allocations keep every row
+    assert stored["cudaStreamSynchronize"] == 3000 and stored["cudaMalloc"] == 3000
+    # launches and copies are sampled (one in 100, plus slow and first-of-kernel calls)
+    assert 30 <= stored["cudaLaunchKernel"] < 600, stored
+    assert stored["cudaMemcpy"] < 600, stored
+    # the first launch of each kernel is always kept
+    first_call = run.query("SELECT min(bucket_ns) FROM aggregates WHERE op = 'cudaLaunchKernel'")[0][0]
+    first_row = run.query("SELECT min(ts_ns) FROM events WHERE op = 'cudaLaunchKernel'")[0][0]
+    assert first_row // 1_000_000_000 * 1_000_000_000 == first_call
+    # stored counts in the aggregates match the rows
+    assert run.query("SELECT sum(stored) FROM aggregates WHERE op = 'cudaLaunchKernel'") == [
+        (stored["cudaLaunchKernel"],)
+    ]
+
+
+def test_record_all_keeps_every_row(build_workload, trace_command):  # type: ignore[no-untyped-def]
+    exe = build_workload("cuda_calls.c")
+    run = trace_command([str(exe), "500", "1"], extra=["--keep-first", "0", "--record-all"])
+    assert run.op_counts()["cudaLaunchKernel"] == 500
+
+
+def test_a_trace_pushed_past_max_db_stays_under_it_with_exact_aggregates(build_workload, trace_command):  # type: ignore[no-untyped-def]
+    # given a workload writing far more rows than fit in 2 MiB
+    exe = build_workload("cuda_calls.c")
+    run = trace_command([str(exe), "20000", "2"], extra=["--record-all", "--max-db", "2m"])
+    assert run.returncode == 0, run.stderr
+    size = sum(os.path.getsize(str(run.db) + sfx) for sfx in ("", "-wal", "-shm") if os.path.exists(str(run.db) + sfx))
+    # then the file is under the cap, the oldest rows went first, and the counts are exact
+    assert size <= 2 << 20, size
+    stored = run.op_counts()
+    assert stored.get("cudaLaunchKernel", 0) < 40000
+    agg = _aggregate_counts(run)
+    for op in ("cudaLaunchKernel", "cudaMalloc", "cuCtxSynchronize"):
+        assert agg[op] == 40000, (op, agg)
+    assert run.query("SELECT count(*) FROM sessions WHERE stopped_wall_ns IS NOT NULL") == [(1,)]
