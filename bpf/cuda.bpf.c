@@ -13,6 +13,7 @@
  * (cudaMalloc -> cuMemAlloc_v2), and both are probed.
  */
 #include "common.bpf.h"
+#include "stacks.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -321,11 +322,15 @@ int gs_cuda_entry(struct pt_regs *ctx)
 		struct gs_call c = {};
 		struct gs_event *e;
 
+		struct gs_stack_buf *sb = gs_stack_capture(ctx, op, pid_tgid);
+
 		gs_read_args(ctx, op, &c);
 		e = gs_reserve(op);
 		if (!e)
 			return 0;
 		e->ts_ns = bpf_ktime_get_ns();
+		if (sb)
+			gs_stack_emit(sb, e->ts_ns);
 		gs_fill_task(e, pid_tgid);
 		gs_copy_call(e, &c);
 		e->flags = GS_FLAG_ENTRY_ONLY;
@@ -348,8 +353,12 @@ int gs_cuda_entry(struct pt_regs *ctx)
 	c->op = op;
 	gs_read_args(ctx, op, c);
 	st->depth = d + 1;
-	/* Last, so the probe's own work is not counted in the call's duration. */
+	struct gs_stack_buf *sb = gs_stack_capture(ctx, op, pid_tgid);
+	/* Last, so the probe's own work is not counted in the call's duration
+	 * (only the stack record's copy into the ring is). */
 	c->ts_ns = bpf_ktime_get_ns();
+	if (sb)
+		gs_stack_emit(sb, c->ts_ns);
 	return 0;
 }
 

@@ -131,7 +131,8 @@ enum gs_stat {
 	GS_STAT_UNMATCHED_RET = 5,/* return with no matching entry (attached mid-call) */
 	GS_STAT_DROP_NCCL = 6,    /* ring full: NCCL record lost */
 	GS_STAT_DROP_AUX = 7,     /* aux ring full: exec argv record lost */
-	GS_STAT_MAX = 8,
+	GS_STAT_DROP_STACK = 8,   /* stack ring full: the call's stack record lost (the call is kept) */
+	GS_STAT_MAX = 9,
 };
 
 /*
@@ -197,6 +198,77 @@ struct gs_aux_header {
 	__u32 tid;
 	__u32 kind;       /* enum gs_aux_kind */
 	__u32 len;        /* payload bytes that follow */
+};
+
+/*
+ * Stack records on the `stack_events` ring (variable length): one per CUDA
+ * call the stack policy selects, joined to its event by (pid, tid, ts_ns),
+ * where ts_ns is the event's entry time. Layout:
+ *   struct gs_stack_header
+ *   n_native x struct gs_native_frame   (innermost first; [0] is the probed function)
+ *   n_py x struct gs_py_frame            (innermost first)
+ */
+#define GS_STACK_MAX_NATIVE 32
+#define GS_STACK_MAX_PY 32
+
+/* Python walk outcome (gs_stack_header.py_status). */
+enum gs_py_status {
+	GS_PY_NONE = 0,       /* not a configured Python process (or Python stacks off) */
+	GS_PY_OK = 1,         /* frames walked */
+	GS_PY_NO_THREAD = 2,  /* no thread state for this thread (a thread Python does not know) */
+	GS_PY_NO_OFFSETS = 3, /* the process's interpreter version has no offsets loaded */
+};
+
+/* Same layout as the kernel's struct bpf_stack_build_id (BPF_F_USER_BUILD_ID):
+ * status 1 = build_id + file offset, 2 = raw ip (anonymous/JIT memory or
+ * build id unreadable), 0 = empty. */
+struct gs_native_frame {
+	__s32 status;
+	__u8 build_id[20];
+	__u64 offset_or_ip;
+};
+
+/* A Python frame: the code object and the executing instruction (a pointer
+ * into co_code_adaptive on 3.11+, the f_lasti instruction index on 3.10). */
+struct gs_py_frame {
+	__u64 code;
+	__u64 instr;
+};
+
+struct gs_stack_header {
+	__u64 ts_ns;     /* entry time of the call: equals gs_event.ts_ns */
+	__u32 pid;
+	__u32 tid;
+	__u16 op;
+	__u16 py_status; /* enum gs_py_status */
+	__u16 n_native;
+	__u16 n_py;
+	__u64 ret_ip;    /* the return address at [sp] on entry: the direct caller */
+	__u64 ret_ino;   /* inode of the file mapped at ret_ip; 0 when anonymous */
+	__u64 ret_off;   /* file offset of ret_ip in that file */
+};
+
+/* Where to find Python frames in one interpreter version (written by user
+ * space into the `py_offsets` array; index = gs_py_proc.version). */
+struct gs_py_offsets {
+	__u32 interp_head;   /* _PyRuntime -> interpreters.head */
+	__u32 threads_head;  /* PyInterpreterState -> threads.head */
+	__u32 tstate_next;
+	__u32 tstate_tid;    /* native_thread_id, or thread_id (pthread_t) with tid_is_pthread */
+	__u32 tstate_frame;  /* tstate -> cframe (3.11, 3.12) or current frame (3.10, 3.13) */
+	__s32 cframe_frame;  /* cframe -> current_frame; -1 when tstate_frame is the frame */
+	__u32 frame_code;
+	__u32 frame_previous;
+	__u32 frame_instr;
+	__u32 tid_is_pthread;/* 3.10: thread_id is pthread_self(), the thread's fs base */
+	__u32 instr_is_int;  /* 3.10: f_lasti is a 4-byte instruction index */
+	__u32 _pad;
+};
+
+struct gs_py_proc {
+	__u64 runtime;       /* address of _PyRuntime in the process */
+	__u32 version;       /* index into py_offsets */
+	__u32 _pad;
 };
 
 #endif /* GPUSCOPE_EVENTS_H */

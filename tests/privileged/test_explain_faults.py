@@ -20,6 +20,10 @@ import pytest
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
 from gpuscope.model.findings import Severity
 
+# Workloads other than the preemption one run SCHED_FIFO: on a shared, busy machine other tasks
+# would preempt them for real, and explain would (rightly) report it.
+RT = ["chrt", "-f", "1"]
+
 
 def _explain(db: Path) -> Report:
     return explain_db(db, ExplainOptions(store=False))
@@ -64,7 +68,7 @@ def test_voluntary_sleeps_between_and_inside_syncs_are_not_cpu_preemption(  # ty
     build_workload, trace_command, standin
 ):
     exe = build_workload("explain_scenarios.c")
-    run = trace_command([str(exe), "sync", "150", "2000"], env=standin.env(cudaStreamSynchronize="1ms:sleep"))
+    run = trace_command([*RT, str(exe), "sync", "150", "2000"], env=standin.env(cudaStreamSynchronize="1ms:sleep"))
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     assert "cpu-preemption" not in _kinds(report)
@@ -73,7 +77,7 @@ def test_voluntary_sleeps_between_and_inside_syncs_are_not_cpu_preemption(  # ty
 
 
 def test_a_clean_workload_has_no_high_or_critical_finding(build_workload, trace_command):  # type: ignore[no-untyped-def]
-    run = trace_command([str(build_workload("cuda_calls.c")), "300", "2"])
+    run = trace_command([*RT, str(build_workload("cuda_calls.c")), "300", "2"])
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     assert all(f.severity < Severity.HIGH for f in report.findings), [(f.kind, f.severity) for f in report.findings]
@@ -85,14 +89,14 @@ def test_two_processes_sharing_the_stand_in_gpu_are_gpu_contention(  # type: ign
     exe = build_workload("explain_scenarios.c")
     shared = tmp_path / "gpu"
     script = f"{exe} contend 150 {shared} & {exe} contend 150 {shared}; wait"
-    run = trace_command(["sh", "-c", script], env=standin.env())
+    run = trace_command([*RT, "sh", "-c", script], env=standin.env())
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     assert report.findings and report.findings[0].kind == "gpu-contention", _kinds(report)
 
 
 def test_slow_first_calls_are_cold_start(build_workload, trace_command):  # type: ignore[no-untyped-def]
-    run = trace_command([str(build_workload("explain_scenarios.c")), "cold", "200"])
+    run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "cold", "200"])
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     top = report.findings[0]
@@ -103,26 +107,26 @@ def test_slow_first_calls_are_cold_start(build_workload, trace_command):  # type
 
 def test_copies_dominating_the_step_are_memcpy_bound(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
     exe = build_workload("explain_scenarios.c")
-    run = trace_command([str(exe), "memcpy", "150"], env=standin.env(cudaMemcpy="1ms"))
+    run = trace_command([*RT, str(exe), "memcpy", "150"], env=standin.env(cudaMemcpy="1ms"))
     assert run.returncode == 0, run.stderr
     assert _kinds(_explain(run.db))[0] == "memcpy-bound"
 
 
 def test_periodic_malloc_spikes_are_allocator_churn(build_workload, trace_command):  # type: ignore[no-untyped-def]
-    run = trace_command([str(build_workload("explain_scenarios.c")), "churn", "120"])
+    run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "churn", "120"])
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     assert _kinds(report)[0] == "allocator-churn", _kinds(report)
 
 
 def test_allocations_without_frees_are_a_memory_leak(build_workload, trace_command):  # type: ignore[no-untyped-def]
-    run = trace_command([str(build_workload("explain_scenarios.c")), "leak", "200"])
+    run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "leak", "200"])
     assert run.returncode == 0, run.stderr
     assert "memory-leak" in _kinds(_explain(run.db))
 
 
 def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_command, tmp_path):  # type: ignore[no-untyped-def]
-    run = trace_command([str(build_workload("explain_scenarios.c")), "leak", "100"])
+    run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "leak", "100"])
     p = subprocess.run([sys.executable, "-m", "gpuscope", "explain", "--db", str(run.db), "--json"],
                        capture_output=True, text=True, timeout=60, check=False, env=dict(os.environ))  # fmt: skip
     assert p.returncode == 0, p.stderr

@@ -50,7 +50,9 @@ def test_tracing_a_pid_records_that_process_and_no_other(build_workload, standin
     counts = run.op_counts()
     assert counts.get("cudaLaunchKernel", 0) >= 20, counts
     assert abs(counts["cudaLaunchKernel"] - counts["cudaStreamSynchronize"]) <= 1
-    assert run.query("SELECT DISTINCT pid FROM events") == [(target.pid,)]
+    # CUDA calls and scheduler events are the target's; block I/O, TCP and page
+    # allocations are machine-wide context and may name other processes.
+    assert run.query("SELECT DISTINCT pid FROM events WHERE source != 'host' OR op LIKE 'sched_%'") == [(target.pid,)]
     assert run.query("SELECT targets FROM sessions") == [(f"[{target.pid}]",)]
 
 
@@ -79,9 +81,12 @@ def test_ctrl_c_ends_a_pid_trace_cleanly_and_closes_the_session(build_workload, 
     run = TraceRun(db, returncode, stdout, stderr)
     ((stopped, recorded),) = run.query("SELECT stopped_wall_ns, events_recorded FROM sessions")
     assert stopped is not None
+    # every event is stored (short run: selective storage keeps the first seconds whole)
     assert recorded == run.query("SELECT count(*) FROM events")[0][0]
     assert run.op_counts().get("cudaLaunchKernel", 0) > 0
-    assert run.query("SELECT DISTINCT pid FROM events") == [(target.pid,)]
+    # CUDA calls and scheduler events are the target's; block I/O, TCP and page
+    # allocations are machine-wide context and may name other processes.
+    assert run.query("SELECT DISTINCT pid FROM events WHERE source != 'host' OR op LIKE 'sched_%'") == [(target.pid,)]
 
 
 def test_a_pid_that_does_not_exist_is_refused_with_one_error_line(standin, tmp_path):  # type: ignore[no-untyped-def]
@@ -111,11 +116,6 @@ def test_an_unwritable_database_path_is_refused_before_the_command_runs(standin,
     assert not marker.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: bpf/cuda.bpf.c gs_cuda_return does not apply the target filter, so every return in an "
-    "untraced process is counted as stats[GS_STAT_UNMATCHED_RET]",
-)
 def test_returns_in_processes_not_traced_are_not_counted_as_unmatched(build_workload, standin, tmp_path):  # type: ignore[no-untyped-def]
     # given a traced process and an untraced one, both calling CUDA every 10 ms
     exe = build_workload("cuda_loop.c")

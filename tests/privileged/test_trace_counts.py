@@ -37,7 +37,8 @@ def test_each_call_is_recorded_once_under_the_pid_and_tid_of_the_thread_that_mad
     # and nothing was lost
     assert run.query("SELECT events_dropped FROM sessions") == [(0,)]
     drops = session_drops(run)
-    assert drops["submitted"] == run.query("SELECT count(*) FROM events")[0][0]
+    # mm_page_alloc rows come from in-kernel counters, not from the ring
+    assert drops["submitted"] == run.query("SELECT count(*) FROM events WHERE op != 'mm_page_alloc'")[0][0]
 
 
 def test_comm_is_the_executable_name_truncated_to_15_characters(build_workload, trace_command, tmp_path):  # type: ignore[no-untyped-def]

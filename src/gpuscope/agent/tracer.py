@@ -18,7 +18,7 @@ import numpy as np
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
-from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader
+from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader, VarReader
 from gpuscope.bpf.wire import DROP_STATS, STAT_SLOTS, Stat
 from gpuscope.elf import function_offsets
 from gpuscope.errors import BpfLoadError, ProcessNotFoundError
@@ -46,6 +46,7 @@ HOST_DOMAINS = {
     },
 }
 AUX_RING_BYTES = 1 << 20
+STACK_RING_BYTES = 8 << 20
 # How long programs that read the old page-counter generation may still run.
 _GEN_GRACE_S = 0.002
 
@@ -68,6 +69,9 @@ class TraceOptions:
     io: bool = True
     tcp: bool = True
     memory: bool = True
+    # 0 off, 1 native frames, 2 native + Python frames (see gpuscope.stacks.policy)
+    stacks: int = 2
+    stack_policy: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -106,6 +110,7 @@ class Tracer:
         self._domains: dict[str, BpfObject] = {}
         self.ring: RingReader | None = None
         self.aux: AuxReader | None = None
+        self.stack_ring: VarReader | None = None
         self._page_gen = 0
         try:
             self._load()
@@ -130,12 +135,19 @@ class Tracer:
             cuda.reuse_map(m, host.map_fd(m))
         cuda.set_const("filter_targets", 1 if o.filter_targets else 0)
         cuda.set_const("entry_only", 1 if o.entry_only else 0)
+        cuda.set_const("stack_mode", o.stacks)
+        cuda.set_max_entries("stack_events", STACK_RING_BYTES)
         if self.multi:
             cuda.set_uprobe_multi("gs_cuda_entry")
             cuda.set_uprobe_multi("gs_cuda_return")
         if o.entry_only:
             cuda.disable("gs_cuda_return")
         cuda.load()
+        if o.stacks:
+            fd = cuda.map_fd("stack_policy")
+            for op, every in o.stack_policy:
+                cuda.lib.map_update(fd, struct.pack("<I", op), struct.pack("<I", every))
+            self.stack_ring = VarReader(cuda.map_fd("stack_events"), STACK_RING_BYTES)
         # The fork hook always runs: descendants of targets must become targets.
         for prog, tp in HOST_PROGRAMS.items():
             if o.host or prog == "gs_process_fork":
@@ -201,6 +213,22 @@ class Tracer:
     def read_aux(self) -> list[AuxRecord]:
         return self.aux.read() if self.aux is not None else []
 
+    def read_stacks(self) -> list[bytes]:
+        """Raw stack records (gpuscope.stacks.records decodes them)."""
+        return self.stack_ring.read() if self.stack_ring is not None else []
+
+    def set_python_offsets(self, version: int, packed: bytes) -> None:
+        """Load one interpreter version's struct gs_py_offsets into slot ``version``."""
+        if self._cuda is not None:
+            self._cuda.lib.map_update(self._cuda.map_fd("py_offsets"), struct.pack("<I", version), packed)
+
+    def set_python_process(self, pid: int, runtime: int, version: int) -> None:
+        """Walk Python frames in ``pid``, whose _PyRuntime is at ``runtime``."""
+        if self._cuda is not None:
+            self._cuda.lib.map_update(
+                self._cuda.map_fd("py_procs"), struct.pack("<I", pid), struct.pack("<QII", runtime, version, 0)
+            )
+
     def drain_page_allocs(self) -> dict[int, tuple[int, int]]:
         """Page allocations since the last drain: {pid: (allocations, bytes)}, exact.
 
@@ -252,6 +280,9 @@ class Tracer:
         if self.aux is not None:
             self.aux.close()
             self.aux = None
+        if self.stack_ring is not None:
+            self.stack_ring.close()
+            self.stack_ring = None
         for obj in self._domains.values():
             obj.close()
         self._domains.clear()

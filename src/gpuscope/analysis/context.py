@@ -46,7 +46,20 @@ class Context:
     def _offcpu(self, preempted: bool) -> np.ndarray:
         f, c, s = self.frame, self.calls, self.sched
         s = s[(f.arg0[s] != 0) == preempted]
+        if not preempted:
+            s = np.setdiff1d(s, self.stateless_sched, assume_unique=True)
         return overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+
+    @cached_property
+    def stateless_sched(self) -> np.ndarray:
+        """sched_switch rows without task state (imported data): preemption cannot be told from blocking.
+
+        gpuscope's own probe records prev_state; a thread switched out in TASK_RUNNING (0) is
+        always flagged preempted, so "not preempted and state 0" only occurs without state.
+        """
+        f, s = self.frame, self.sched
+        rows: np.ndarray = s[(f.arg0[s] == 0) & (f.arg1[s] == 0)]
+        return rows
 
     @cached_property
     def preempted_ns(self) -> np.ndarray:

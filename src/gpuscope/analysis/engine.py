@@ -15,6 +15,7 @@ import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import EventFrame, Window, load_frame, recording_bounds
+from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import OpStats, op_stats
 from gpuscope.errors import DatabaseError
@@ -52,6 +53,7 @@ class Report:
             "findings": [f.as_dict() for f in self.findings],
             "stats": [s.as_dict() for s in self.stats],
             "stored": self.stored,
+            "notes": list(self.notes),
         }
         if per_process:
             d["per_process"] = [s.as_dict() for s in self.per_process]
@@ -89,7 +91,24 @@ def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, 
     n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
     w = Window(window.start_ns, window.end_ns, window.recording_start_ns, window.recording_end_ns,
                window.wall_offset_ns, window.session_ids, n)  # fmt: skip
-    return Report(w, tuple(findings), tuple(stats), tuple(per_process))
+    return Report(w, tuple(findings), tuple(stats), tuple(per_process), notes=_stateless_note(ctx))
+
+
+def _stateless_note(ctx: Context) -> tuple[str, ...]:
+    """Say so when off-CPU time inside calls has no task state, instead of guessing a cause."""
+    s = ctx.stateless_sched
+    if len(s) == 0 or len(ctx.calls) == 0:
+        return ()
+    f, c = ctx.frame, ctx.calls
+    inside = overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+    total = int(inside.sum())
+    if total == 0:
+        return ()
+    return (
+        f"{len(s)} off-CPU intervals carry no task state (imported recording?): {total / 1e6:.1f} ms of them fall "
+        "inside CUDA calls, but preemption cannot be told from voluntary blocking, so none is reported as "
+        "cpu-preemption",
+    )
 
 
 def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:

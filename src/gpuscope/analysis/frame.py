@@ -26,9 +26,10 @@ _SELECT_TMPL = (
     "CASE WHEN {detail} THEN bytes ELSE 0 END, "
     "CASE WHEN {detail} THEN handle ELSE 0 END, "
     "CASE WHEN op_id >= 128 THEN stream ELSE 0 END, "
-    "CASE WHEN {detail} THEN arg0 ELSE 0 END"
+    "CASE WHEN {detail} THEN arg0 ELSE 0 END, "
+    "CASE WHEN op_id >= 128 THEN arg1 ELSE 0 END"
 )
-_NCOLS = 8
+_NCOLS = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +179,6 @@ def load_frame(conn: sqlite3.Connection, start_ns: int, end_ns: int, pids: tuple
     packed = raw[2]
     cols = [raw[0], raw[1], (packed >> 8) & 0x3FFFFF, packed >> 30, packed & 0xFF, *raw[3:]]
     del raw, packed
-    cols.append(np.zeros(n, dtype=np.int64))  # arg1: no rule reads it yet (zeros cost no memory until written)
     comms, cgroups = _process_names(conn, np.unique(cols[2]).tolist())
     return EventFrame.from_columns(cols, comms, cgroups)
 

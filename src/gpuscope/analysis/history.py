@@ -38,7 +38,7 @@ def store_findings(path: str | os.PathLike[str], report: Report) -> tuple[bool, 
     try:
         now = time.time_ns()
         w = report.window
-        session = w.session_ids[-1] if w.session_ids else None
+        session = w.session_ids[0] if len(w.session_ids) == 1 else None  # NULL: a window over several
         rows = [
             (session, w.start_ns, w.end_ns, f.severity.name, f.kind, f.id,
              json.dumps(f.symptom.as_dict()), json.dumps([c.as_dict() for c in f.causes]), f.fix, f.lost_ns, now)

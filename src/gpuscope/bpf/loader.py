@@ -154,7 +154,9 @@ class BpfObject:
         return link
 
     def detach_all(self) -> None:
-        for link in self.links:
+        # Newest first: return probes (attached after entry probes) go before
+        # the entry probes, so no call can enter unseen and return seen.
+        for link in reversed(self.links):
             link.destroy(self.lib)
         self.links.clear()
 

@@ -129,3 +129,41 @@ class AuxReader:
             cons += (8 + size + 7) & ~7
         self._cons.value = cons
         return out
+
+
+class VarReader:
+    """Consume variable-length records as raw bytes (stack records).
+
+    Records are walked one at a time: they are rarer than events (the stack
+    policy samples launches) and each needs its own decoding anyway.
+    """
+
+    def __init__(self, map_fd: int, size: int) -> None:
+        page = mmap.PAGESIZE
+        self._mask = size - 1
+        self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+        self._prod_map = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        self._cons = u64_at(self._cons_map, 0)
+        self._prod_view = np.frombuffer(self._prod_map, dtype="<u8", count=1, offset=0)
+        self._page = page
+
+    def close(self) -> None:
+        del self._cons, self._prod_view
+        self._cons_map.close()
+        self._prod_map.close()
+
+    def read(self, max_records: int = 1 << 16) -> list[bytes]:
+        out: list[bytes] = []
+        cons = int(self._cons.value)
+        prod = int(self._prod_view[0])
+        while cons < prod and len(out) < max_records:
+            off = self._page + (cons & self._mask)
+            length = int(np.frombuffer(self._prod_map, dtype="<u4", count=1, offset=off)[0])
+            if length & BUSY_BIT:
+                break
+            size = length & ~(BUSY_BIT | DISCARD_BIT)
+            if not length & DISCARD_BIT:
+                out.append(bytes(self._prod_map[off + 8 : off + 8 + size]))
+            cons += (8 + size + 7) & ~7
+        self._cons.value = cons
+        return out

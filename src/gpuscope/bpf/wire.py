@@ -57,9 +57,10 @@ class Stat(enum.IntEnum):
     UNMATCHED_RET = 5
     DROP_NCCL = 6
     DROP_AUX = 7
+    DROP_STACK = 8
 
 
-STAT_SLOTS = 8
+STAT_SLOTS = 9
 DROP_STATS = (Stat.DROP_CUDA, Stat.DROP_DRIVER, Stat.DROP_HOST, Stat.DROP_NCCL)
 
 # struct gs_aux_header + payload on the aux ring (variable length, rare).
@@ -75,3 +76,28 @@ class AuxKind(enum.IntEnum):
 def unpack_dim(packed: int) -> tuple[int, int, int]:
     """Grid/block dims packed as x | y << 32 | z << 48."""
     return packed & 0xFFFFFFFF, (packed >> 32) & 0xFFFF, (packed >> 48) & 0xFFFF
+
+
+# Stack records on the `stack_events` ring (struct gs_stack_header, then
+# n_native gs_native_frame, then n_py gs_py_frame).
+STACK_HEADER_DTYPE = np.dtype(
+    [("ts_ns", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("op", "<u2"), ("py_status", "<u2"), ("n_native", "<u2"),
+     ("n_py", "<u2"), ("ret_ip", "<u8"), ("ret_ino", "<u8"), ("ret_off", "<u8")]
+)  # fmt: skip
+NATIVE_FRAME_DTYPE = np.dtype([("status", "<i4"), ("build_id", "S20"), ("offset_or_ip", "<u8")])
+PY_FRAME_DTYPE = np.dtype([("code", "<u8"), ("instr", "<u8")])
+PY_OFFSETS_FIELDS = (
+    "interp_head", "threads_head", "tstate_next", "tstate_tid", "tstate_frame", "cframe_frame", "frame_code",
+    "frame_previous", "frame_instr", "tid_is_pthread", "instr_is_int", "_pad",
+)  # fmt: skip
+STACK_MAX_NATIVE = 32
+STACK_MAX_PY = 32
+
+
+class PyStatus(enum.IntEnum):
+    """Outcome of the in-kernel Python walk (enum gs_py_status)."""
+
+    NONE = 0
+    OK = 1
+    NO_THREAD = 2
+    NO_OFFSETS = 3

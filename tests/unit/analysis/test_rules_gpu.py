@@ -125,3 +125,12 @@ def test_gaps_after_trivial_syncs_are_not_starvation() -> None:
         ev.add(Op.cudaLaunchKernel, i * 10 * MS, 5 * US)
         ev.add(Op.cudaStreamSynchronize, i * 10 * MS + 10 * US, 20 * US)
     assert "data-starvation" not in ev.kinds()
+
+
+def test_waits_spent_behind_another_process_are_contention_not_a_sync_stall() -> None:
+    ev = Events()
+    for i in range(100):
+        t = i * 2 * MS
+        ev.add(Op.cudaStreamSynchronize, t, 1500 * US, 100)
+        ev.add(Op.cudaStreamSynchronize, t + 100 * US, 1300 * US, 200)
+    assert "sync-stall" not in ev.kinds()

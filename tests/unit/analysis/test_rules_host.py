@@ -114,3 +114,14 @@ def test_a_clean_workload_has_no_high_or_critical_finding() -> None:
     for t in syncs[::10]:
         ev.sched(t + 500 * US, 50 * US, preempted=False)  # sleeps between calls
     assert all(f.severity < Severity.HIGH for f in ev.report().findings)
+
+
+def test_off_cpu_time_without_task_state_is_flagged_not_guessed() -> None:
+    # given imported sched_switch rows (no preempted flag, no prev_state) inside slow calls
+    ev = Events()
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=False, by_pid=999)
+    ev.rows = [(*r[:10], 0) if r[4] == int(Op.sched_switch) else r for r in ev.rows]
+    report = ev.report()
+    assert "cpu-preemption" not in [f.kind for f in report.findings]
+    assert any("cannot be told" in n for n in report.notes)

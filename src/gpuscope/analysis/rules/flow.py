@@ -103,6 +103,11 @@ class SyncStallRule:
             host = int(ctx.preempted_ns[pos].sum()) * total // max(int(f.dur[c[pos]].sum()), 1)
             if total < SYNC_SHARE * wall or host > HOST_EXPLAINED_MAX * total:
                 continue
+            # Waiting while another process's work holds the GPU is gpu-contention, not this process's own load.
+            peers = c[(f.pid[c] != p) & _isin(f.op[c], GPU_WORK)]
+            ps, pe = merge(f.ts[peers], f.ts[peers] + f.dur[peers])
+            if int(overlap_ns(s, e, ps, pe).sum()) > HOST_EXPLAINED_MAX * total:
+                continue
             lines = (
                 f"{op_name(op)} waits {fmt_ns(total)} = {total / wall:.0%} of wall time",
                 f"host causes (preemption) cover {host / max(total, 1):.0%} of it: the wait is GPU work",
