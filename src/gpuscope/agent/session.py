@@ -38,9 +38,10 @@ from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.ops import Op
+from gpuscope.stacks.collector import StackCollector
 from gpuscope.store.aggregates import BUCKET_NS, INSERT_AGGREGATES, Aggregator
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.retention import DEFAULT_MAX_DB, enforce_cap
+from gpuscope.store.retention import DEFAULT_MAX_DB, build_indexes, enforce_cap
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
 
 POLL_INTERVAL_S = 0.01
@@ -168,10 +169,12 @@ class TraceSession:
                     "ring_bytes": opts.ring_bytes,
                     "storage": "all" if record_all else "selective",
                     "max_db_bytes": max_db_bytes,
+                    "stacks": ["off", "native", "native+python"][opts.stacks],
                 },
             ),
         )
         self.writer = EventWriter(self.conn, self.session_id)
+        self.stacks = StackCollector(self.session_id, self.tracer, python=opts.stacks >= 2) if opts.stacks else None
         self.max_db_bytes = max_db_bytes
         self.policy = StoragePolicy(record_all=record_all, start_ns=self.started_mono_ns, warmup_s=keep_first_s)
         self.aggregator = Aggregator(self.session_id)
@@ -227,6 +230,8 @@ class TraceSession:
                 self._exec_environ(rec.pid, rec.payload)
             elif rec.kind == AuxKind.EXEC_ARGV:
                 argv = rec.payload.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+                if self.stacks is not None:
+                    self.stacks.note_exec(rec.pid, rec.payload.split(b"\0", 1)[0].decode("utf-8", "replace"))
                 self.writer.call(
                     "INSERT INTO execs(session_id, ts_ns, pid, tid, argv) VALUES (?, ?, ?, ?, ?)",
                     (self.session_id, rec.ts_ns, rec.pid, rec.tid, argv),
@@ -238,6 +243,10 @@ class TraceSession:
                     "ON CONFLICT(session_id, pid) DO UPDATE SET cmdline = excluded.cmdline",
                     (self.session_id, rec.pid, argv, time.time_ns()),
                 )
+        if self.stacks is not None:
+            for att in self.tracer.attached.values():
+                self.stacks.note_library(att.library.path)
+            self.stacks.drain(self.tracer.read_stacks(), self.writer)
         return total
 
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[Tick], None] | None = None) -> None:
@@ -286,6 +295,8 @@ class TraceSession:
 
     def _note_process(self, pid: int, refresh: bool = False) -> None:
         """Record who a process is (command, cgroups, container, rank) while /proc has it."""
+        if self.stacks is not None:
+            self.stacks.note_process(pid, refresh)
         info = read_process(pid)
         if info is None:
             return  # gone already: the exec records (argv, environment) fill the row
@@ -417,6 +428,7 @@ class TraceSession:
         if self.max_db_bytes > 0:
             path, cap = self.db_path, self.max_db_bytes
             self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
+        self.writer.call_fn(build_indexes)
         counters = tracer.counters()
         self._save_counters(counters, final=True, libraries=libraries)
         tracer.close()

@@ -222,6 +222,11 @@ class Tracer:
         if self._cuda is not None:
             self._cuda.lib.map_update(self._cuda.map_fd("py_offsets"), struct.pack("<I", version), packed)
 
+    def clear_python_process(self, pid: int) -> None:
+        """Stop walking Python frames in ``pid`` (it exec'd another program)."""
+        if self._cuda is not None:
+            self._cuda.lib.map_delete(self._cuda.map_fd("py_procs"), struct.pack("<I", pid))
+
     def set_python_process(self, pid: int, runtime: int, version: int) -> None:
         """Walk Python frames in ``pid``, whose _PyRuntime is at ``runtime``."""
         if self._cuda is not None:

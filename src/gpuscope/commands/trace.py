@@ -16,6 +16,7 @@ from gpuscope.config import load_config
 from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
 from gpuscope.report.summary import render_summary
 from gpuscope.report.units import parse_duration_s, parse_size
+from gpuscope.stacks.policy import parse_overrides, stack_policy
 from gpuscope.store.connect import default_db_path
 from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
 
@@ -50,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="one JSON object per second on stdout (the summary goes to stderr)"
     )
+    p.add_argument("--stack", action=argparse.BooleanOptionalAction, default=True,
+                   help="record the call stack (native and Python frames) of CUDA calls (default: on; see docs/stacks.md)")
+    p.add_argument("--python-stack", action=argparse.BooleanOptionalAction, default=True,
+                   help="include Python frames in stacks (default: on)")
+    p.add_argument("--stack-every", action="append", default=[], metavar="OP=N",
+                   help="stack policy for one op: 0 never, 1 every call, N one call in N (default: launches 1 in 64)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
@@ -123,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         io=not args.no_io,
         tcp=not args.no_tcp,
         memory=not args.no_memory,
+        stacks=(2 if args.python_stack else 1) if args.stack else 0,
+        stack_policy=stack_policy(overrides=parse_overrides(args.stack_every)),
     )
     try:
         max_db = parse_size(args.max_db)

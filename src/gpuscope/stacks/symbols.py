@@ -164,3 +164,26 @@ class Demangler:
             if len(out) == len(todo):
                 self._cache.update(zip(todo, out, strict=True))
         return {n: self._cache.get(n, n) for n in names}
+
+
+def find_symbols(elf: ElfFile, names: tuple[str, ...]) -> dict[str, int]:
+    """Values of a few named symbols, without decoding every name (fast on libpython)."""
+    out: dict[str, int] = {}
+    for sec in elf.sections:
+        if sec.type not in (SHT_SYMTAB, SHT_DYNSYM) or sec.entsize != 24:
+            continue
+        strtab = elf.sections[sec.link]
+        raw = elf.read(strtab.offset, strtab.size)
+        arr = np.frombuffer(elf.read(sec.offset, sec.size), dtype=_SYM_DTYPE)
+        for name in names:
+            if name in out:
+                continue
+            needle = b"\0" + name.encode() + b"\0"
+            pos = raw.find(needle)
+            while pos >= 0:
+                hit = arr[(arr["name"] == pos + 1) & (arr["shndx"] != 0)]
+                if len(hit):
+                    out[name] = int(hit["value"][0])
+                    break
+                pos = raw.find(needle, pos + 1)
+    return out

@@ -60,3 +60,11 @@ def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int) -> int:
         # runs it to completion.
         conn.executescript("PRAGMA incremental_vacuum;")
     return deleted
+
+
+def build_indexes(conn: sqlite3.Connection) -> None:
+    """Indexes deferred during tracing: built once, at the end of a session.
+
+    Rows arrive in nearly time order, so this is a fast, mostly sequential build.
+    """
+    conn.execute("CREATE INDEX IF NOT EXISTS event_log_ts ON event_log(ts_ns)")

@@ -377,8 +377,11 @@ CREATE INDEX nccl_comms_lookup ON nccl_comms(session_id, pid, comm_handle, ts_ns
 """
 
 # Exact per-second aggregates of every event (selective storage keeps only
-# some rows; counts, rates and percentiles come from here).
+# some rows; counts, rates and percentiles come from here). The time index on
+# event_log costs a fifth of the insert rate while tracing, so it is built when
+# a session ends instead (store.retention.build_indexes).
 _V4_AGGREGATES = """
+DROP INDEX IF EXISTS event_log_ts;
 CREATE TABLE event_aggregates (
     session_id INTEGER NOT NULL,
     bucket_ns INTEGER NOT NULL,
@@ -414,12 +417,55 @@ JOIN sessions s ON s.id = a.session_id
 LEFT JOIN ops o ON o.id = a.op_id;
 """
 
+# Call stacks of CUDA calls, deduplicated (gpuscope.stacks writes them).
+_V6_STACKS = """
+CREATE TABLE stacks (
+    hash INTEGER PRIMARY KEY,
+    frames TEXT NOT NULL,
+    call_site TEXT,
+    native_depth INTEGER NOT NULL,
+    python_depth INTEGER NOT NULL,
+    marker TEXT
+);
+CREATE TABLE event_stacks (
+    session_id INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    tid INTEGER NOT NULL,
+    ts_ns INTEGER NOT NULL,
+    stack_hash INTEGER NOT NULL,
+    PRIMARY KEY (session_id, tid, ts_ns)
+) WITHOUT ROWID;
+CREATE VIEW event_call_stacks AS
+SELECT
+    ev.*,
+    st.hash AS stack_hash,
+    st.call_site AS call_site,
+    st.frames AS frames,
+    st.marker AS stack_marker
+FROM events ev
+JOIN event_stacks es ON es.session_id = ev.session_id AND es.tid = ev.tid AND es.ts_ns = ev.ts_ns
+JOIN stacks st ON st.hash = es.stack_hash;
+CREATE VIEW stack_frames AS
+SELECT
+    st.hash AS stack_hash,
+    CAST(f.key AS INTEGER) AS depth,
+    json_extract(f.value, '$.kind') AS kind,
+    json_extract(f.value, '$.function') AS function,
+    json_extract(f.value, '$.file') AS file,
+    json_extract(f.value, '$.line') AS line,
+    json_extract(f.value, '$.module') AS module,
+    json_extract(f.value, '$.offset') AS offset,
+    json_extract(f.value, '$.marker') AS marker
+FROM stacks st, json_each(st.frames) f;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
     Migration(3, "attribution: cgroups, ranks, NCCL communicators, exec argv", _V3_ATTRIBUTION),
     Migration(4, "exact per-second aggregates of every event", _V4_AGGREGATES),
     Migration(5, "merge and import: clock offsets, import provenance, imported history", _V5_MERGE_IMPORT),
+    Migration(6, "call stacks: deduplicated stacks and the event -> stack link", _V6_STACKS),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

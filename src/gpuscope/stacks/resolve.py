@@ -1,0 +1,147 @@
+"""Turn raw stack records into readable stacks: native symbols, Python source lines, merged."""
+
+from __future__ import annotations
+
+import os
+
+from gpuscope.bpf.wire import PyStatus
+from gpuscope.stacks.files import FileIndex
+from gpuscope.stacks.frames import Frame, Stack
+from gpuscope.stacks.python import NOT_CODE, CodeInfo, Interpreter, ProcessMemory, executing_line, lasti_of, read_code
+from gpuscope.stacks.records import RawStack
+from gpuscope.stacks.symbols import Demangler, SymbolCache
+
+_INTERPRETER = ("libpython", "python3")
+_PY_MARKERS = {
+    PyStatus.NO_THREAD: "python: no thread state for this thread",
+    PyStatus.NO_OFFSETS: "python: no offsets for this interpreter version",
+}
+
+
+class StackResolver:
+    """Name frames with cached symbol tables, file index and code objects."""
+
+    def __init__(self, files: FileIndex | None = None, symbols: SymbolCache | None = None) -> None:
+        self.files = files or FileIndex()
+        self.symbols = symbols or SymbolCache()
+        self.demangler = Demangler()
+        self.interpreters: dict[int, Interpreter] = {}
+        self._code: dict[tuple[int, int], CodeInfo | None] = {}
+
+    # -- native ----------------------------------------------------------------
+
+    def _name(self, path: str, build_id: str | None, file_offset: int) -> Frame:
+        table = self.symbols.table(path, build_id)
+        if table is None:
+            return Frame("native", module=path, offset=file_offset, marker="unreadable file")
+        vaddr = table.offset_to_vaddr(file_offset)
+        hit = table.lookup(vaddr) if vaddr is not None else None
+        if hit is None:
+            return Frame("native", module=path, offset=file_offset, marker="stripped" if table.stripped else "no symbol")
+        return Frame("native", function=hit[0], module=path, offset=hit[1])
+
+    def _native(self, pid: int, status: int, build_id: str, value: int) -> tuple[Frame, tuple[str, int] | None]:
+        """A frame and its (path, file offset) identity, for de-duplicating the [sp] caller."""
+        if status == 1:
+            path = self.files.by_build_id.get(build_id)
+            if path is None:
+                return Frame("native", offset=value, address=f"build-id {build_id}", marker="unknown build id"), None
+            return self._name(path, build_id, value), (path, value)
+        loc = self.files.locate(pid, value)
+        if loc is None:
+            return Frame("native", address=f"{value:#x}", marker="unmapped (anonymous, JIT or exited)"), None
+        return self._name(loc[0], self.files.add_path(loc[0]), loc[1]), loc
+
+    def _ret_frame(self, raw: RawStack) -> tuple[Frame, tuple[str, int] | None] | None:
+        if not raw.ret_ip:
+            return None
+        path = self.files.by_inode.get(raw.ret_ino) if raw.ret_ino else None
+        if path is not None:
+            return self._name(path, self.files.add_path(path), raw.ret_off), (path, raw.ret_off)
+        return self._native(raw.pid, 2, "", raw.ret_ip)
+
+    # -- python ----------------------------------------------------------------
+
+    def _python(self, raw: RawStack) -> list[Frame]:
+        interp = self.interpreters.get(raw.pid)
+        if interp is None:
+            return [Frame("python", marker="python: interpreter not located")]
+        lay = interp.layout
+        mem: ProcessMemory | None = None
+        out: list[Frame] = []
+        try:
+            for code, instr in raw.python:
+                key = (raw.pid, code)
+                if key not in self._code:
+                    if mem is None:
+                        mem = ProcessMemory(raw.pid)
+                    self._code[key] = read_code(mem, code, lay) if mem.alive else None
+                info = self._code[key]
+                if info is None:
+                    out.append(Frame("python", address=f"{code:#x}", marker="code object unreadable (process exited?)"))
+                    continue
+                if info is NOT_CODE or info.filename in ("<shim>", "<trampoline>"):
+                    continue
+                line = executing_line(info, lasti_of(code, instr, lay), lay)
+                out.append(Frame("python", function=info.qualname, file=info.filename, line=line))
+        finally:
+            if mem is not None:
+                mem.close()
+        return out
+
+    # -- whole stacks ----------------------------------------------------------
+
+    def resolve(self, raw: RawStack) -> Stack:
+        native: list[Frame] = []
+        ids: list[tuple[str, int] | None] = []
+        for nf in raw.native:
+            f, ident = self._native(raw.pid, nf.status, nf.build_id, nf.value)
+            native.append(f)
+            ids.append(ident)
+        ret = self._ret_frame(raw)
+        # The [sp] return address is the direct caller; frame-pointer unwinding
+        # may have it already (a `push %rbp` prologue) or miss it.
+        if ret is not None and native:
+            same = len(native) > 1 and (
+                (ids[1] is not None and ids[1] == ret[1])
+                or (native[1].function is not None and (native[1].function, native[1].offset)
+                    == (ret[0].function, ret[0].offset))
+            )  # fmt: skip
+            if not same:
+                native.insert(1, ret[0])
+        names = self.demangler.demangle([f.function for f in native if f.function])
+        native = [Frame(f.kind, names.get(f.function, f.function), f.module, f.offset, f.file, f.line, f.address,
+                        f.marker) if f.function else f for f in native]  # fmt: skip
+        python = self._python(raw) if raw.py_status == PyStatus.OK and raw.python else []
+        marker = _PY_MARKERS.get(raw.py_status)
+        frames = _merge(native, python)
+        if marker:
+            frames.append(Frame("python", marker=marker))
+        markers = sorted({f.marker for f in frames if f.marker})
+        return Stack(tuple(frames), len(native), len(python), "; ".join(markers) or None)
+
+
+def _is_interpreter(f: Frame) -> bool:
+    return f.kind == "native" and f.module is not None and os.path.basename(f.module).startswith(_INTERPRETER)
+
+
+def _merge(native: list[Frame], python: list[Frame]) -> list[Frame]:
+    """Splice Python frames in where the native stack enters the interpreter.
+
+    Native frames before the first interpreter frame (the CUDA library, libffi,
+    _ctypes) come first, then the Python frames, then native frames after the
+    last interpreter frame (main, libc). Without frame pointers in the
+    interpreter the native walk stops early or wanders: unnamed frames after
+    the boundary are dropped when Python frames replace them.
+    """
+    if not python:
+        return native
+    first = next((i for i, f in enumerate(native) if _is_interpreter(f)), None)
+    if first is None:
+        head = native
+        while head and head[-1].function is None:
+            head = head[:-1]
+        return [*head, *python]
+    last = max(i for i, f in enumerate(native) if _is_interpreter(f))
+    tail = [f for f in native[last + 1 :] if f.function]
+    return [*native[:first], *python, *tail]
