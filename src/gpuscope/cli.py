@@ -18,7 +18,7 @@ from types import ModuleType
 from gpuscope import __version__
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
 
-COMMANDS = ["trace", "explain", "check", "query", "export", "diff", "merge", "import", "version"]
+COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "version"]
 
 
 def _load(name: str) -> ModuleType:

@@ -31,7 +31,9 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: malformed config: {exc}", remedy="fix the file or unset GPUSCOPE_CONFIG") from None
+            raise UsageError(
+                f"{path}: malformed config: {exc}", remedy="fix the file or unset GPUSCOPE_CONFIG"
+            ) from None
     out: dict[str, Any] = {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -40,7 +42,7 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
         key, sep, value = line.partition("=")
         value = value.strip()
         if not sep or len(value) < 2 or value[0] != value[-1] or value[0] not in "\"'":
-            raise UsageError(f"{path}:{n}: malformed config line (expected key = \"value\")")
+            raise UsageError(f'{path}:{n}: malformed config line (expected key = "value")')
         out[key.strip()] = value[1:-1]
     return out
 
@@ -55,7 +57,10 @@ def load_config() -> dict[str, Any]:
         data = _parse_toml(path.read_text(), path)
         unknown = set(data) - KNOWN_KEYS
         if unknown:
-            raise UsageError(f"{path}: unknown config keys: {', '.join(sorted(unknown))}", remedy=f"known keys: {', '.join(sorted(KNOWN_KEYS))}")
+            raise UsageError(
+                f"{path}: unknown config keys: {', '.join(sorted(unknown))}",
+                remedy=f"known keys: {', '.join(sorted(KNOWN_KEYS))}",
+            )
         for key in KNOWN_KEYS & set(data):
             if not isinstance(data[key], str) or not data[key]:
                 raise UsageError(f"{path}: `{key}` must be a non-empty string")

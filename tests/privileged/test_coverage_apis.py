@@ -33,7 +33,9 @@ def test_nccl_calls_of_three_ranks_are_counted_and_joined_to_their_communicator(
     # one communicator: the same unique-id hash in every rank
     assert run.query("SELECT count(DISTINCT comm_hash) FROM nccl_comms") == [(1,)]
     # per call: element count, bytes (float32), peers of the ring
-    assert run.query("SELECT DISTINCT count, bytes, datatype FROM nccl_calls WHERE op = 'ncclAllReduce'") == [(1024, 4096, 7)]
+    assert run.query("SELECT DISTINCT count, bytes, datatype FROM nccl_calls WHERE op = 'ncclAllReduce'") == [
+        (1024, 4096, 7)
+    ]
     sends = run.query("SELECT DISTINCT rank, peer FROM nccl_calls WHERE op = 'ncclSend' ORDER BY rank")
     assert sends == [(0, 1), (1, 2), (2, 0)]
     assert run.query("SELECT count(*) FROM events WHERE op = 'ncclGroupStart'") == [(90,)]
@@ -60,7 +62,9 @@ def test_graph_capture_instantiate_launch_can_be_followed_by_handle(build_worklo
         (graph,),
     )
     assert chain == [(25,)]
-    assert run.query("SELECT DISTINCT graph_exec FROM graph_events WHERE op = 'cudaGraphLaunch' AND graph_exec = ?", (exec_,))
+    assert run.query(
+        "SELECT DISTINCT graph_exec FROM graph_events WHERE op = 'cudaGraphLaunch' AND graph_exec = ?", (exec_,)
+    )
     assert run.query("SELECT capture_mode FROM graph_events WHERE op = 'cudaStreamBeginCapture' ORDER BY ts_ns") == [
         (0,), (2,), (2,), (2,)
     ]  # fmt: skip

@@ -7,8 +7,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import TraceRun, run_gpuscope
 from tests.privileged.support import LineReader, background, free_pid, gpuscope_cmd, session_drops
 

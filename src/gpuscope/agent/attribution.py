@@ -169,12 +169,17 @@ def cgroups_of(pid: int, env: dict[str, str] | None = None) -> list[CgroupInfo]:
             # Kubernetes sets HOSTNAME to the pod name; the service-account
             # mount carries the namespace.
             pod_name = env.get("HOSTNAME")
-            pod_ns = _read(f"/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount/namespace").decode().strip() or None
+            pod_ns = (
+                _read(f"/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount/namespace").decode().strip()
+                or None
+            )
         job = f["slurm_job_id"] or env.get("SLURM_JOB_ID")
         step = f["slurm_step_id"] or env.get("SLURM_STEP_ID")
         ecs = f["ecs_task_id"]
         out.append(
-            CgroupInfo(cid, hierarchy, path, f["container_id"], f["runtime"], f["pod_uid"], pod_name, pod_ns, job, step, ecs)
+            CgroupInfo(
+                cid, hierarchy, path, f["container_id"], f["runtime"], f["pod_uid"], pod_name, pod_ns, job, step, ecs
+            )
         )
     return out
 

@@ -425,10 +425,11 @@ class TraceSession:
         self.poll()
         self._flush_page_allocs()
         self._flush_aggregates(None)
+        # The index first: the cap must hold for the file as it is left.
+        self.writer.call_fn(build_indexes)
         if self.max_db_bytes > 0:
             path, cap = self.db_path, self.max_db_bytes
             self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
-        self.writer.call_fn(build_indexes)
         counters = tracer.counters()
         self._save_counters(counters, final=True, libraries=libraries)
         tracer.close()

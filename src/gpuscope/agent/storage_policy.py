@@ -25,7 +25,7 @@ from gpuscope.model.ops import OPS, Op, OpKind
 
 SAMPLED_KINDS = {OpKind.LAUNCH, OpKind.COPY, OpKind.SET}
 _SAMPLED_OPS = np.array(
-    sorted(int(o) for o, info in OPS.items() if info.kind in SAMPLED_KINDS) + [int(Op.sched_wakeup)], dtype=np.uint16
+    sorted([*(int(o) for o, info in OPS.items() if info.kind in SAMPLED_KINDS), int(Op.sched_wakeup)]), dtype=np.uint16
 )
 _LAUNCH_OPS = np.array(sorted(int(o) for o, info in OPS.items() if info.kind is OpKind.LAUNCH), dtype=np.uint16)
 

@@ -13,12 +13,11 @@ wraps.
 from __future__ import annotations
 
 import mmap
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscope.bpf.libbpf import u64_at
-from dataclasses import dataclass
-
 from gpuscope.bpf.wire import AUX_HEADER_DTYPE, RECORD_DTYPE, RECORD_SIZE
 
 BUSY_BIT = 1 << 31

@@ -36,8 +36,8 @@ class Frame:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Frame:
-        return cls(**{k: d.get(k) for k in ("kind", "function", "module", "offset", "file", "line", "address",
-                                            "marker")})  # fmt: skip
+        return cls(str(d.get("kind", "native")), d.get("function"), d.get("module"), d.get("offset"), d.get("file"),
+                   d.get("line"), d.get("address"), d.get("marker"))  # fmt: skip
 
     def render(self) -> str:
         if self.kind == "python":

@@ -37,7 +37,9 @@ class StackResolver:
         vaddr = table.offset_to_vaddr(file_offset)
         hit = table.lookup(vaddr) if vaddr is not None else None
         if hit is None:
-            return Frame("native", module=path, offset=file_offset, marker="stripped" if table.stripped else "no symbol")
+            return Frame(
+                "native", module=path, offset=file_offset, marker="stripped" if table.stripped else "no symbol"
+            )
         return Frame("native", function=hit[0], module=path, offset=hit[1])
 
     def _native(self, pid: int, status: int, build_id: str, value: int) -> tuple[Frame, tuple[str, int] | None]:

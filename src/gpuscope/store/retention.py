@@ -50,9 +50,7 @@ def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int) -> int:
         per_row = max(live_pages * page / max(rows, 1), 1.0)
         n = min(rows, max(int(excess / per_row * 1.1), 1000))
         conn.execute("BEGIN")
-        cur = conn.execute(
-            "DELETE FROM event_log WHERE id IN (SELECT id FROM event_log ORDER BY id LIMIT ?)", (n,)
-        )
+        cur = conn.execute("DELETE FROM event_log WHERE id IN (SELECT id FROM event_log ORDER BY id LIMIT ?)", (n,))
         deleted += cur.rowcount
         conn.execute("COMMIT")
         # The pragma frees one page per step and returns no rows, so the
