@@ -100,7 +100,9 @@ def header_event_size(include_dir: Path) -> int:
     """sizeof(struct gs_event) as INCLUDE_DIR/events.h declares it."""
     BUILD_DIR.mkdir(exist_ok=True)
     src = BUILD_DIR / "event_size.c"
-    src.write_text('#include <stdio.h>\n#include "events.h"\nint main(void){printf("%zu\\n", sizeof(struct gs_event));}\n')
+    src.write_text(
+        '#include <stdio.h>\n#include "events.h"\nint main(void){printf("%zu\\n", sizeof(struct gs_event));}\n'
+    )
     exe = BUILD_DIR / "event_size"
     subprocess.run(["cc", "-I", str(include_dir), "-o", str(exe), str(src)], check=True)
     return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)

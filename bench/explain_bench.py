@@ -1,13 +1,22 @@
 """Benchmark `gpuscope explain` over generated databases of 1M and 10M events.
 
-Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir /tmp/gsbench] [--keep]
+Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir /tmp/gsbench] [--keep] [--no-aggregates]
 
 Events are generated inside SQLite with a recursive CTE (no Python loop per
 row): one traced process with four threads making a realistic mix of CUDA
 calls (launch, copy, sync, malloc/free) plus voluntary and involuntary
 sched_switch intervals, and a second process sharing the GPU. Each size is
 analysed in a fresh subprocess so peak RSS (ru_maxrss) is that run's own.
+Every row is stored (as with ``--record-all``) and, like a real recording,
+``event_aggregates`` counts every event (computed with numpy from the same
+formulas); ``--no-aggregates`` leaves them out, as in files older than them.
 Prints numbers; asserts nothing.
+
+Measured on a 2-CPU VM (table and what is left: docs/explain.md, Performance):
+
+    events   before (rows only)     after, with aggregates    after, --no-aggregates
+    1M       3.9 s, 227 MiB         1.6-2.6 s, 171-227 MiB    4.0 s, 227 MiB
+    10M      35.6 s, 1844 MiB       19.1 s, 714 MiB           (same path as before)
 """
 
 from __future__ import annotations
@@ -15,12 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.ops import Op
+from gpuscope.store.aggregates import INSERT_AGGREGATES, Aggregator
 from gpuscope.store.connect import connect_writer
 
 _GEN = f"""
@@ -54,7 +68,29 @@ FROM seq
 """
 
 
-def generate(path: Path, n: int) -> float:
+def _aggregate(conn: sqlite3.Connection, sid: int, n: int) -> None:
+    """Write the exact aggregates of the generated events: the _GEN formulas, in numpy."""
+    agg = Aggregator(sid)
+    for lo in range(0, n, 1_000_000):
+        i = np.arange(lo, min(n, lo + 1_000_000), dtype=np.int64)
+        k = i % 10
+        ev = np.zeros(len(i), dtype=EVENT_DTYPE)
+        ev["ts_ns"] = 1_000_000_000 + i * 5000
+        dur = 2000 + (i * 13) % 1000
+        dur = np.where(k == 0, 3000 + (i * 7919) % 2000, dur)
+        dur = np.where(k == 9, 1_500_000 + (i * 104729) % 300_000 + np.where(i % 997 == 9, 20_000_000, 0), dur)
+        dur = np.where(k == 8, 40000 + (i * 31) % 5000, dur)
+        ev["duration_ns"] = dur
+        ev["pid"] = np.where(i % 50 == 7, 4243, 4242)
+        ops = [Op.cudaMalloc, Op.cudaFree, Op.cudaMemcpyAsync, Op.cudaLaunchKernel, Op.cudaLaunchKernel,
+               Op.cudaLaunchKernel, Op.cuLaunchKernel, Op.sched_switch, Op.cudaMemcpy, Op.cudaStreamSynchronize]  # fmt: skip
+        ev["op"] = np.array([int(o) for o in ops], dtype=np.uint16)[k]
+        ev["bytes"] = np.select([k == 0, k == 2, k == 8], [1_048_576, 65536, 262_144], 0)
+        agg.add(ev, np.ones(len(i), dtype=bool))
+    conn.executemany(INSERT_AGGREGATES, agg.take())
+
+
+def generate(path: Path, n: int, aggregates: bool = True) -> float:
     """Create a database with n generated events; return seconds taken."""
     if path.exists():
         path.unlink()
@@ -75,6 +111,8 @@ def generate(path: Path, n: int) -> float:
     )
     conn.execute("BEGIN")
     conn.execute(_GEN, {"n": n, "sid": sid})
+    if aggregates:
+        _aggregate(conn, sid, n)
     conn.execute("COMMIT")
     conn.close()
     return time.perf_counter() - t0
@@ -88,6 +126,7 @@ report = explain_db(sys.argv[1], ExplainOptions(store=False))
 dt = time.perf_counter() - t0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.events,
+                  "stats_from": report.stats_from,
                   "findings": [f.kind for f in report.findings]}))
 """
 
@@ -97,13 +136,14 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--dir", default="/tmp/gpuscope-bench")
     ap.add_argument("--keep", action="store_true", help="reuse existing databases of the same size")
+    ap.add_argument("--no-aggregates", action="store_true", help="rows only, as in files recorded before aggregates")
     args = ap.parse_args()
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     for n in (int(s) for s in args.sizes.split(",")):
-        db = out / f"explain_{n}.db"
+        db = out / f"explain_{n}{'_rows' if args.no_aggregates else ''}.db"
         if not (args.keep and db.exists()):
-            gen_s = generate(db, n)
+            gen_s = generate(db, n, not args.no_aggregates)
             print(f"generated {n:,} events in {gen_s:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)", flush=True)
         p = subprocess.run([sys.executable, "-c", _MEASURE, str(db)], capture_output=True, text=True, check=False,
                            env=dict(os.environ))  # fmt: skip
@@ -111,7 +151,7 @@ def main() -> int:
             print(p.stderr, file=sys.stderr)
             return 1
         r = json.loads(p.stdout)
-        print(f"explain {r['events']:>11,} events: {r['seconds']:.2f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
+        print(f"explain {r['events']:>11,} events ({r['stats_from']}): {r['seconds']:.2f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
               f"findings {r['findings']}")  # fmt: skip
     return 0
 

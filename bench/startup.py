@@ -113,7 +113,9 @@ def run(quick: bool = False) -> list[Result]:
             imports = [_import_time(env) for _ in range(reps)]
             rows.append(_row("  of which: python + imports", imports,
                              f"{label}; `gpuscope.cli.build_parser()`"))  # fmt: skip
-    setup = f"{note_src}; {reps} reps, median after the first; {REAL_CUDART.name} from the nvidia-cuda-runtime-cu12 wheel"
+    setup = (
+        f"{note_src}; {reps} reps, median after the first; {REAL_CUDART.name} from the nvidia-cuda-runtime-cu12 wheel"
+    )
     rows.append(Result("startup", "(setup)", "", "", setup))
     return rows
 

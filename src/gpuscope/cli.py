@@ -18,14 +18,19 @@ from types import ModuleType
 from gpuscope import __version__
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
 
-COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "version"]
+COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "demo", "version"]
 
 
 def _load(name: str) -> ModuleType:
     return importlib.import_module(f"gpuscope.commands.{name}{'_' if keyword.iskeyword(name) else ''}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or with ``only`` just that command's module imported.
+
+    Importing every command pulls in numpy, rich and the analysis code; a
+    command line names one command, so start-up imports only that one.
+    """
     parser = argparse.ArgumentParser(
         prog="gpuscope",
         description="eBPF GPU causal observability: trace CUDA and the host, explain why it is slow.",
@@ -34,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more diagnostics (-vv: tracebacks)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         mod = _load(name)
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
@@ -42,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    only = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(only if only in COMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)

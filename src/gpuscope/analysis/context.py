@@ -6,9 +6,9 @@ from functools import cached_property
 
 import numpy as np
 
-from gpuscope.analysis.frame import GPU_CALLS, LAUNCH_OPS, EventFrame, Window
+from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.intervals import overlap_by_key
-from gpuscope.analysis.stats import pct
+from gpuscope.analysis.stats import hist_pct, pct
 from gpuscope.model.ops import Op
 
 SCHED = int(Op.sched_switch)
@@ -19,13 +19,42 @@ COLD_MIN_EXCESS_NS = 100_000
 
 
 class Context:
-    """Lazily computed views of one window's events (not a value object: it caches)."""
+    """Lazily computed views of one window's events (not a value object: it caches).
 
-    def __init__(self, frame: EventFrame, window: Window, pids: tuple[int, ...] = ()) -> None:
+    ``aggregates``: the window's exact per-second counts, when the recording
+    has them (None: rows are the only source, as in older or imported files).
+    ``thinned``: (pid, op) groups whose rows were read selectively (slow calls
+    and a sample): their counts and percentiles must come from ``aggregates``.
+    ``frees_recorded`` is False and ``pids_without_frees`` names processes
+    when the recorder never saw cudaFree (Ingero imports).
+    """
+
+    def __init__(
+        self, frame: EventFrame, window: Window, pids: tuple[int, ...] = (), *,
+        aggregates: Aggregates | None = None, thinned: frozenset[tuple[int, int]] = frozenset(),
+        frees_recorded: bool = True, pids_without_frees: frozenset[int] = frozenset(),
+    ) -> None:  # fmt: skip
         self.frame = frame
         self.window = window
         self.pid_filter = pids
+        self.aggregates = aggregates
+        self.thinned = thinned
+        self.frees_recorded = frees_recorded
+        self.pids_without_frees = pids_without_frees
         self._groups: dict[tuple[int, bool], list[tuple[int, int, np.ndarray]]] = {}
+
+    def op_summary(self, pid: int, op: int) -> tuple[int, int, int, int, int] | None:
+        """(count, p50, p99, max, total ns) of every call of an op of a process, from aggregates; None without."""
+        a = self.aggregates
+        if a is None:
+            return None
+        m = a.mask(pid, frozenset({op}))
+        n = int(a.count[m].sum())
+        if n == 0:
+            return None
+        lo, hi = int(a.min_ns[m].min()), int(a.max_ns[m].max())
+        h = a.hist(pid, op)
+        return n, hist_pct(h, 50, lo, hi), hist_pct(h, 99, lo, hi), hi, int(a.sum_ns[m].sum())
 
     @cached_property
     def calls(self) -> np.ndarray:
@@ -90,12 +119,20 @@ class Context:
         first[order[starts]] = True
         # Steady state per (pid, op): p50 of the calls that are not first calls.
         d = f.dur[c]
-        for _, _, pos in self._groups_of(group, np.ones(n, dtype=bool), 1):
-            steady = d[pos[~first[pos]]]
-            if len(steady) < 3:
-                continue
-            base = max(pct(steady, 50), 1)
+        for gpid, gop, pos in self._groups_of(group, np.ones(n, dtype=bool), 1):
             cand = pos[first[pos]]
+            summary = self.op_summary(gpid, gop)
+            if summary is not None and summary[0] >= 3:
+                # Every call counts in the baseline, stored or not (the first few barely move a p50).
+                base = max(summary[1], 1)
+                if (gpid, gop) in self.thinned:
+                    # Rows were read selectively: the first one read is a first call only in the op's first second.
+                    cand = cand[f.ts[c[cand]] < self.aggregates.first_bucket(gpid, gop) + BUCKET_NS]  # type: ignore[union-attr]
+            else:
+                steady = d[pos[~first[pos]]]
+                if len(steady) < 3:
+                    continue
+                base = max(pct(steady, 50), 1)
             hit = (d[cand] >= COLD_RATIO * base) & (d[cand] - base >= COLD_MIN_EXCESS_NS)
             out[cand[hit]] = True
         return out

@@ -14,10 +14,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import EventFrame, Window, load_frame, recording_bounds
+from gpuscope.analysis.frame import (
+    BUCKET_NS,
+    GPU_CALLS,
+    SAMPLED_OPS,
+    THIN_SAMPLE,
+    Aggregates,
+    EventFrame,
+    Window,
+    load_aggregates,
+    load_frame,
+    pids_without_frees,
+    recording_bounds,
+)
 from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.analysis.rules import RULES, Rule
-from gpuscope.analysis.stats import OpStats, op_stats
+from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError
 from gpuscope.model.findings import Finding, Severity
 from gpuscope.store.connect import connect_reader
@@ -46,12 +58,14 @@ class Report:
     per_process: tuple[OpStats, ...]
     stored: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stats_from: str = "events"  # "aggregates": exact per-second counts, the same in every storage mode
 
     def as_dict(self, per_process: bool = False) -> dict[str, object]:
         d: dict[str, object] = {
             "window": self.window.as_dict(),
             "findings": [f.as_dict() for f in self.findings],
             "stats": [s.as_dict() for s in self.stats],
+            "stats_from": self.stats_from,
             "stored": self.stored,
             "notes": list(self.notes),
         }
@@ -73,9 +87,16 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
 
 
 def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, pids: tuple[int, ...] = (),
-            min_severity: Severity = Severity.LOW) -> Report:  # fmt: skip
-    """Evaluate every rule and rank findings: severity, then time lost."""
-    ctx = Context(frame, window, pids)
+            min_severity: Severity = Severity.LOW, *, aggregates: Aggregates | None = None,
+            thinned: frozenset[tuple[int, int]] = frozenset(), frees_recorded: bool = True,
+            pids_without_frees: frozenset[int] = frozenset()) -> Report:  # fmt: skip
+    """Evaluate every rule and rank findings: severity, then time lost.
+
+    With ``aggregates`` the stats (counts, percentiles, shares, rates) and the
+    window's event count come from them; otherwise from the rows.
+    """
+    ctx = Context(frame, window, pids, aggregates=aggregates, thinned=thinned, frees_recorded=frees_recorded,
+                  pids_without_frees=pids_without_frees)  # fmt: skip
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule.evaluate(ctx))
@@ -83,15 +104,54 @@ def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, 
     findings.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
     c = ctx.calls
     wall = max(window.length_ns, 1)
-    stats = op_stats(frame.op[c], frame.dur[c], wall)
     per_process: list[OpStats] = []
-    for p in ctx.call_pids:
-        m = c[frame.pid[c] == p]
-        per_process.extend(op_stats(frame.op[m], frame.dur[m], ctx.pid_span_ns(p), pid=p))
-    n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
+    if aggregates is not None:
+        stats = agg_op_stats(aggregates, GPU_CALLS, wall)
+        call_rows = aggregates.mask(None, GPU_CALLS)
+        for p in np.unique(aggregates.pid[call_rows]).tolist():
+            per_process.extend(agg_op_stats(aggregates, GPU_CALLS, _span_ns(ctx, aggregates, p), pid=p))
+        n = aggregates.events
+    else:
+        stats = op_stats(frame.op[c], frame.dur[c], wall)
+        for p in ctx.call_pids:
+            m = c[frame.pid[c] == p]
+            per_process.extend(op_stats(frame.op[m], frame.dur[m], ctx.pid_span_ns(p), pid=p))
+        n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
     w = Window(window.start_ns, window.end_ns, window.recording_start_ns, window.recording_end_ns,
                window.wall_offset_ns, window.session_ids, n)  # fmt: skip
-    return Report(w, tuple(findings), tuple(stats), tuple(per_process), notes=_stateless_note(ctx))
+    return Report(w, tuple(findings), tuple(stats), tuple(per_process), notes=_stateless_note(ctx),
+                  stats_from="events" if aggregates is None else "aggregates")  # fmt: skip
+
+
+def _span_ns(ctx: Context, aggregates: Aggregates, pid: int) -> int:
+    """A process's active time: from its stored calls, else from the seconds its aggregates cover."""
+    span = ctx.pid_span_ns(pid)
+    if span:
+        return span
+    b = aggregates.bucket[aggregates.pid == pid]
+    lo = max(int(b.min()), ctx.window.start_ns)
+    hi = min(int(b.max()) + BUCKET_NS, ctx.window.end_ns)
+    return max(hi - lo, 1)
+
+
+# selective storage keeps a call slower than this many times its op's p50 (gpuscope.agent.storage_policy)
+SLOW_FACTOR = 3
+
+
+def thin_thresholds(aggregates: Aggregates) -> dict[tuple[int, int], int]:
+    """Slow-call thresholds of the high-rate (pid, op) groups whose rows were (nearly) all stored.
+
+    Those are read the way selective storage would have kept them: slow
+    calls and a sample. Groups already stored selectively are read whole.
+    """
+    out: dict[tuple[int, int], int] = {}
+    m = aggregates.mask(None, SAMPLED_OPS)
+    for pid, op in sorted({(int(p), int(o)) for p, o in zip(aggregates.pid[m], aggregates.op[m], strict=True)}):
+        k = m & (aggregates.pid == pid) & (aggregates.op == op)
+        count, stored = int(aggregates.count[k].sum()), int(aggregates.stored[k].sum())
+        if stored > 1000 + 4 * count // THIN_SAMPLE:
+            out[(pid, op)] = SLOW_FACTOR * hist_pct(aggregates.hist(pid, op), 50)
+    return out
 
 
 def _stateless_note(ctx: Context) -> tuple[str, ...]:
@@ -119,18 +179,23 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
     conn = connect_reader(path)
     try:
         window = resolve_window(conn, opts)
-        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids)
+        aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
+        thin = thin_thresholds(aggregates) if aggregates is not None else {}
+        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
+        no_frees = pids_without_frees(conn)
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(
             f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
         ) from None
     finally:
         conn.close()
-    report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity)
+    report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
+                     thinned=frozenset(thin), frees_recorded=no_frees is not None,
+                     pids_without_frees=no_frees or frozenset())  # fmt: skip
     if opts.store and report.findings:
         from gpuscope.analysis.history import store_findings
 
         stored, note = store_findings(path, report)
         return Report(report.window, report.findings, report.stats, report.per_process, stored,
-                      (*report.notes, *((note,) if note else ())))  # fmt: skip
+                      (*report.notes, *((note,) if note else ())), report.stats_from)  # fmt: skip
     return report

@@ -1,18 +1,23 @@
-"""Load stored events into column arrays: one SELECT, no Python loop per event.
+"""Load stored events and their exact aggregates into column arrays, no Python loop per event.
 
 The analysis never touches SQLite rows one by one: ``load_frame`` fills numpy
 columns from a single query over ``event_log`` (the table, not the ``events``
 view, so no join per row), restricted to the analysis window.
+``load_aggregates`` reads ``event_aggregates`` (exact per-second counts of
+every event, stored as a row or not): counts, rates and percentiles come from
+there when a recording has them, so they do not depend on the storage mode.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuscope.analysis.latency import NBUCKETS
 from gpuscope.model.ops import OPS, Op, OpKind, Source
 
 _CHUNK = 262_144
@@ -30,6 +35,8 @@ _SELECT_TMPL = (
     "CASE WHEN op_id >= 128 THEN arg1 ELSE 0 END"
 )
 _NCOLS = 9
+# One row in this many of a thinned op is read (selective storage keeps one in 100).
+THIN_SAMPLE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,18 +147,31 @@ def recording_bounds(conn: sqlite3.Connection) -> tuple[int, int, int, tuple[int
     return int(lo), int(hi if hi is not None else lo), offset, tuple(int(s[0]) for s in sessions)
 
 
-def load_frame(conn: sqlite3.Connection, start_ns: int, end_ns: int, pids: tuple[int, ...] = ()) -> EventFrame:
+def load_frame(
+    conn: sqlite3.Connection, start_ns: int, end_ns: int, pids: tuple[int, ...] = (),
+    thin: dict[tuple[int, int], int] | None = None,
+) -> EventFrame:  # fmt: skip
     """Every event that overlaps [start_ns, end_ns] (optionally of some pids), as columns.
 
     Host events of other processes are always kept when ``pids`` is given:
     a sched_switch names its preemptor through its own columns, not its pid,
     so filtering is done on the traced side only.
+
+    ``thin`` maps (pid, op) of high-rate ops to a duration threshold: of those
+    only calls slower than it and one row in ``THIN_SAMPLE`` are read, the
+    shape selective storage gives them (their counts come from aggregates).
     """
     where = "ts_ns <= ? AND ts_ns + duration_ns >= ?"
     params: list[int] = [end_ns, start_ns]
     if pids:
         where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
         params += list(pids)
+    if thin:
+        # A CASE over a few (pid, op) keys is evaluated in C per row: far cheaper than returning the row.
+        cases = " ".join(f"WHEN {(p << 16) | o} THEN {int(t)}" for (p, o), t in sorted(thin.items()))
+        ops = ",".join(str(o) for o in sorted({o for _, o in thin}))
+        where += (f" AND (op_id NOT IN ({ops}) OR id % {THIN_SAMPLE} = 0 "
+                  f"OR duration_ns > CASE (pid << 16) | op_id {cases} ELSE -1 END)")  # fmt: skip
     # Upper bound on the rows, from the rowid range (no scan); np.empty only touches the pages it fills.
     lo_id, hi_id = conn.execute("SELECT min(rowid), max(rowid) FROM event_log").fetchone()
     cap = 0 if lo_id is None else int(hi_id) - int(lo_id) + 1
@@ -203,3 +223,140 @@ def _process_names(conn: sqlite3.Connection, pids: list[int]) -> tuple[dict[int,
         if row:
             comms[pid] = str(row[0])
     return comms, cgroups
+
+
+# Selective storage samples these; everything else it stores row by row (gpuscope.agent.storage_policy).
+SAMPLED_OPS = COPY_OPS | LAUNCH_OPS | ops_of(OpKind.SET) | frozenset({int(Op.sched_wakeup)})
+_HIST_DTYPE = np.dtype([("idx", "<u2"), ("n", "<u4")])  # gpuscope.store.aggregates.encode_hist
+BUCKET_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregates:
+    """Exact per-second counts of every event in a window (``event_aggregates`` rows), all int64.
+
+    Row arrays are parallel (one entry per (bucket, pid, op)); ``hists`` holds
+    the merged 1/16-octave latency histogram of each (pid, op) over the window.
+    Buckets are whole seconds: a window that starts or ends inside a second
+    counts that whole second.
+    """
+
+    bucket: np.ndarray
+    pid: np.ndarray
+    op: np.ndarray
+    count: np.ndarray
+    stored: np.ndarray
+    sum_ns: np.ndarray
+    min_ns: np.ndarray
+    max_ns: np.ndarray
+    bytes: np.ndarray
+    hists: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.bucket)
+
+    @property
+    def events(self) -> int:
+        return int(self.count.sum())
+
+    def mask(self, pid: int | None = None, ops: frozenset[int] | None = None) -> np.ndarray:
+        m = np.ones(len(self.bucket), dtype=bool) if pid is None else self.pid == pid
+        if ops is not None:
+            m &= np.isin(self.op, np.fromiter(ops, dtype=np.int64, count=len(ops)))
+        return m
+
+    def count_of(self, pid: int | None = None, ops: frozenset[int] | None = None) -> int:
+        return int(self.count[self.mask(pid, ops)].sum())
+
+    def sum_ns_of(self, pid: int | None = None, ops: frozenset[int] | None = None) -> int:
+        return int(self.sum_ns[self.mask(pid, ops)].sum())
+
+    def op_keys(self) -> list[tuple[int, int]]:
+        """Every (pid, op) with events in the window."""
+        return sorted(self.hists)
+
+    def hist(self, pid: int | None, op: int) -> np.ndarray:
+        """Merged histogram of an op, of one process or (pid None) of all."""
+        if pid is not None:
+            return self.hists.get((pid, op), np.zeros(NBUCKETS, dtype=np.int64))
+        out = np.zeros(NBUCKETS, dtype=np.int64)
+        for (_, o), h in self.hists.items():
+            if o == op:
+                out += h
+        return out
+
+    def first_bucket(self, pid: int, op: int) -> int:
+        m = (self.pid == pid) & (self.op == op)
+        return int(self.bucket[m].min()) if m.any() else 0
+
+
+def load_aggregates(
+    conn: sqlite3.Connection, start_ns: int, end_ns: int, pids: tuple[int, ...] = ()
+) -> Aggregates | None:
+    """The aggregates of the seconds [start_ns, end_ns] touches, or None when they cannot be trusted.
+
+    None (the caller falls back to rows) when the database has no
+    ``event_aggregates`` (older files, imported recordings) or when a session
+    with events has no aggregates (counts would miss its events).
+    """
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "event_aggregates" not in names:
+        return None
+    covered = {int(r[0]) for r in conn.execute("SELECT DISTINCT session_id FROM event_aggregates")}
+    if not covered:
+        return None
+    for (sid,) in conn.execute("SELECT id FROM sessions").fetchall():
+        if (
+            int(sid) not in covered
+            and conn.execute("SELECT 1 FROM event_log WHERE session_id = ? LIMIT 1", (sid,)).fetchone()
+        ):
+            return None
+    where = "bucket_ns > ? AND bucket_ns <= ?"
+    params: list[int] = [start_ns - BUCKET_NS, end_ns]
+    if pids:
+        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
+        params += list(pids)
+    rows = conn.execute(
+        "SELECT bucket_ns, pid, op_id, count, stored, sum_duration_ns, min_duration_ns, max_duration_ns, sum_bytes, "
+        f"histogram FROM event_aggregates WHERE {where}",
+        params,
+    ).fetchall()
+    n = len(rows)
+    cols = np.array([r[:9] for r in rows], dtype=np.int64).reshape(n, 9)
+    blobs: dict[tuple[int, int], list[bytes]] = {}
+    for r in rows:
+        if r[9]:
+            blobs.setdefault((int(r[1]), int(r[2])), []).append(bytes(r[9]))
+    hists: dict[tuple[int, int], np.ndarray] = {}
+    for key, parts in blobs.items():
+        arr = np.frombuffer(b"".join(parts), dtype=_HIST_DTYPE)
+        merged = np.bincount(arr["idx"].astype(np.int64), weights=arr["n"].astype(np.float64), minlength=NBUCKETS)
+        hists[key] = merged[:NBUCKETS].astype(np.int64)
+    for p, o in zip(cols[:, 1].tolist(), cols[:, 2].tolist(), strict=True):
+        hists.setdefault((p, o), np.zeros(NBUCKETS, dtype=np.int64))
+    c = [np.ascontiguousarray(cols[:, j]) for j in range(9)]
+    return Aggregates(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], hists)
+
+
+def pids_without_frees(conn: sqlite3.Connection) -> frozenset[int] | None:
+    """Processes of sessions imported from a recorder that never saw frees (Ingero); None: all of them.
+
+    Without frees every allocation looks leaked, so memory-leak must stay
+    silent for these. None when every session is such an import.
+    """
+    imported: list[int] = []
+    rows = conn.execute("SELECT id, flags FROM sessions").fetchall()
+    for sid, raw in rows:
+        try:
+            doc = json.loads(raw) if raw else {}
+        except (TypeError, ValueError):
+            doc = {}
+        if isinstance(doc, dict) and doc.get("imported_from") == "ingero":
+            imported.append(int(sid))
+    if rows and len(imported) == len(rows):
+        return None
+    if not imported:
+        return frozenset()
+    marks = ",".join("?" * len(imported))
+    rows = conn.execute(f"SELECT pid FROM processes WHERE session_id IN ({marks})", imported).fetchall()
+    return frozenset(int(r[0]) for r in rows)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuscope.analysis.frame import Aggregates
+from gpuscope.analysis.latency import bucket_value
 from gpuscope.model.findings import Effect, Severity
 from gpuscope.model.ops import op_name
 
@@ -54,6 +56,39 @@ def op_stats(op_ids: np.ndarray, durs: np.ndarray, wall_ns: int, pid: int | None
         total = int(d.sum())
         out.append(OpStats(op_name(op), pid, n, total, p50, p95, p99, int(d.max()), total / wall, n / (wall / 1e9)))
     out.sort(key=lambda s: -s.total_ns)
+    return out
+
+
+def hist_pct(hist: np.ndarray, p: float, lo: int = 0, hi: int | None = None) -> int:
+    """Nearest-rank percentile read from a 1/16-octave histogram (within 4.4 %), clamped to [lo, hi]."""
+    n = int(hist.sum())
+    if n == 0:
+        return 0
+    rank = max(1, math.ceil(p / 100.0 * n))
+    idx = int(np.searchsorted(np.cumsum(hist), rank))
+    v = round(bucket_value(idx))
+    v = max(v, lo)
+    return min(v, hi) if hi is not None else v
+
+
+def agg_op_stats(aggs: Aggregates, ops: frozenset[int], wall_ns: int, pid: int | None = None) -> list[OpStats]:
+    """Per-op statistics from exact aggregates: counts, totals and max exact, percentiles from histograms.
+
+    The same numbers whether rows were stored selectively or all of them.
+    """
+    m = aggs.mask(pid, ops)
+    out = []
+    wall = max(wall_ns, 1)
+    for op in np.unique(aggs.op[m]).tolist():
+        k = m & (aggs.op == op)
+        n = int(aggs.count[k].sum())
+        if n == 0:
+            continue
+        total, lo, hi = int(aggs.sum_ns[k].sum()), int(aggs.min_ns[k].min()), int(aggs.max_ns[k].max())
+        h = aggs.hist(pid, int(op))
+        p50, p95, p99 = (hist_pct(h, q, lo, hi) for q in (50, 95, 99))
+        out.append(OpStats(op_name(int(op)), pid, n, total, p50, p95, p99, hi, total / wall, n / (wall / 1e9)))
+    out.sort(key=lambda s: (-s.total_ns, s.op))
     return out
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from gpuscope.analysis.attribution import load_attribution_db, using_attribution
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
@@ -58,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
         min_severity=min_sev,
         store=not args.no_store,
     )
-    report = explain_db(args.db or default_db_path(), opts)
+    db = args.db or default_db_path()
+    # Ranks, communicators and containers for the rules that name them (nccl-*, noisy-neighbour).
+    with using_attribution(load_attribution_db(db)):
+        report = explain_db(db, opts)
     if args.json:
         print(json.dumps(report.as_dict(per_process=args.per_process), indent=2))
     else:

@@ -18,6 +18,8 @@ from gpuscope.report.summary import render_summary
 from gpuscope.report.units import parse_duration_s, parse_size
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 from gpuscope.store.connect import default_db_path
+from gpuscope.tui.explain_source import ExplainFindings
+from gpuscope.tui.findings import builtin_findings
 from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
 
 NAME = "trace"
@@ -57,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="include Python frames in stacks (default: on)")
     p.add_argument("--stack-every", action="append", default=[], metavar="OP=N",
                    help="stack policy for one op: 0 never, 1 every call, N one call in N (default: launches 1 in 64)")
+    p.add_argument("--hang-threshold", default="30s", metavar="DURATION",
+                   help="live nccl-hang finding: a rank silent in NCCL this long while its peers go on (default 30s)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
@@ -120,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     if ring < 4096 or ring & (ring - 1):
         raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
     duration = parse_duration_s(args.duration) if args.duration else None
+    try:
+        hang_threshold_ns = int(parse_duration_s(args.hang_threshold) * 1e9)
+    except ValueError:
+        raise UsageError(f"--hang-threshold {args.hang_threshold}: not a duration (e.g. 30s, 2m)") from None
     opts = TraceOptions(
         filter_targets=bool(args.pid or command),
         entry_only=args.entry_only,
@@ -162,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
             raise NoCudaLibraryError("no CUDA library (libcudart / libcuda) found to attach to")
         _print_header(session, command, args.pid)
         mode = choose_mode(no_tui=args.no_tui, json=args.json, stdout_is_tty=sys.stdout.isatty())
-        live = LiveOutput(session, mode, _target_text(command, args.pid))
+        # Explain rules over the recent recording, beside the built-in live findings.
+        explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
+        live = LiveOutput(session, mode, _target_text(command, args.pid), findings=[*builtin_findings(), explain])
         proc = _launch(command, session) if command else None
         stop = _Stop()
         old_int = signal.signal(signal.SIGINT, stop)

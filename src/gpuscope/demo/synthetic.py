@@ -103,7 +103,9 @@ class SyntheticRecording:
     def __init__(self, db_path: str | os.PathLike[str], argv: list[str], scenario: str) -> None:
         self.db_path = Path(db_path)
         self.conn = connect_writer(self.db_path)
-        self.start_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        # After everything already in the database: scenarios recorded into one database must not overlap in time.
+        (last,) = self.conn.execute("SELECT max(ts_ns + duration_ns) FROM event_log").fetchone()
+        self.start_ns = max(time.clock_gettime_ns(time.CLOCK_MONOTONIC), int(last or 0) + 1_000_000_000)
         self.started_wall_ns = time.time_ns()
         self.session_id = create_session(
             self.conn,
@@ -155,6 +157,12 @@ class SyntheticRecording:
         rows = self.aggregator.take(None)
         if rows:
             self.writer.call(INSERT_AGGREGATES, rows)
+        for p in self.others:  # named like the live demo names the hogs it starts
+            self.writer.call(
+                "INSERT OR IGNORE INTO processes(session_id, pid, comm, cmdline, exe, first_seen_ns) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (self.session_id, p.pid, p.comm, p.cmdline, f"/opt/gpuscope-demo/bin/{p.comm}", self.started_wall_ns),
+            )
         for p in self.processes:
             self.writer.call(
                 "INSERT OR REPLACE INTO processes(session_id, pid, comm, cmdline, exe, cgroup_id, cgroup_path, "

@@ -1,6 +1,6 @@
 """Keep a database under its size cap while tracing (``--max-db``).
 
-The oldest event rows go first; aggregates and findings stay (they are small
+The oldest event rows go first (with their stack links); aggregates and findings stay (they are small
 and carry the exact counts). Freed pages are returned to the file system with
 incremental vacuum, and the WAL is truncated by a checkpoint.
 """
@@ -23,6 +23,20 @@ def db_bytes(path: Path) -> int:
         except OSError:
             pass
     return total
+
+
+def _drop_orphans(conn: sqlite3.Connection) -> None:
+    """Stack links older than a session's oldest remaining event, and stacks no link uses."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "event_stacks" not in tables:
+        return
+    for (sid,) in conn.execute("SELECT DISTINCT session_id FROM event_stacks").fetchall():
+        # Rows are inserted in time order, so the oldest remaining row (by id,
+        # no index needed) marks where the deleted history ends.
+        row = conn.execute("SELECT ts_ns FROM event_log WHERE session_id = ? ORDER BY id LIMIT 1", (sid,)).fetchone()
+        cutoff = row[0] if row else (1 << 63) - 1
+        conn.execute("DELETE FROM event_stacks WHERE session_id = ? AND ts_ns < ?", (sid, cutoff))
+    conn.execute("DELETE FROM stacks WHERE hash NOT IN (SELECT DISTINCT stack_hash FROM event_stacks)")
 
 
 def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int) -> int:
@@ -52,6 +66,7 @@ def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int) -> int:
         conn.execute("BEGIN")
         cur = conn.execute("DELETE FROM event_log WHERE id IN (SELECT id FROM event_log ORDER BY id LIMIT ?)", (n,))
         deleted += cur.rowcount
+        _drop_orphans(conn)
         conn.execute("COMMIT")
         # The pragma frees one page per step and returns no rows, so the
         # sqlite3 module's execute() would stop after one page: executescript

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuscope.analysis.rules.base import Rule
+from gpuscope.analysis.rules.containers import ContainerNoisyNeighbourRule
 from gpuscope.analysis.rules.flow import DataStarvationRule, SyncStallRule, ThroughputDropRule
 from gpuscope.analysis.rules.gpu import (
     AllocatorChurnRule,
@@ -11,19 +12,21 @@ from gpuscope.analysis.rules.gpu import (
     MemcpyBoundRule,
     MemoryLeakRule,
 )
+from gpuscope.analysis.rules.graph import GraphRecaptureRule
 from gpuscope.analysis.rules.host import (
     BlockIoRule,
     CpuPreemptionRule,
     MemoryPressureRule,
-    NoisyNeighbourRule,
     OomRule,
     TcpRetransmitRule,
 )
+from gpuscope.analysis.rules.nccl import NcclHangRule, NcclStragglerRule
 
 RULES: tuple[Rule, ...] = (
-    CpuPreemptionRule(), NoisyNeighbourRule(), BlockIoRule(), MemoryPressureRule(), TcpRetransmitRule(),
+    CpuPreemptionRule(), ContainerNoisyNeighbourRule(), BlockIoRule(), MemoryPressureRule(), TcpRetransmitRule(),
     GpuContentionRule(), ColdStartRule(), MemcpyBoundRule(), AllocatorChurnRule(), MemoryLeakRule(),
     DataStarvationRule(), SyncStallRule(), ThroughputDropRule(), OomRule(),
+    NcclStragglerRule(), NcclHangRule(), GraphRecaptureRule(),
 )  # fmt: skip
 
 RULE_IDS = tuple(r.id for r in RULES)

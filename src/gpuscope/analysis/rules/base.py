@@ -57,7 +57,16 @@ def per_op_effects(ctx: Context, cause_ns: np.ndarray, affected: np.ndarray, pid
     return out
 
 
-def symptom_for(ctx: Context, pid: int, op: int, pos: np.ndarray, summary: str) -> Symptom:
+def symptom_for(ctx: Context, pid: int, op: int, pos: np.ndarray, summary: str, *, whole_op: bool = False) -> Symptom:
+    """The symptom numbers of the calls at ``pos``.
+
+    ``whole_op``: the calls stand for every call of the op (not a chosen few),
+    so count and percentiles come from the exact aggregates when there are some.
+    """
+    agg = ctx.op_summary(pid, op) if whole_op else None
+    if agg is not None:
+        n, p50, p99, mx, total = agg
+        return Symptom(summary, op_name(op), pid, ctx.frame.comm(pid), n, p50, p99, mx, total)
     d = ctx.frame.dur[ctx.calls[pos]]
     return Symptom(summary, op_name(op), pid, ctx.frame.comm(pid), len(d), pct(d, 50), pct(d, 99),
                    int(d.max()) if len(d) else 0, int(d.sum()))  # fmt: skip
@@ -81,5 +90,5 @@ def host_cause_findings(
         summary = (f"{op_name(top.op)} of pid {pid} is {e.p50_ratio:.1f}× slower when it overlaps {cause_name}; "
                    f"{fmt_ns(lost)} lost ({lost / max(wall, 1):.0%} of its wall time)")  # fmt: skip
         findings.append(Finding(rule, rule, severity_for(lost, wall, e.p50_ratio),
-                                symptom_for(ctx, pid, top.op, top.positions, summary), (cause,), fix, lost, wall))  # fmt: skip
+                                symptom_for(ctx, pid, top.op, top.positions, summary, whole_op=True), (cause,), fix, lost, wall))  # fmt: skip
     return findings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import GPU_WORK, SYNC_OPS
+from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS
 from gpuscope.analysis.intervals import merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import symptom_for
 from gpuscope.analysis.stats import severity_for
@@ -115,7 +115,8 @@ class SyncStallRule:
             # Waiting for a busy GPU is not a fault; it is where optimisation starts: at most MEDIUM.
             sev = Severity.MEDIUM if total >= 0.5 * wall else Severity.LOW
             out.append(Finding(self.id, self.kind, sev, symptom_for(ctx, p, op, pos,
-                               f"pid {p} waits on the GPU {total / wall:.0%} of its time ({op_name(op)})"),
+                               f"pid {p} waits on the GPU {total / wall:.0%} of its time ({op_name(op)})",
+                               whole_op=True),
                                (Cause(self.id, lines, None, (), {"sync_share": round(total / wall, 3)}),),
                                "the GPU is the bottleneck: profile kernels (nsys/ncu), use mixed precision, fuse "
                                "kernels, and remove synchronisations that are not needed (.item(), .cpu())",
@@ -129,16 +130,9 @@ class ThroughputDropRule:
     id = kind = "throughput-drop"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c = ctx.frame, ctx.calls
         out = []
-        for p, op, pos in ctx.groups(min_count=50):
-            ts = f.ts[c[pos]]
-            span = int(ts[-1] - ts[0])
-            bin_ns = max(50_000_000, min(1_000_000_000, span // 10))
-            nb = span // bin_ns
-            if nb < 5:
-                continue
-            counts = np.bincount(((ts - ts[0]) // bin_ns).astype(np.int64), minlength=nb + 1)[:nb]
+        for p, op, pos, counts, bin_ns in self._rates(ctx):
+            nb = len(counts)
             peak = int(counts.max())
             if peak < 10:
                 continue
@@ -159,11 +153,46 @@ class ThroughputDropRule:
                 f"{cur * 1e9 / bin_ns:.0f}/s in {int(low.sum())} of {nb} bins of {fmt_ns(bin_ns)}",
             )
             out.append(Finding(self.id, self.kind, min(sev, max(severity_for(lost, wall), Severity.MEDIUM)),
-                               symptom_for(ctx, p, op, pos, f"{op_name(op)} throughput of pid {p} dropped {drop:.0%}"),
+                               symptom_for(ctx, p, op, pos, f"{op_name(op)} throughput of pid {p} dropped {drop:.0%}",
+                                           whole_op=True),
                                (Cause(self.id, lines, None, (), {"peak_per_s": round(peak * 1e9 / bin_ns, 1),
                                                                 "low_per_s": round(cur * 1e9 / bin_ns, 1)}),),
                                "look at the other findings for this process in the low-rate period; if none, compare "
                                "input sizes and batch shapes over time", lost, wall))  # fmt: skip
+        return out
+
+    @staticmethod
+    def _rates(ctx: Context) -> list[tuple[int, int, np.ndarray, np.ndarray, int]]:
+        """(pid, op, positions, calls per bin, bin ns) of every op with at least 50 calls and 5 whole bins.
+
+        From the exact per-second aggregates when present (every call counts,
+        stored or not); the first and last seconds of an op are partial, so left out.
+        """
+        f, c, a = ctx.frame, ctx.calls, ctx.aggregates
+        out = []
+        if a is not None:
+            rows = {(g[0], g[1]): g[2] for g in ctx.groups(min_count=1, warm_only=False)}
+            for p, op in a.op_keys():
+                if op not in GPU_CALLS:
+                    continue
+                m = (a.pid == p) & (a.op == op)
+                if int(a.count[m].sum()) < 50:
+                    continue
+                b = (a.bucket[m] - a.bucket[m].min()) // BUCKET_NS
+                counts = np.bincount(b.astype(np.int64), weights=a.count[m].astype(np.float64)).astype(np.int64)
+                counts = counts[1:-1]
+                if len(counts) >= 5:
+                    out.append((p, op, rows.get((p, op), np.zeros(0, dtype=np.int64)), counts, BUCKET_NS))
+            return out
+        for p, op, pos in ctx.groups(min_count=50):
+            ts = f.ts[c[pos]]
+            span = int(ts[-1] - ts[0])
+            bin_ns = max(50_000_000, min(1_000_000_000, span // 10))
+            nb = span // bin_ns
+            if nb < 5:
+                continue
+            counts = np.bincount(((ts - ts[0]) // bin_ns).astype(np.int64), minlength=nb + 1)[:nb]
+            out.append((p, op, pos, counts, bin_ns))
         return out
 
 

@@ -56,7 +56,7 @@ class GpuContentionRule:
             summary = (f"{op_name(top.op)} of pid {p} is {top.effect.p50_ratio:.1f}× slower while other processes "
                        f"use the GPU; {fmt_ns(lost)} lost")  # fmt: skip
             out.append(Finding(self.id, self.kind, severity_for(lost, wall, top.effect.p50_ratio),
-                               symptom_for(ctx, p, top.op, top.positions, summary),
+                               symptom_for(ctx, p, top.op, top.positions, summary, whole_op=True),
                                (Cause(self.id, lines, top.effect, peers_of[p]),),
                                "give each process its own GPU (CUDA_VISIBLE_DEVICES), or share it deliberately with "
                                "MPS / MIG instead of time-slicing", lost, wall))  # fmt: skip
@@ -109,23 +109,34 @@ class MemcpyBoundRule:
             mine = c[f.pid[c] == p]
             cp = mine[_isin(f.op[mine], COPY_OPS)]
             other = mine[_isin(f.op[mine], SYNC_OPS | LAUNCH_OPS)]
-            if len(cp) < 10:
-                continue
+            a = ctx.aggregates
             wall = ctx.pid_span_ns(p)
-            s, e = merge(f.ts[cp], f.ts[cp] + f.dur[cp])
-            copy_ns = int((e - s).sum())
-            if copy_ns < MEMCPY_SHARE * wall or copy_ns <= int(f.dur[other].sum()):
+            if a is not None:
+                # Every copy counts, stored or not; summed durations capped at the wall time.
+                n_copies = a.count_of(p, COPY_OPS)
+                copy_ns = min(a.sum_ns_of(p, COPY_OPS), wall)
+                other_ns = a.sum_ns_of(p, SYNC_OPS | LAUNCH_OPS)
+                nbytes = int(a.bytes[a.mask(p, COPY_OPS)].sum())
+            else:
+                n_copies = len(cp)
+                s, e = merge(f.ts[cp], f.ts[cp] + f.dur[cp])
+                copy_ns = int((e - s).sum())
+                other_ns = int(f.dur[other].sum())
+                nbytes = int(f.bytes[cp].sum())
+            if n_copies < 10 or len(cp) == 0:
                 continue
-            nbytes = int(f.bytes[cp].sum())
-            small = int((f.bytes[cp] < 64 * 1024).sum())
+            if copy_ns < MEMCPY_SHARE * wall or copy_ns <= other_ns:
+                continue
+            # Sizes and directions are per row: from the stored copies (all of them, or a sample).
+            small = round(int((f.bytes[cp] < 64 * 1024).sum()) * n_copies / len(cp))
             dirs = {k: int((f.arg0[cp] == v).sum()) for k, v in (("H2D", 1), ("D2H", 2), ("D2D", 3))}
-            lines = (f"{len(cp)} copies take {fmt_ns(copy_ns)} = {copy_ns / wall:.0%} of wall time, "
+            lines = (f"{n_copies} copies take {fmt_ns(copy_ns)} = {copy_ns / wall:.0%} of wall time, "
                      f"{fmt_bytes(nbytes)} at {nbytes / max(copy_ns, 1) * 1e9 / 2**30:.2f} GiB/s",
                      "directions: " + ", ".join(f"{k} {v}" for k, v in dirs.items() if v) + f"; {small} copies < 64 KiB")  # fmt: skip
             summary = f"copies dominate pid {p}: {copy_ns / wall:.0%} of its wall time"
             op = int(np.bincount(f.op[cp]).argmax())
             out.append(Finding(self.id, self.kind, severity_for(copy_ns // 2, wall),
-                               symptom_for(ctx, p, op, np.flatnonzero(np.isin(c, cp)), summary),
+                               symptom_for(ctx, p, op, np.flatnonzero(np.isin(c, cp)), summary, whole_op=True),
                                (Cause(self.id, lines, None, (), {"copy_share": round(copy_ns / wall, 3),
                                                                 "bytes": nbytes, "small_copies": small}),),
                                "keep data on the GPU between steps; use pinned host memory (pin_memory=True) and "
@@ -164,7 +175,7 @@ class AllocatorChurnRule:
                       else f"spikes are irregular (cv {cv:.2f})"))  # fmt: skip
             summary = f"{op_name(op)} of pid {p} spikes {len(spikes)} times, {fmt_ns(lost)} lost"
             out.append(Finding(self.id, self.kind, severity_for(lost, wall, pct(f.dur[c[spikes]], 50) / base),
-                               symptom_for(ctx, p, op, pos, summary),
+                               symptom_for(ctx, p, op, pos, summary, whole_op=True),
                                (Cause(self.id, lines, None, (), {"spikes": len(spikes), "period_cv": round(cv, 3)}),),
                                "stop the allocator from returning memory: remove torch.cuda.empty_cache() from the "
                                "loop, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable",
@@ -180,7 +191,11 @@ class MemoryLeakRule:
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
         out = []
+        if not ctx.frees_recorded:
+            return []  # e.g. Ingero imports: no frees recorded, so every allocation would look leaked
         for p in ctx.call_pids:
+            if p in ctx.pids_without_frees:
+                continue
             mine = c[f.pid[c] == p]
             al = mine[_isin(f.op[mine], ALLOC_OPS)]
             fr = mine[_isin(f.op[mine], FREE_OPS)]

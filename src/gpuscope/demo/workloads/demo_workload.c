@@ -136,7 +136,7 @@ int main(int argc, char **argv)
 			launch(0);
 			launch(1);
 			int waiting = __atomic_add_fetch(active, 1, __ATOMIC_SEQ_CST);
-			standin_set_latency("cudaStreamSynchronize", 2000000L * waiting, 1);
+			standin_set_latency("cudaStreamSynchronize", 6000000L * waiting, 1);
 			cudaStreamSynchronize(stream);
 			__atomic_sub_fetch(active, 1, __ATOMIC_SEQ_CST);
 			usleep((useconds_t)(100 + rand_r(&seed) % 1000));

@@ -1,0 +1,14 @@
+"""`gpuscope demo`: six scenarios that show what gpuscope finds, live, synthetic or on a real GPU.
+
+Scenarios are registry entries (``gpuscope.demo.scenario.REGISTRY``); the
+built-in six register themselves in ``gpuscope.demo.scenarios``.
+"""
+
+from __future__ import annotations
+
+from gpuscope.demo import scenarios as _builtin  # noqa: F401 - registers the built-in scenarios
+from gpuscope.demo.runner import DemoMode, DemoResult, DemoRunner, default_db, ebpf_usable
+from gpuscope.demo.scenario import REGISTRY, Scenario, ScenarioRegistry, register
+
+__all__ = ["REGISTRY", "DemoMode", "DemoResult", "DemoRunner", "Scenario", "ScenarioRegistry", "default_db",
+           "ebpf_usable", "register"]  # fmt: skip

@@ -1,0 +1,194 @@
+"""Run one scenario in one mode into a database, then explain it. Never prints."""
+
+from __future__ import annotations
+
+import enum
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
+from gpuscope.demo.gpu import NoGpuError, detect_gpu, script_path, torch_cuda
+from gpuscope.demo.live import LiveRun, Progress, Workloads, build_workloads, record_live
+from gpuscope.demo.scenario import Scenario
+from gpuscope.demo.synthetic import SyntheticRecording
+from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
+from gpuscope.tui.snapshot import LiveSnapshot
+
+
+class DemoMode(enum.Enum):
+    LIVE = "live"  # real processes on the stand-in CUDA library, real eBPF
+    SYNTHETIC = "synthetic"  # generated events, no root
+    GPU = "gpu"  # PyTorch on a real GPU, real eBPF
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    scenario: Scenario
+    mode: DemoMode
+    db: Path
+    session_id: int
+    events: int
+    elapsed_s: float
+    report: Report
+
+    @property
+    def top_kind(self) -> str | None:
+        return self.report.findings[0].kind if self.report.findings else None
+
+    @property
+    def as_expected(self) -> bool:
+        return self.top_kind == self.scenario.expected_kind
+
+
+def ebpf_usable() -> tuple[bool, str]:
+    """Whether live tracing can work here: root and a BPF program the kernel accepts (tried, not assumed)."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    try:
+        from gpuscope.bpf.features import probe_bpf_load
+
+        feat = probe_bpf_load()
+    except GpuscopeError as exc:
+        return False, str(exc)
+    return feat.available, feat.detail
+
+
+def default_db() -> Path:
+    """A fresh database in a new temporary directory."""
+    return Path(tempfile.mkdtemp(prefix="gpuscope-demo-")) / "demo.db"
+
+
+def _last_session(db: Path) -> tuple[int, int]:
+    from gpuscope.store.connect import connect_reader
+
+    conn = connect_reader(db)
+    try:
+        row = conn.execute("SELECT id, events_recorded FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+class DemoRunner:
+    """Run scenarios into one database; each scenario is its own session, explained on its own.
+
+    Args:
+        db: the database (sessions are appended).
+        scale: multiplies each scenario's length (< 1 for a quick run).
+        workdir: where live workloads are compiled (default: next to the database).
+    """
+
+    def __init__(self, db: Path, *, scale: float = 1.0, workdir: Path | None = None) -> None:
+        if scale <= 0:
+            raise GpuscopeError("scale must be positive")
+        self.db = db
+        self.scale = scale
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpuscope-demo-work-"))
+        self._programs: Workloads | None = None
+
+    def run(self, scenario: Scenario, mode: DemoMode, progress: Progress | None = None,
+            snapshots: Callable[[LiveSnapshot], None] | None = None) -> DemoResult:  # fmt: skip
+        """Record the scenario, then explain exactly that session's window.
+
+        ``snapshots`` (live mode) hears the live view's snapshot once a second.
+        """
+        t0 = time.monotonic()
+        argv = ["gpuscope", "demo", scenario.name, f"--{mode.value}"]
+        if mode is DemoMode.SYNTHETIC:
+            rec = SyntheticRecording(self.db, argv, scenario.name)
+            scenario.synthetic(rec, self.scale)
+            if progress:
+                progress(0.5, "writing events")
+            rec.finish()
+        elif mode is DemoMode.LIVE:
+            if self._programs is None:
+                self._programs = build_workloads(self.workdir)
+            programs = self._programs
+
+            def body(run: LiveRun) -> None:
+                scenario.live(run, self.scale)
+
+            record_live(self.db, programs, self.workdir, body, expected_s=scenario.live_seconds * self.scale + 0.5,
+                        argv=argv, progress=progress, snapshots=snapshots)  # fmt: skip
+        else:
+            self._run_gpu(scenario, argv, progress)
+        if progress:
+            progress(1.0, "explaining")
+        session_id, events = _last_session(self.db)
+        report = explain_db(self.db, _session_window(self.db, session_id))
+        return DemoResult(scenario, mode, self.db, session_id, events, time.monotonic() - t0, report)
+
+    def _run_gpu(self, scenario: Scenario, argv: list[str], progress: Progress | None) -> None:
+        if detect_gpu() is None:
+            raise NoGpuError("no NVIDIA GPU found (nvidia-smi and /proc/driver/nvidia/version are missing)")
+        why = torch_cuda()
+        if why is not None:
+            raise NoGpuError(f"--gpu needs PyTorch with CUDA: {why}")
+        if scenario.gpu_script is None:
+            raise EnvironmentUnsupported(f"scenario {scenario.name} has no GPU version")
+        from gpuscope.agent.session import TraceSession
+        from gpuscope.agent.tracer import TraceOptions
+
+        command = [sys.executable, str(script_path(scenario.gpu_script)), str(self.scale)]
+        session = TraceSession(TraceOptions(filter_targets=True, stacks=0, io=False, tcp=False), self.db,
+                               argv=argv, command=command, record_all=True)  # fmt: skip
+        try:
+            if not session.attached:
+                raise EnvironmentUnsupported("no CUDA library found for the PyTorch workload")
+            proc = _held(command, session)
+            started = time.monotonic()
+            stop_at = started + 600
+            expected = scenario.live_seconds * self.scale + 5
+
+            def done() -> bool:
+                if progress:
+                    progress(min((time.monotonic() - started) / expected, 0.99), "PyTorch workload")
+                return proc.poll() is not None or time.monotonic() > stop_at
+
+            session.run(done)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        finally:
+            session.finish()
+
+
+def _held(command: list[str], session: object) -> subprocess.Popen[bytes]:
+    from gpuscope.agent.session import TraceSession
+    from gpuscope.demo.live import _HOLD
+
+    assert isinstance(session, TraceSession)
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(r), *command], pass_fds=(r,))
+    finally:
+        os.close(r)
+    try:
+        session.add_target(proc.pid)
+    finally:
+        os.write(w, b"\n")
+        os.close(w)
+    return proc
+
+
+def _session_window(db: Path, session_id: int) -> ExplainOptions:
+    """Options that analyse one session: from its first event to its last (sessions do not overlap in time)."""
+    from gpuscope.store.connect import connect_reader
+
+    conn = connect_reader(db)
+    try:
+        lo_all = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()[0]
+        lo, hi = conn.execute(
+            "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log WHERE session_id = ?", (session_id,)
+        ).fetchone()
+    finally:
+        conn.close()
+    if lo is None or lo_all is None:
+        return ExplainOptions(store=False)
+    return ExplainOptions(from_ns=int(lo) - int(lo_all), to_ns=int(hi) - int(lo_all), store=True)

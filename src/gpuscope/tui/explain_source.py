@@ -1,0 +1,182 @@
+"""Explain-rule findings in the live view: the rules run over the last minute of the recording.
+
+``ExplainFindings`` is a ``FindingSource``. Asked once a second by the
+snapshot builder, it answers at once with the lines of its last evaluation,
+and when that is older than ``every_s`` it starts the next one on its own
+thread: read the rows stored since the last look (by rowid, so no index and
+no scan), keep the last ``horizon_s`` of them in memory, and run the rules
+over them with the window ending *now*. ``nccl-hang`` therefore sees a rank
+that has been silent while its peers went on for longer than the threshold
+while the trace is still running.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gpuscope.analysis.attribution import load_attribution, using_attribution
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.frame import EventFrame, Window
+from gpuscope.analysis.rules import RULES, Rule
+from gpuscope.analysis.rules.nccl import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
+from gpuscope.model.findings import Finding, Severity
+from gpuscope.store.connect import connect_reader
+from gpuscope.tui.snapshot import LiveWindow
+
+_COLUMNS = "rowid, ts_ns, duration_ns, pid, tid, op_id, cgroup_id, bytes, handle, stream, arg0, arg1"
+# EventFrame column order after the rowid: ts, dur, pid, tid, op, cgroup, bytes, handle, stream, arg0, arg1.
+_NCOLS = 11
+MAX_LINES = 4
+
+
+def _monotonic_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def live_rules(hang_threshold_ns: int) -> tuple[Rule, ...]:
+    """The registry, with the hang rule at the live threshold."""
+    return tuple(NcclHangRule(hang_threshold_ns) if r.id == NcclHangRule.id else r for r in RULES)
+
+
+def finding_line(f: Finding) -> str:
+    return f"{f.severity.name} {f.kind}: {f.symptom.summary}"
+
+
+class ExplainFindings:
+    """Run the explain rules over recent rows of the live database, on a background thread.
+
+    Args:
+        db_path: the database the trace writes.
+        hang_threshold_ns: silence after which a rank behind its peers is a hang.
+        every_s: at most one evaluation per this many seconds.
+        horizon_s: the rules see this much of the recent recording.
+        min_severity: findings below it are not shown (nccl-hang is always CRITICAL).
+        max_rows: rows kept in memory at most (the newest).
+        clock_ns: CLOCK_MONOTONIC ns, the clock of the events (tests pass a frozen one).
+    """
+
+    def __init__(
+        self,
+        db_path: str | Path,
+        *,
+        hang_threshold_ns: int = DEFAULT_HANG_THRESHOLD_NS,
+        every_s: float = 3.0,
+        horizon_s: float = 60.0,
+        min_severity: Severity = Severity.MEDIUM,
+        max_rows: int = 1_000_000,
+        clock_ns: Callable[[], int] = _monotonic_ns,
+    ) -> None:
+        self.db_path = Path(db_path)
+        self.rules = live_rules(hang_threshold_ns)
+        self.every_s = every_s
+        self.horizon_ns = int(horizon_s * 1e9)
+        self.min_severity = min_severity
+        self.max_rows = max_rows
+        self.clock_ns = clock_ns
+        self._last_rowid = 0
+        self._cols = [np.zeros(0, dtype=np.int64) for _ in range(_NCOLS)]
+        self._lines: tuple[str, ...] = ()
+        self._last_run = -float("inf")
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.errors = 0
+
+    # -- FindingSource --------------------------------------------------------
+
+    def findings(self, window: LiveWindow) -> Sequence[str]:
+        """The last evaluation's lines; start the next evaluation when it is due (never waits for it)."""
+        now = time.monotonic()
+        with self._lock:
+            busy = self._thread is not None and self._thread.is_alive()
+            if not busy and now - self._last_run >= self.every_s:
+                self._last_run = now
+                self._thread = threading.Thread(target=self._run_quietly, name="gpuscope-explain", daemon=True)
+                self._thread.start()
+            return self._lines
+
+    def _run_quietly(self) -> None:
+        try:
+            self.run_once()
+        except (sqlite3.Error, OSError):
+            # The database is being created or rotated: try again at the next turn.
+            self.errors += 1
+
+    # -- one evaluation ---------------------------------------------------------
+
+    def run_once(self) -> list[Finding]:
+        """Read new rows, evaluate the rules over the horizon, publish and return the findings."""
+        if not self.db_path.exists():
+            return []
+        # A connection per evaluation: each runs on a thread of its own, and opening is cheap.
+        conn = connect_reader(self.db_path)
+        try:
+            now = self.clock_ns()
+            self._read_new(conn, now)
+            frame, window = self._frame(conn, now)
+            attribution = load_attribution(conn)
+        finally:
+            conn.close()
+        if len(frame) == 0:
+            return []
+        ctx = Context(frame, window)
+        found: list[Finding] = []
+        with using_attribution(attribution):
+            for rule in self.rules:
+                found.extend(rule.evaluate(ctx))
+        found = [f for f in found if f.severity >= self.min_severity]
+        found.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
+        with self._lock:
+            self._lines = tuple(finding_line(f) for f in found[:MAX_LINES])
+        return found
+
+    def _read_new(self, conn: sqlite3.Connection, now_ns: int) -> None:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM event_log WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            (self._last_rowid, self.max_rows),
+        ).fetchall()
+        if rows:
+            block = np.array(rows, dtype=np.int64).reshape(-1, _NCOLS + 1)
+            self._last_rowid = int(block[-1, 0])
+            self._cols = [np.concatenate([old, block[:, j + 1]]) for j, old in enumerate(self._cols)]
+        # Keep what ends inside the horizon, and at most max_rows (the newest).
+        ts, dur = self._cols[0], self._cols[1]
+        keep = ts + dur >= now_ns - self.horizon_ns
+        if int(keep.sum()) > self.max_rows:
+            keep &= np.arange(len(ts)) >= len(ts) - self.max_rows
+        if not keep.all():
+            self._cols = [c[keep] for c in self._cols]
+
+    def _frame(self, conn: sqlite3.Connection, now_ns: int) -> tuple[EventFrame, Window]:
+        cols = self._cols
+        order = np.argsort(cols[0], kind="stable")
+        cols = [c[order] for c in cols]
+        comms: dict[int, str] = {}
+        cgroups: dict[int, int] = {}
+        for pid, comm, cg in conn.execute("SELECT pid, comm, cgroup_id FROM processes ORDER BY session_id"):
+            if comm:
+                comms[int(pid)] = str(comm)
+            if cg:
+                cgroups[int(pid)] = int(cg)
+        frame = EventFrame.from_columns(cols, comms, cgroups)
+        row = conn.execute(
+            "SELECT id, started_wall_ns - started_mono_ns FROM sessions ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        offset = int(row[1]) if row else 0
+        start = int(cols[0][0]) if len(cols[0]) else now_ns
+        end = max(now_ns, start)
+        return frame, Window(start, end, start, end, offset, (int(row[0]),) if row else (), len(frame))
+
+    def wait(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for a running evaluation to finish."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout_s)
+
+
+__all__ = ["ExplainFindings", "finding_line", "live_rules"]

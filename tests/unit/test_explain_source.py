@@ -1,0 +1,64 @@
+"""The live view's explain source: rules over the recent rows of the database, off the builder thread."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from gpuscope.tui.explain_source import ExplainFindings
+from gpuscope.tui.snapshot import LiveWindow, Preemptions
+
+from .analysis.builder import MS, US, Events
+from .analysis.test_rules_nccl import PIDS, _hung_job
+
+WINDOW = LiveWindow((), 10.0, Preemptions(), 0)
+
+
+def _hung_db(tmp_path: Path) -> tuple[Path, int]:
+    ev = Events()
+    end = _hung_job(ev)
+    return ev.to_db(tmp_path / "live.db"), end
+
+
+def test_a_hang_is_reported_while_the_trace_runs_once_the_silence_passes_the_threshold(tmp_path: Path) -> None:
+    # given a recording whose rank 2 went silent while its peers went on
+    db, end = _hung_db(tmp_path)
+    now = [end + 1_000 * MS]
+    live = ExplainFindings(db, hang_threshold_ns=2_000 * MS, every_s=0.0, clock_ns=lambda: now[0])
+    # when the silence is still below the threshold: nothing
+    assert [f.kind for f in live.run_once()] == []
+    # when time passes (no new rows)
+    now[0] = end + 4_000 * MS
+    found = live.run_once()
+    # then
+    assert [f.kind for f in found] == ["nccl-hang"]
+    assert found[0].symptom.pid == PIDS[2]
+
+
+def test_findings_answers_at_once_and_evaluates_on_its_own_thread(tmp_path: Path) -> None:
+    db, end = _hung_db(tmp_path)
+    live = ExplainFindings(db, hang_threshold_ns=2_000 * MS, every_s=0.0, clock_ns=lambda: end + 10_000 * MS)
+    assert list(live.findings(WINDOW)) == []  # the first call starts the evaluation, it does not wait
+    live.wait()
+    lines = list(live.findings(WINDOW))
+    assert len(lines) == 1 and lines[0].startswith("CRITICAL nccl-hang: rank 2")
+
+
+def test_rows_are_read_incrementally_and_only_the_horizon_is_kept(tmp_path: Path) -> None:
+    db, end = _hung_db(tmp_path)
+    live = ExplainFindings(db, hang_threshold_ns=2_000 * MS, horizon_s=1.0, every_s=0.0,
+                           clock_ns=lambda: end + 500 * MS)  # fmt: skip
+    live.run_once()
+    n_before = len(live._cols[0])
+    # rank 2 comes back: a new row after the first look
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
+        "bytes, handle, stream, arg0, arg1) VALUES (1, ?, ?, ?, ?, 1, 7, 128, 0, 0, 0, 194, 0, 1024, 0)",
+        (end + 400 * MS, 100 * US, PIDS[2], PIDS[2]),
+    )
+    conn.commit()
+    conn.close()
+    live.run_once()
+    assert len(live._cols[0]) == n_before + 1
+    assert int(live._cols[0].min()) >= end + 500 * MS - 1_000 * MS - 1 * MS  # older rows dropped
