@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh Debian 12 machine (as root):
-#   make demo   set up, then trace a workload end to end and explain it
+#   make demo   set up, then `gpuscope demo`: six slowdowns traced live and explained (GPU: how to trace yours)
 #   make test   set up, then run the whole test suite (privileged eBPF tests included)
 
 PYTHON ?= python3
@@ -32,7 +32,7 @@ native:
 	$(PY) scripts/build_native.py
 
 demo: setup
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q

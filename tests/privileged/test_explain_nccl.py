@@ -35,12 +35,13 @@ def test_a_rank_slowed_by_a_cpu_hog_on_its_core_is_the_nccl_straggler_with_the_h
     build_workload, trace_command, standin
 ):
     # given three ranks spinning 500 µs in each allreduce; ranks 0 and 1 share CPU 1, rank 2 shares CPU 0
-    # with a busy loop of higher priority (nice -5: rank 2 gets about a quarter of its CPU)
+    # with a busy loop of higher priority (nice -10: rank 2 gets about a tenth of its CPU, so other load
+    # on this machine is small beside the hog)
     exe = build_workload("nccl_ranks.c")
-    hog = subprocess.Popen(["nice", "-n", "-5", "taskset", "-c", "0", sys.executable, "-c", HOG])
+    hog = subprocess.Popen(["nice", "-n", "-10", "taskset", "-c", "0", sys.executable, "-c", HOG])
     try:
         script = " & ".join(
-            f"RANK={r} WORLD_SIZE=3 taskset -c {0 if r == 2 else 1} {exe} 400" for r in range(3)
+            f"RANK={r} WORLD_SIZE=3 taskset -c {0 if r == 2 else 1} {exe} 300" for r in range(3)
         ) + " & wait"
         run = trace_command(["/bin/sh", "-c", script], libs=[standin.nccl],
                             env=standin.env(ncclAllReduce="500us"))  # fmt: skip
@@ -110,13 +111,14 @@ def test_graphs_recaptured_after_replay_started_are_graph_recapture(build_worklo
 def test_a_cpu_hog_in_another_container_is_the_named_noisy_neighbour(  # type: ignore[no-untyped-def]
     build_workload, trace_command, standin, tmp_path: Path
 ):
-    # given the workload in docker container A and a busy loop in docker container B, on the same CPU
+    # given the workload in docker container A and a busy loop of higher priority in docker container B,
+    # on the same CPU
     cid_a, cid_b = secrets.token_hex(32), secrets.token_hex(32)
     a = V2_ROOT / f"system.slice/docker-{cid_a}.scope"
     b = V2_ROOT / f"system.slice/docker-{cid_b}.scope"
     exe = build_workload("explain_scenarios.c")
     script = (
-        f"sh -c 'echo $$ > {b}/cgroup.procs; exec taskset -c 0 {sys.executable} -c \"{HOG}\"' & H=$!; "
+        f"sh -c 'echo $$ > {b}/cgroup.procs; exec nice -n -10 taskset -c 0 {sys.executable} -c \"{HOG}\"' & H=$!; "
         f"sh -c 'echo $$ > {a}/cgroup.procs; exec taskset -c 0 {exe} sync 150'; kill $H; wait"
     )
     with cgroup_dirs(a, b):

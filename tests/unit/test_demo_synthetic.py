@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -87,13 +88,17 @@ def test_every_op_is_a_known_op_and_every_process_is_named(all_six: tuple[Path, 
     assert ops <= {int(op) for op in OPS}
     assert conn.execute("SELECT count(*) FROM events WHERE op IS NULL").fetchone()[0] == 0
     pids = {int(p) for (p,) in conn.execute("SELECT DISTINCT pid FROM event_log")}
-    named = {int(p) for (p,) in conn.execute("SELECT pid FROM processes WHERE comm IS NOT NULL AND cmdline IS NOT NULL")}
+    named = {
+        int(p) for (p,) in conn.execute("SELECT pid FROM processes WHERE comm IS NOT NULL AND cmdline IS NOT NULL")
+    }
     assert pids <= named
 
 
 def test_preemptions_carry_the_preemptor_and_task_state(all_six: tuple[Path, dict[str, str | None]]) -> None:
     conn = _ro(all_six[0])
-    rows = conn.execute("SELECT handle >> 32, arg0, arg1, flags, duration_ns FROM event_log WHERE op_id = 192").fetchall()
+    rows = conn.execute(
+        "SELECT handle >> 32, arg0, arg1, flags, duration_ns FROM event_log WHERE op_id = 192"
+    ).fetchall()
     preempted = [r for r in rows if r[1] == 1]
     assert preempted and all(r[0] > 0 and r[2] == 0 and r[3] & 2 and r[4] > 0 for r in preempted)
     assert all(r[2] != 0 for r in rows if r[1] == 0)  # voluntary switches say so (not "stateless")
@@ -105,7 +110,7 @@ def test_session_rows_are_complete(all_six: tuple[Path, dict[str, str | None]]) 
     sessions = conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
     assert len(sessions) == 6
     for s in sessions:
-        assert all(s[k] is not None for k in s.keys()), dict(s)
+        assert None not in tuple(s), dict(s)
         assert s["stopped_mono_ns"] > s["started_mono_ns"]
         n = conn.execute("SELECT count(*) FROM event_log WHERE session_id = ?", (s["id"],)).fetchone()[0]
         assert s["events_recorded"] == n
@@ -119,7 +124,7 @@ def test_sessions_in_one_database_do_not_overlap_in_time(all_six: tuple[Path, di
     spans = conn.execute(
         "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log GROUP BY session_id ORDER BY session_id"
     ).fetchall()
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
 
 
 def test_cli_runs_one_scenario_synthetically_and_prints_header_report_and_verdict(

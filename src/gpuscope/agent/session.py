@@ -182,6 +182,7 @@ class TraceSession:
         self._cgroups_seen: set[tuple[int, str]] = set()
         self._environ: dict[int, dict[str, str]] = {}
         self._resolver = CgroupResolver()
+        self._peers_seen: set[int] = set()
         self._page_interval_start = self.started_mono_ns
         self._last_tick = time.monotonic()
         self._last_events = 0
@@ -222,6 +223,7 @@ class TraceSession:
                 self._note_process(pid)
             self._note_communicators(ev)
             self._note_cgroups(ev)
+            self._note_preemptors(ev)
             # After exec, the process is another program: refresh what we know.
             for pid in np.unique(ev["pid"][ev["op"] == Op.process_exec]).tolist():
                 self._note_process(pid, refresh=True)
@@ -293,9 +295,9 @@ class TraceSession:
             params += [time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC)]
         self.writer.call(sql + " WHERE id = ?", (*params, self.session_id))
 
-    def _note_process(self, pid: int, refresh: bool = False) -> None:
+    def _note_process(self, pid: int, refresh: bool = False, traced: bool = True) -> None:
         """Record who a process is (command, cgroups, container, rank) while /proc has it."""
-        if self.stacks is not None:
+        if self.stacks is not None and traced:
             self.stacks.note_process(pid, refresh)
         info = read_process(pid)
         if info is None:
@@ -339,6 +341,16 @@ class TraceSession:
             (self.session_id, pid, time.time_ns(), ranks.rank, ranks.local_rank, ranks.world_size, ranks.launcher,
              ranks.slurm_job_id, ranks.slurm_step_id),
         )  # fmt: skip
+
+    def _note_preemptors(self, ev: np.ndarray) -> None:
+        """Name the processes that take the CPU from traced threads (they are not targets)."""
+        sel = (ev["op"] == Op.sched_switch) & (ev["arg0"] != 0)
+        if not sel.any():
+            return
+        for pid in np.unique(ev["handle"][sel] >> np.uint64(32)).tolist():
+            if pid and pid not in self._peers_seen and pid not in self.stats.pids:
+                self._peers_seen.add(pid)
+                self._note_process(pid, traced=False)
 
     def _note_cgroups(self, ev: np.ndarray) -> None:
         """Resolve cgroup ids seen on events (a process may move and exit between /proc reads)."""

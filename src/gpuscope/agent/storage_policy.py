@@ -39,6 +39,31 @@ class StoragePolicy:
     start_ns: int = 0
     _seen_kernels: set[tuple[int, int]] = field(default_factory=set)
     _counters: dict[int, int] = field(default_factory=dict)
+    _last_was_sampled: dict[int, bool] = field(default_factory=dict)
+
+    def _first_of_runs(self, ev: np.ndarray) -> np.ndarray:
+        """The first sampled-kind call after any other CUDA call on the same thread.
+
+        GPU idle time is measured from a synchronization to the next launch or
+        copy, so that call must keep its row.
+        """
+        out = np.zeros(len(ev), dtype=bool)
+        api = np.flatnonzero(ev["op"] < 192)  # CUDA, driver and NCCL calls
+        if not len(api):
+            return out
+        tids = ev["tid"][api]
+        sampled = np.isin(ev["op"][api], _SAMPLED_OPS)
+        order = np.argsort(tids, kind="stable")
+        t, smp = tids[order], sampled[order]
+        prev = np.empty(len(order), dtype=bool)
+        prev[1:] = smp[:-1]
+        starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+        prev[starts] = [self._last_was_sampled.get(int(x), True) for x in t[starts]]
+        ends = np.r_[starts[1:], len(t)] - 1
+        for tid, last in zip(t[ends].tolist(), smp[ends].tolist(), strict=True):
+            self._last_was_sampled[tid] = last
+        out[api[order[smp & ~prev]]] = True
+        return out
 
     def keep(self, ev: np.ndarray, per_op: dict[int, LatencyHistogram]) -> np.ndarray:
         """Boolean mask of the rows to store."""
@@ -62,6 +87,7 @@ class StoragePolicy:
                 continue
             sel = (ev["op"] == op) & ~keep
             keep[sel] = ev["duration_ns"][sel] > self.slow_factor * hist.percentile(50)
+        keep |= self._first_of_runs(ev)
         launches = np.flatnonzero(np.isin(ev["op"], _LAUNCH_OPS) & ~keep)
         for i in launches.tolist():
             key = (int(ev["pid"][i]), int(ev["handle"][i]))

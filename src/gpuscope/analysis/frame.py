@@ -170,8 +170,12 @@ def load_frame(
         # A CASE over a few (pid, op) keys is evaluated in C per row: far cheaper than returning the row.
         cases = " ".join(f"WHEN {(p << 16) | o} THEN {int(t)}" for (p, o), t in sorted(thin.items()))
         ops = ",".join(str(o) for o in sorted({o for _, o in thin}))
+        # Also the first of a run of thinned calls (the row after any other op,
+        # such as a sync): selective storage keeps it, and the gap rules measure
+        # GPU idle time from a sync to the next launch or copy.
         where += (f" AND (op_id NOT IN ({ops}) OR id % {THIN_SAMPLE} = 0 "
-                  f"OR duration_ns > CASE (pid << 16) | op_id {cases} ELSE -1 END)")  # fmt: skip
+                  f"OR duration_ns > CASE (pid << 16) | op_id {cases} ELSE -1 END "
+                  f"OR (SELECT q.op_id FROM event_log q WHERE q.id = event_log.id - 1) NOT IN ({ops}))")  # fmt: skip
     # Upper bound on the rows, from the rowid range (no scan); np.empty only touches the pages it fills.
     lo_id, hi_id = conn.execute("SELECT min(rowid), max(rowid) FROM event_log").fetchone()
     cap = 0 if lo_id is None else int(hi_id) - int(lo_id) + 1

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from gpuscope.demo import REGISTRY, DemoMode, DemoResult, DemoRunner, default_db, ebpf_usable
 from gpuscope.demo.gpu import detect_gpu
@@ -22,7 +22,9 @@ HELP = "run the demo scenarios (incident, cold-start, …) and explain each: liv
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", nargs="?", metavar="NAME", help=f"one scenario: {', '.join(REGISTRY.names())} (default: all)")
+    p.add_argument(
+        "scenario", nargs="?", metavar="NAME", help=f"one scenario: {', '.join(REGISTRY.names())} (default: all)"
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--live", dest="mode", action="store_const", const=DemoMode.LIVE,
                       help="real processes on the bundled stand-in CUDA library, traced with eBPF (default as root)")  # fmt: skip
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         with _progress(err) as bar:
             task = bar.add_task("starting", total=1.0, name=scenario.name)
 
-            def step(frac: float, what: str, task: int = task, bar: Progress = bar) -> None:  # noqa: B023
+            def step(frac: float, what: str, task: TaskID = task, bar: Progress = bar) -> None:
                 bar.update(task, completed=frac, description=what)
 
             result = runner.run(scenario, mode, step)

@@ -55,7 +55,9 @@ def _page_allocs(p: Process, t: Thread, start: int, end: int, rng: np.random.Gen
         t.host(Op.mm_page_alloc, s, min(1_000_000_000, end - s), nbytes=pages * 4096, arg0=pages)
 
 
-def _step(t: Thread, rng: np.random.Generator, sync_ns: int, copy_ns: int, launch_ns: float = 14 * US) -> tuple[int, int]:
+def _step(
+    t: Thread, rng: np.random.Generator, sync_ns: int, copy_ns: int, launch_ns: float = 14 * US
+) -> tuple[int, int]:
     """One training step: launch, copy a batch in, launch, synchronize. Returns the sync's (start, duration)."""
     _launch(t, rng, 0, launch_ns)
     t.call(Op.cudaMemcpy, copy_ns, nbytes=8 << 20, handle=0x7F00_0000_0000, arg0=H2D)
@@ -221,7 +223,7 @@ def steal_synthetic(rec: SyntheticRecording, scale: float) -> None:
     # per job: state ("cpu", until) or ("gpu", remaining work, sync start); discrete time steps
     state: list[list[int]] = []
     threads: list[Thread] = []
-    for p, offset in jobs:
+    for p, _offset in jobs:
         t = p.threads[0]
         threads.append(t)
         state.append([0, t.now_ns, 0])  # phase 0 = host, until ns; phase 1 = waiting, remaining, sync start
@@ -261,41 +263,76 @@ def steal_live(run: LiveRun, scale: float) -> None:
 
 # -- the registry entries -----------------------------------------------------------------------------------
 
-register(Scenario(
-    "incident", "CPU storm → cudaStreamSynchronize 8× spike → root cause and fix",
-    "A training loop runs at ~16 ms per step. Then CPU hogs land on its core: the synchronize that waits for "
-    "the GPU now waits for the CPU, ~8× slower. explain connects the spike to the preemptions, names the "
-    "processes that took the CPU and says how to isolate the trainer.",
-    "cpu-preemption", incident_synthetic, incident_live, 11.0, "incident.py",
-))
-register(Scenario(
-    "cold-start", "first calls 50–200× slower than steady state",
-    "A fresh process pays for CUDA context creation on its first cudaMalloc and for lazy module loading on "
-    "the first launch of each kernel: 50–200× the steady-state latency. explain separates this one-off warm-up "
-    "from steady-state problems.",
-    "cold-start", cold_start_synthetic, cold_start_live, 1.0, "cold_start.py",
-))
-register(Scenario(
-    "memcpy-bottleneck", "copies take ~40% of wall time",
-    "Each step copies a pageable batch to the GPU and the results back: host↔device copies take ~40% of the "
-    "wall time, more than the kernels' synchronisations. explain reports the copy share, bytes, bandwidth and "
-    "directions, and the fix (pinned memory, async copies, keep data on the GPU).",
-    "memcpy-bound", memcpy_synthetic, memcpy_live, 1.5, "memcpy.py",
-))
-register(Scenario(
-    "periodic-spike", "cudaMalloc spikes 50× every ~200 iterations",
-    "Every ~200 steps the caching allocator has given its memory back, and cudaMalloc goes to the driver: 50× "
-    "its usual latency, at a regular period. explain finds the spikes and their period and names the usual "
-    "culprit (empty_cache in the loop, changing shapes).",
-    "allocator-churn", spikes_synthetic, spikes_live, 1.0, "periodic_spike.py",
-))
-register(Scenario(
-    "cpu-contention", "host preemption → CUDA latency",
-    "A bursty neighbour (think log compression) shares the trainer's core. Whenever it runs, the trainer's "
-    "synchronize calls stretch by the time the neighbour held the CPU. explain measures the effect call by call "
-    "and names the neighbour.",
-    "cpu-preemption", contention_synthetic, contention_live, 8.0, "cpu_contention.py",
-))
+register(
+    Scenario(
+        "incident",
+        "CPU storm → cudaStreamSynchronize 8× spike → root cause and fix",
+        "A training loop runs at ~16 ms per step. Then CPU hogs land on its core: the synchronize that waits for "
+        "the GPU now waits for the CPU, ~8× slower. explain connects the spike to the preemptions, names the "
+        "processes that took the CPU and says how to isolate the trainer.",
+        "cpu-preemption",
+        incident_synthetic,
+        incident_live,
+        11.0,
+        "incident.py",
+    )
+)
+register(
+    Scenario(
+        "cold-start",
+        "first calls 50–200× slower than steady state",
+        "A fresh process pays for CUDA context creation on its first cudaMalloc and for lazy module loading on "
+        "the first launch of each kernel: 50–200× the steady-state latency. explain separates this one-off warm-up "
+        "from steady-state problems.",
+        "cold-start",
+        cold_start_synthetic,
+        cold_start_live,
+        1.0,
+        "cold_start.py",
+    )
+)
+register(
+    Scenario(
+        "memcpy-bottleneck",
+        "copies take ~40% of wall time",
+        "Each step copies a pageable batch to the GPU and the results back: host↔device copies take ~40% of the "
+        "wall time, more than the kernels' synchronisations. explain reports the copy share, bytes, bandwidth and "
+        "directions, and the fix (pinned memory, async copies, keep data on the GPU).",
+        "memcpy-bound",
+        memcpy_synthetic,
+        memcpy_live,
+        1.5,
+        "memcpy.py",
+    )
+)
+register(
+    Scenario(
+        "periodic-spike",
+        "cudaMalloc spikes 50× every ~200 iterations",
+        "Every ~200 steps the caching allocator has given its memory back, and cudaMalloc goes to the driver: 50× "
+        "its usual latency, at a regular period. explain finds the spikes and their period and names the usual "
+        "culprit (empty_cache in the loop, changing shapes).",
+        "allocator-churn",
+        spikes_synthetic,
+        spikes_live,
+        1.0,
+        "periodic_spike.py",
+    )
+)
+register(
+    Scenario(
+        "cpu-contention",
+        "host preemption → CUDA latency",
+        "A bursty neighbour (think log compression) shares the trainer's core. Whenever it runs, the trainer's "
+        "synchronize calls stretch by the time the neighbour held the CPU. explain measures the effect call by call "
+        "and names the neighbour.",
+        "cpu-preemption",
+        contention_synthetic,
+        contention_live,
+        8.0,
+        "cpu_contention.py",
+    )
+)
 register(Scenario(
     "gpu-steal", "several processes time-slicing one GPU",
     "job-a runs alone, then job-b and job-c start on the same GPU. The GPU time-slices between them and "

@@ -129,7 +129,9 @@ class SyntheticRecording:
         self.others: list[Process] = []  # preemptors: not traced, so no rows of their own
         self.events = 0
 
-    def process(self, pid: int, comm: str, cmdline: str, *, traced: bool = True, start_ns: int | None = None) -> Process:
+    def process(
+        self, pid: int, comm: str, cmdline: str, *, traced: bool = True, start_ns: int | None = None
+    ) -> Process:
         """A process of the scenario; traced ones get a processes row, an exec event and a main thread."""
         p = Process(pid, comm, cmdline, _CGROUP, self)
         if not traced:

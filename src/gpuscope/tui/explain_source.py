@@ -86,6 +86,7 @@ class ExplainFindings:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.errors = 0
+        self.last_error: str | None = None
 
     # -- FindingSource --------------------------------------------------------
 
@@ -103,9 +104,10 @@ class ExplainFindings:
     def _run_quietly(self) -> None:
         try:
             self.run_once()
-        except (sqlite3.Error, OSError):
-            # The database is being created or rotated: try again at the next turn.
+        except Exception as exc:  # noqa: BLE001 - a failed evaluation must not stop the live view
+            # The database being created or rotated, or a rule failing on partial data: try again next turn.
             self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
 
     # -- one evaluation ---------------------------------------------------------
 

@@ -111,6 +111,11 @@ def _calls_of(ctx: Context, pid: int, ops: frozenset[int]) -> np.ndarray:
     return rows
 
 
+def _ops_in_time_order(ctx: Context, rows: np.ndarray) -> np.ndarray:
+    ops: np.ndarray = ctx.frame.op[rows[np.argsort(ctx.frame.ts[rows], kind="stable")]]
+    return ops
+
+
 def _main_op(ctx: Context, members: list[Member]) -> int | None:
     """The collective every member calls most often (at least MIN_STEPS times each): one per step."""
     best: tuple[int, int] | None = None
@@ -328,11 +333,12 @@ class NcclHangRule:
         for comm_hash, members in communicators(ctx, att).items():
             calls = {m.pid: _calls_of(ctx, m.pid, NCCL_STEP_OPS | INIT_OPS) for m in members}
             colls = {m.pid: np.sort(f.ts[_calls_of(ctx, m.pid, COLLECTIVES)]) for m in members}
-            ops = {m.pid: f.op[_calls_of(ctx, m.pid, COLLECTIVES)][np.argsort(f.ts[_calls_of(ctx, m.pid, COLLECTIVES)],
-                                                                              kind="stable")] for m in members}  # fmt: skip
-            # Count from a common start, so a window that cuts the ranks' first steps unevenly does not count.
+            ops = {m.pid: _ops_in_time_order(ctx, _calls_of(ctx, m.pid, COLLECTIVES)) for m in members}
+            # Count collectives since the communicator began when every rank's init is in the window;
+            # otherwise from a common start, so a window that cuts the ranks unevenly does not count.
             firsts = [int(t[0]) for t in colls.values() if len(t)]
-            t0 = max(firsts) if firsts else 0
+            joined = all(len(_calls_of(ctx, m.pid, INIT_OPS)) for m in members)
+            t0 = 0 if joined or not firsts else max(firsts)
             for m in members:
                 mine = calls[m.pid]
                 if len(mine) == 0:
@@ -379,7 +385,7 @@ class NcclHangRule:
                    + f" while its peers went on: {peer_text}")  # fmt: skip
         evidence = (
             f"last NCCL call of {who(m, ctx)} returned at +{fmt_ns(last_end - ctx.window.start_ns)}; "
-            f"{done} collectives completed since the ranks' common start in the window",
+            f"{done} collectives completed (counted from the ranks' common start in the window)",
             f"peers: {peer_text}",
             f"threshold {fmt_ns(self.threshold_ns)}",
         )

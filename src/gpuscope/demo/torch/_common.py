@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """Helpers shared by the PyTorch demo scripts (run by `gpuscope demo --gpu`, traced with eBPF)."""
 
 from __future__ import annotations

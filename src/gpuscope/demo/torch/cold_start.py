@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """cold-start on a real GPU: context creation and the first launch of several kernels, then steady state."""
 
 import torch

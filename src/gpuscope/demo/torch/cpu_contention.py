@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """cpu-contention on a real GPU: two bursty neighbours share the trainer's core for most of the run."""
 
 import os

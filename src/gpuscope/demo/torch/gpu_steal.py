@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """gpu-steal on a real GPU: job-a alone, then two more processes run matmuls on the same GPU."""
 
 import multiprocessing as mp

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """incident on a real GPU: matmul steps; CPU hogs land on the trainer's core for the middle of the run."""
 
 import os

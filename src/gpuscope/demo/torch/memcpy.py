@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """memcpy-bottleneck on a real GPU: a pageable 32 MiB batch in and results out every step."""
 
 import torch

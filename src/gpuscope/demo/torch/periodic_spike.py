@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run standalone by `gpuscope demo --gpu` with PyTorch installed; not imported by gpuscope)
 """periodic-spike on a real GPU: empty_cache() every 200 steps makes cudaMalloc go back to the driver."""
 
 import torch
