@@ -215,7 +215,10 @@ class Tracer:
 
     def read_stacks(self) -> list[bytes]:
         """Raw stack records (gpuscope.stacks.records decodes them)."""
-        return self.stack_ring.read() if self.stack_ring is not None else []
+        # Bounded per poll: stacks are decoded in Python, and a long decode
+        # would starve the main ring. Records the stack ring cannot hold are
+        # counted (drop_stack); events themselves are never delayed for stacks.
+        return self.stack_ring.read(max_records=2048) if self.stack_ring is not None else []
 
     def set_python_offsets(self, version: int, packed: bytes) -> None:
         """Load one interpreter version's struct gs_py_offsets into slot ``version``."""
