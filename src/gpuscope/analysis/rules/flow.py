@@ -130,7 +130,9 @@ class ThroughputDropRule:
     id = kind = "throughput-drop"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        out = []
+        # Every op of a process slows down together when the process does: one
+        # finding per process, led by the op that lost the most time.
+        drops: dict[int, list[tuple[int, int, str, np.ndarray, int, float, int, int, int]]] = {}
         for p, op, pos, counts, bin_ns in self._rates(ctx):
             nb = len(counts)
             peak = int(counts.max())
@@ -144,19 +146,29 @@ class ThroughputDropRule:
             if best < 3:
                 continue
             cur = int(counts[low].mean())
-            wall = ctx.pid_span_ns(p)
             lost = int(low.sum()) * bin_ns * (peak - cur) // max(peak, 1)
             drop = 1 - cur / peak
-            sev = Severity.HIGH if drop >= 0.6 and low.sum() >= 0.2 * nb else Severity.MEDIUM
-            lines = (
+            line = (
                 f"{op_name(op)} rate fell {drop:.0%}: peak {peak * 1e9 / bin_ns:.0f}/s, "
-                f"{cur * 1e9 / bin_ns:.0f}/s in {int(low.sum())} of {nb} bins of {fmt_ns(bin_ns)}",
+                f"{cur * 1e9 / bin_ns:.0f}/s in {int(low.sum())} of {nb} bins of {fmt_ns(bin_ns)}"
             )
+            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak * 10**9 // bin_ns,
+                                            cur * 10**9 // bin_ns))  # fmt: skip
+        out = []
+        for p, items in drops.items():
+            items.sort(key=lambda t: -t[0])
+            lost, op, _, pos, nlow, drop, nb, peak_s, low_s = items[0]
+            wall = ctx.pid_span_ns(p)
+            sev = Severity.HIGH if drop >= 0.6 and nlow >= 0.2 * nb else Severity.MEDIUM
+            lines = tuple(t[2] for t in items)
+            others = [op_name(t[1]) for t in items[1:]]
+            summary = f"{op_name(op)} throughput of pid {p} dropped {drop:.0%}"
+            if others:
+                summary += f" (with {', '.join(others[:3])}{'…' if len(others) > 3 else ''})"
             out.append(Finding(self.id, self.kind, min(sev, max(severity_for(lost, wall), Severity.MEDIUM)),
-                               symptom_for(ctx, p, op, pos, f"{op_name(op)} throughput of pid {p} dropped {drop:.0%}",
-                                           whole_op=True),
-                               (Cause(self.id, lines, None, (), {"peak_per_s": round(peak * 1e9 / bin_ns, 1),
-                                                                "low_per_s": round(cur * 1e9 / bin_ns, 1)}),),
+                               symptom_for(ctx, p, op, pos, summary, whole_op=True),
+                               (Cause(self.id, lines, None, (), {"peak_per_s": float(peak_s),
+                                                                "low_per_s": float(low_s)}),),
                                "look at the other findings for this process in the low-rate period; if none, compare "
                                "input sizes and batch shapes over time", lost, wall))  # fmt: skip
         return out
