@@ -112,7 +112,7 @@ def effect_size(dur: np.ndarray, affected: np.ndarray, cause_ns: np.ndarray) -> 
         # No call escaped the cause: the counterfactual is each call without
         # the cause's time, floored at 1 µs (no CUDA API call is faster), so a
         # cause covering whole calls does not produce a ratio "vs 0".
-        un_p50 = max(pct(np.maximum(dur[affected] - cause_ns[affected], 0), 50), 1_000.0)
+        un_p50 = max(pct(np.maximum(dur[affected] - cause_ns[affected], 0), 50), 1_000)
     ratio = aff_p50 / max(un_p50, 1) if n_aff else 0.0
     k = slowest_n(n)
     top = np.argsort(dur, kind="stable")[n - k :] if n else np.zeros(0, dtype=np.int64)
