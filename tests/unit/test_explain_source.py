@@ -62,3 +62,14 @@ def test_rows_are_read_incrementally_and_only_the_horizon_is_kept(tmp_path: Path
     live.run_once()
     assert len(live._cols[0]) == n_before + 1
     assert int(live._cols[0].min()) >= end + 500 * MS - 1_000 * MS - 1 * MS  # older rows dropped
+
+
+def test_a_backlog_larger_than_the_cap_is_skipped_and_the_buffer_starts_afresh(tmp_path: Path) -> None:
+    db, end = _hung_db(tmp_path)
+    live = ExplainFindings(
+        db, hang_threshold_ns=2_000 * MS, every_s=0.0, max_rows=100, clock_ns=lambda: end + 10_000 * MS
+    )
+    found = live.run_once()
+    assert len(live._cols[0]) == 100 and live.skipped_rows > 0
+    # the newest rows alone: no init calls, rank 2 absent from them, so no claim about it
+    assert [f for f in found if f.kind == "nccl-hang" and f.symptom.pid == PIDS[2]] == []

@@ -354,8 +354,14 @@ class TraceSession:
 
     def _note_cgroups(self, ev: np.ndarray) -> None:
         """Resolve cgroup ids seen on events (a process may move and exit between /proc reads)."""
-        for hierarchy, col in (("v2", "cgroup_id"), ("v1:memory", "cgroup_v1_id")):
-            for cid in np.unique(ev[col]).tolist():
+        # sched_switch rows name the cgroup of the task that took the CPU (stream):
+        # the neighbour's container must be resolvable too.
+        switches = ev["stream"][ev["op"] == Op.sched_switch]
+        for hierarchy, ids in (
+            ("v2", np.concatenate([ev["cgroup_id"], switches])),
+            ("v1:memory", ev["cgroup_v1_id"]),
+        ):
+            for cid in np.unique(ids).tolist():
                 if cid <= 1 or (cid, hierarchy) in self._cgroups_seen:
                     continue
                 info = self._resolver.resolve(hierarchy, cid)

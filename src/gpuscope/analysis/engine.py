@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuscope.analysis.attribution import load_attribution, using_attribution
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import (
     BUCKET_NS,
@@ -183,15 +184,18 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         thin = thin_thresholds(aggregates) if aggregates is not None else {}
         frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
         no_frees = pids_without_frees(conn)
+        # Ranks, communicators and containers, for the rules that name them.
+        attribution = load_attribution(conn)
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(
             f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
         ) from None
     finally:
         conn.close()
-    report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
-                     thinned=frozenset(thin), frees_recorded=no_frees is not None,
-                     pids_without_frees=no_frees or frozenset())  # fmt: skip
+    with using_attribution(attribution):
+        report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
+                         thinned=frozenset(thin), frees_recorded=no_frees is not None,
+                         pids_without_frees=no_frees or frozenset())  # fmt: skip
     if opts.store and report.findings:
         from gpuscope.analysis.history import store_findings
 

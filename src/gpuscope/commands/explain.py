@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from gpuscope.analysis.attribution import load_attribution_db, using_attribution
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
@@ -60,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
         store=not args.no_store,
     )
     db = args.db or default_db_path()
-    # Ranks, communicators and containers for the rules that name them (nccl-*, noisy-neighbour).
-    with using_attribution(load_attribution_db(db)):
-        report = explain_db(db, opts)
+    report = explain_db(db, opts)
     if args.json:
         print(json.dumps(report.as_dict(per_process=args.per_process), indent=2))
     else:

@@ -40,10 +40,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
     p.add_argument("--no-wakeups", action="store_true", help="do not record sched_wakeup events")
     p.add_argument(
-        "--record-all", action="store_true", help="store a row for every event (default: selective, see docs/storage.md)"
+        "--record-all",
+        action="store_true",
+        help="store a row for every event (default: selective, see docs/storage.md)",
     )
-    p.add_argument("--keep-first", default="10s", metavar="DURATION", help="selective storage keeps every row this long (default 10s)")
-    p.add_argument("--max-db", default="10g", metavar="SIZE", help="keep the database under SIZE (e.g. 500m; 0 = no cap)")
+    p.add_argument(
+        "--keep-first",
+        default="10s",
+        metavar="DURATION",
+        help="selective storage keeps every row this long (default 10s)",
+    )
+    p.add_argument(
+        "--max-db", default="10g", metavar="SIZE", help="keep the database under SIZE (e.g. 500m; 0 = no cap)"
+    )
     p.add_argument("--no-io", action="store_true", help="no block I/O tracepoints")
     p.add_argument("--no-tcp", action="store_true", help="no TCP retransmit tracepoint")
     p.add_argument("--no-memory", action="store_true", help="no page allocation / reclaim / OOM tracepoints")
@@ -53,14 +62,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="one JSON object per second on stdout (the summary goes to stderr)"
     )
-    p.add_argument("--stack", action=argparse.BooleanOptionalAction, default=True,
-                   help="record the call stack (native and Python frames) of CUDA calls (default: on; see docs/stacks.md)")
-    p.add_argument("--python-stack", action=argparse.BooleanOptionalAction, default=True,
-                   help="include Python frames in stacks (default: on)")
-    p.add_argument("--stack-every", action="append", default=[], metavar="OP=N",
-                   help="stack policy for one op: 0 never, 1 every call, N one call in N (default: launches 1 in 64)")
-    p.add_argument("--hang-threshold", default="30s", metavar="DURATION",
-                   help="live nccl-hang finding: a rank silent in NCCL this long while its peers go on (default 30s)")
+    p.add_argument(
+        "--stack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record the call stack (native and Python frames) of CUDA calls (default: on; see docs/stacks.md)",
+    )
+    p.add_argument(
+        "--python-stack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="include Python frames in stacks (default: on)",
+    )
+    p.add_argument(
+        "--stack-every",
+        action="append",
+        default=[],
+        metavar="OP=N",
+        help="stack policy for one op: 0 never, 1 every call, N one call in N (default: launches 1 in 64)",
+    )
+    p.add_argument(
+        "--hang-threshold",
+        default="30s",
+        metavar="DURATION",
+        help="live nccl-hang finding: a rank silent in NCCL this long while its peers go on (default 30s)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
@@ -190,6 +216,9 @@ def run(args: argparse.Namespace) -> int:
             with live:
                 session.run(should_stop, live.on_tick)
         finally:
+            # An evaluation still running on its thread would be torn down
+            # mid-numpy at interpreter exit (abort): let it finish first.
+            explain.wait()
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
         exit_code = 0

@@ -75,7 +75,7 @@ def test_the_rank_its_peers_wait_for_is_named_as_the_straggler() -> None:
 def test_preemption_of_the_straggler_during_its_gaps_is_named_with_the_preemptor() -> None:
     ev = Events(comms={999: "hog"})
     gaps = _synchronised_job(ev)
-    for start, end in gaps:
+    for _start, end in gaps:
         ev.sched(end - 2_500 * US, 2_400 * US, pid=PIDS[2], preempted=True, by_pid=999)
     found = _straggler(ev)
     assert len(found) == 1
@@ -129,7 +129,7 @@ def _hung_job(ev: Events, hang_after: int = 50, steps: int = 100) -> int:
     last = 0
     for r in PIDS:
         t = 1 * MS
-        for i in range(steps if r != 2 else hang_after):
+        for _ in range(steps if r != 2 else hang_after):
             t = _step(ev, r, t, 100 * US) + 500 * US
         last = max(last, t)
     return last

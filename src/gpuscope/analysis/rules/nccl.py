@@ -12,9 +12,10 @@ host work, or the time it is kept off the CPU) is LONG. Ranks that are not
 synchronised (the stand-in library, or a rank that lags further every step)
 show it as a longer collective-to-collective cycle instead. A rank is a
 straggler when, on either measure, it exceeds the median of its peers by at
-least ``MIN_EXCESS_NS`` and ``MIN_EXCESS_OF_CYCLE`` of the peers' cycle, in
-at least ``MIN_CONSISTENCY`` of its chunks of consecutive steps (above the peers' median chunk), and no other
-rank comes close (it is *one* rank, not a slow job).
+least ``MIN_EXCESS_NS`` and ``MIN_EXCESS_OF_CYCLE`` of the peers' cycle, in at
+least ``MIN_CONSISTENCY`` of its chunks of consecutive steps (each above the
+median of its peers' chunks), and no other rank comes close (it is *one*
+rank, not a slow job).
 
 What a hang looks like without an entry event: calls are recorded when they
 return, so a collective in flight is a rank whose NCCL calls stopped while
