@@ -34,12 +34,12 @@ native:
 demo: setup
 	$(PY) scripts/demo.py $(ARGS)
 
-test: setup
+test: setup lint
 	$(PY) -m pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff format --check src tests bench scripts
 	$(VENV)/bin/mypy
 
 bench: setup
