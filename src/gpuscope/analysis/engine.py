@@ -196,6 +196,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
                          thinned=frozenset(thin), frees_recorded=no_frees is not None,
                          pids_without_frees=no_frees or frozenset())  # fmt: skip
+    report = _with_call_sites(path, report)
     if opts.store and report.findings:
         from gpuscope.analysis.history import store_findings
 
@@ -203,3 +204,38 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         return Report(report.window, report.findings, report.stats, report.per_process, stored,
                       (*report.notes, *((note,) if note else ())), report.stats_from)  # fmt: skip
     return report
+
+
+def _with_call_sites(path: str | os.PathLike[str], report: Report) -> Report:
+    """Name the code behind each finding's slow calls, when stacks were recorded.
+
+    "78% of the slow cudaMalloc calls come from allocate_kv_cache (kv_cache.py:211)"
+    is added to the symptom as ``call_sites``.
+    """
+    from dataclasses import replace
+
+    from gpuscope.stacks.report import describe_call_sites, top_call_sites
+
+    if not report.findings:
+        return report
+    try:
+        conn = connect_reader(path)
+    except DatabaseError:
+        return report
+    out = []
+    try:
+        for f in report.findings:
+            s = f.symptom
+            if s.op and s.pid is not None and s.count:
+                # "Slow" = above twice the median; with no spread, every call.
+                slow = 2 * s.p50_ns if s.p99_ns > 2 * s.p50_ns else None
+                sites = top_call_sites(conn, op=s.op, pid=s.pid, min_duration_ns=slow, limit=3)
+                line = describe_call_sites(sites, f"{'slow ' if slow else ''}{s.op} calls")
+                if line:
+                    f = replace(f, symptom=replace(s, extra={**s.extra, "call_sites": line}))
+            out.append(f)
+    except sqlite3.DatabaseError:
+        return report
+    finally:
+        conn.close()
+    return replace(report, findings=tuple(out))

@@ -37,6 +37,8 @@ def render_report(report: Report, per_process: bool = False) -> str:
         if s.op:
             lines.append(f"   symptom: {s.op} x{s.count:,}  p50 {fmt_ns(s.p50_ns)}  p99 {fmt_ns(s.p99_ns)}  "
                          f"max {fmt_ns(s.max_ns)}")  # fmt: skip
+        if s.extra.get("call_sites"):
+            lines.append(f"   where: {s.extra['call_sites']}")
         for c in f.causes:
             for ev in c.evidence:
                 lines.append(f"   - {ev}")
