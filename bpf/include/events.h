@@ -207,9 +207,12 @@ struct gs_aux_header {
  *   struct gs_stack_header
  *   n_native x struct gs_native_frame   (innermost first; [0] is the probed function)
  *   n_py x struct gs_py_frame            (innermost first)
+ *   0..GS_STACK_WINDOW x __u64           (the user stack from sp up, for stack
+ *                                         scanning; its length is what remains)
  */
 #define GS_STACK_MAX_NATIVE 32
 #define GS_STACK_MAX_PY 32
+#define GS_STACK_WINDOW 64
 
 /* Python walk outcome (gs_stack_header.py_status). */
 enum gs_py_status {

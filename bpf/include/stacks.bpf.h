@@ -10,6 +10,12 @@
  * caller, and bpf_find_vma turns it into (inode, file offset) for the same
  * reason.
  *
+ * Stack scanning: a window of GS_STACK_WINDOW words above sp follows the
+ * frames in the record, so user space can recover the frames that code
+ * without frame pointers hides (words that are return addresses: the bytes
+ * before them are a call). One bpf_probe_read_user, only for calls the policy
+ * selected, and only while `stack_scan` is set.
+ *
  * Python: for processes user space registered in `py_procs`, walk
  * _PyRuntime -> interpreters.head -> threads (matched by native thread id,
  * since the GIL is usually released inside CUDA calls) -> frames, emitting
@@ -25,6 +31,8 @@
 
 /* 0: no stacks, 1: native, 2: native + Python. */
 const volatile __u8 stack_mode = 0;
+/* 1: append the stack window (GS_STACK_WINDOW words above sp) for scanning. */
+const volatile __u8 stack_scan = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -64,6 +72,10 @@ struct gs_stack_buf {
 	struct gs_stack_header h;
 	struct gs_native_frame native[GS_STACK_MAX_NATIVE];
 	struct gs_py_frame py[GS_STACK_MAX_PY];
+	/* Room for the window right after the densest possible frames: the
+	 * record is header, frames, window, with no gaps. */
+	__u64 window[GS_STACK_WINDOW];
+	__u64 sp; /* user sp at entry; not part of the record */
 };
 
 struct {
@@ -177,9 +189,10 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	b->h.op = op;
 	b->h.n_py = 0;
 	b->h.py_status = GS_PY_NONE;
+	b->sp = PT_REGS_SP(ctx);
 	n = bpf_get_stack(ctx, b->native, sizeof(b->native), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	b->h.n_native = n > 0 ? n / sizeof(struct gs_native_frame) : 0;
-	vc.addr = gs_user_u64(PT_REGS_SP(ctx));
+	vc.addr = gs_user_u64(b->sp);
 	b->h.ret_ip = vc.addr;
 	bpf_find_vma(task, vc.addr, gs_vma_cb, &vc, 0);
 	b->h.ret_ino = vc.ino;
@@ -193,10 +206,11 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 {
 	__u64 size;
+	__u32 frames;
 
 	b->h.ts_ns = ts_ns;
-	size = sizeof(b->h) + (__u64)(b->h.n_native & 63) * sizeof(struct gs_native_frame) +
-	       (__u64)(b->h.n_py & 63) * sizeof(struct gs_py_frame);
+	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
+	size = sizeof(b->h) + frames;
 	/* Python frames follow the native frames actually captured: move them
 	 * down so the record is dense. The destination never passes the source
 	 * (it starts at or before b->py), so the copy is safe in ascending order. */
@@ -211,8 +225,19 @@ static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 			*(struct gs_py_frame *)((void *)b->native + at) = b->py[i];
 		}
 	}
-	if (size > sizeof(*b))
-		size = sizeof(*b);
+	/* The window goes right after the frames; its length is the record's
+	 * remainder. The bound on `frames` keeps the verifier's view of the
+	 * destination inside b->window. The top of the main thread's stack can
+	 * be closer than the whole window: then try a quarter of it. */
+	if (stack_scan && frames <= sizeof(b->native) + sizeof(b->py)) {
+		void *dst = (void *)b->native + frames;
+		if (!bpf_probe_read_user(dst, sizeof(b->window), (void *)b->sp))
+			size += sizeof(b->window);
+		else if (!bpf_probe_read_user(dst, sizeof(b->window) / 4, (void *)b->sp))
+			size += sizeof(b->window) / 4;
+	}
+	if (size > offsetof(struct gs_stack_buf, sp))
+		size = offsetof(struct gs_stack_buf, sp);
 	if (bpf_ringbuf_output(&stack_events, b, size, BPF_RB_NO_WAKEUP))
 		gs_count(GS_STAT_DROP_STACK);
 }

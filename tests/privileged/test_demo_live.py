@@ -1,7 +1,7 @@
 """The live demo: real processes on the stand-in CUDA library, traced by the real tracer.
 
-All six scenarios run shortened (--scale 0.4) into one database, as
-`gpuscope demo --live --scale 0.4` does: about 20 s on 2 CPUs.
+All six scenarios run shortened (--scale 0.6, long enough to stay clear of a busy machine) into one database, as
+`gpuscope demo --live --scale 0.6` does: about 25 s on 2 CPUs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from gpuscope.demo import REGISTRY, DemoMode, DemoResult, DemoRunner, Scenario
 
-SCALE = 0.4
+SCALE = 0.6
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ class Mapping:
     end: int
     offset: int
     path: str
+    executable: bool = True
 
 
 def read_maps(pid: int) -> list[Mapping]:
@@ -32,7 +33,9 @@ def read_maps(pid: int) -> list[Mapping]:
                 if len(parts) < 6 or not parts[5].startswith("/"):
                     continue
                 lo, hi = parts[0].split("-")
-                out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5].rstrip("\n")))
+                out.append(
+                    Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5].rstrip("\n"), "x" in parts[1])
+                )
     except OSError:
         return []
     return out
@@ -85,4 +88,15 @@ class FileIndex:
                     return m.path, ip - m.start + m.offset
             if attempt == 0 and not self.add_process(pid):
                 break
+        return None
+
+    def locate_code(self, pid: int, addr: int) -> tuple[str, int] | None:
+        """(path, file offset) of an address in an executable mapping, from the cached maps only.
+
+        Never reads /proc: stack scanning asks about every word of a window,
+        most of which are not code.
+        """
+        for m in self._maps.get(pid, []):
+            if m.executable and m.start <= addr < m.end:
+                return m.path, addr - m.start + m.offset
         return None

@@ -1,4 +1,4 @@
-"""Decode raw stack records from the ring (struct gs_stack_header + frames, bpf/include/events.h)."""
+"""Decode raw stack records from the ring (struct gs_stack_header + frames + stack window, bpf/include/events.h)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class RawStack:
     ret_ino: int
     ret_off: int
     python: tuple[tuple[int, int], ...]  # (code object, instruction), innermost first
-    key: bytes  # everything but ts/tid: identical keys are the same stack of the same process
+    key: bytes  # pid, op and frames (not ts/tid, not the window): identical keys share the unwound frames
+    window: tuple[int, ...] = ()  # the user stack from sp up ([0] is ret_ip), for stack scanning
 
 
 def decode(body: bytes) -> RawStack | None:
@@ -53,7 +54,11 @@ def decode(body: bytes) -> RawStack | None:
         status = PyStatus(int(h["py_status"]))
     except ValueError:
         status = PyStatus.NONE
-    key = body[8:12] + body[16:]  # pid + op + frames: not the time, not the thread
+    end_py = end_native + npy * PY_FRAME_DTYPE.itemsize
+    # The stack window is whatever follows the frames (absent when scanning is off).
+    window = np.frombuffer(body, dtype="<u8", count=(len(body) - end_py) // 8, offset=end_py)
+    key = body[8:12] + body[16:end_py]  # pid + op + frames: not the time, not the thread
     return RawStack(int(h["ts_ns"]), int(h["pid"]), int(h["tid"]), int(h["op"]), status, native,
                     int(h["ret_ip"]), int(h["ret_ino"]), int(h["ret_off"]),
-                    tuple(zip(py["code"].tolist(), py["instr"].tolist(), strict=True)), key)  # fmt: skip
+                    tuple(zip(py["code"].tolist(), py["instr"].tolist(), strict=True)), key,
+                    tuple(window.tolist()))  # fmt: skip
