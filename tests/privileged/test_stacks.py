@@ -43,15 +43,20 @@ def test_a_frame_pointer_build_names_every_call_level_even_after_the_process_exi
     ]
 
 
-def test_without_frame_pointers_the_direct_caller_is_still_named(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_without_frame_pointers_stack_scanning_names_every_call_level(build_workload, trace_command):  # type: ignore[no-untyped-def]
     # given the same workload built without frame pointers
     exe = build_workload("stack_levels.c", extra_flags=["-fomit-frame-pointer"])
     # when it is traced
     run = trace_command([str(exe), "3"])
-    # then the return address read at [sp] names the direct caller
+    # then the return address read at [sp] names the direct caller, and
+    # scanning the copied stack window names every level above it
     assert run.returncode == 0, run.stderr
-    (frames,) = _stacks(run, "cudaMalloc")
-    assert _native_names(frames)[:2] == ["cudaMalloc", "stack_level3"], frames
+    for op in ("cudaMalloc", "cudaStreamSynchronize"):
+        (frames,) = _stacks(run, op)
+        assert _native_names(frames)[:5] == [op, "stack_level3", "stack_level2", "stack_level1", "main"], frames
+        # and the frames found by scanning say so
+        assert [f.get("marker") for f in frames[2:5]] == ["scanned"] * 3, frames
+        assert frames[1].get("marker") is None, frames
 
 
 def test_no_stack_records_no_stacks(build_workload, trace_command):  # type: ignore[no-untyped-def]

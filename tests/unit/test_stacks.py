@@ -21,6 +21,7 @@ from gpuscope.stacks.python import LAYOUTS, line_310, line_311
 from gpuscope.stacks.records import decode
 from gpuscope.stacks.report import describe_call_sites, top_call_sites
 from gpuscope.stacks.resolve import StackResolver, _merge
+from gpuscope.stacks.scan import Callee, CallInstruction, calls_before, is_return_address, scan
 from gpuscope.stacks.symbols import Demangler, SymbolCache, SymbolTable
 from gpuscope.store.connect import connect_writer
 
@@ -175,3 +176,80 @@ def test_maps_of_this_process_locate_its_own_code() -> None:
     assert files.add_process(os.getpid())
     addr = struct.unpack("<Q", struct.pack("<Q", id(files)))[0]
     assert files.locate(os.getpid(), addr) is None  # heap: no file
+
+
+@pytest.mark.parametrize(
+    ("code", "length"),
+    [
+        (bytes.fromhex("ffd0"), 2),  # call *%rax
+        (bytes.fromhex("41ffd3"), 3),  # call *%r11
+        (bytes.fromhex("ff1510000000"), 6),  # call *0x10(%rip)
+        (bytes.fromhex("ff542408"), 4),  # call *0x8(%rsp)
+        (bytes.fromhex("ff94c300100000"), 7),  # call *0x1000(%rbx,%rax,8)
+        (bytes.fromhex("3effd0"), 3),  # notrack call *%rax
+        (bytes.fromhex("ff10"), 2),  # call *(%rax)
+        (bytes.fromhex("ff14c578563412"), 7),  # call *0x12345678(,%rax,8)
+    ],
+)
+def test_the_bytes_before_a_return_address_decode_as_an_indirect_call(code: bytes, length: int) -> None:
+    # given the call preceded by unrelated bytes (mov %rdi,%rax; nop)
+    before = bytes.fromhex("4889f890") + code
+    # then
+    assert CallInstruction(length, None) in calls_before(before)
+
+
+def test_a_direct_call_gives_its_displacement_and_other_bytes_are_no_call() -> None:
+    # call rel32 = -0x20 (e8 e0 ff ff ff) after a nop
+    assert calls_before(bytes.fromhex("90e8e0ffffff")) == [CallInstruction(5, -0x20)]
+    assert calls_before(bytes.fromhex("ffe0")) == []  # jmp *%rax: FF /4, not a call
+    assert calls_before(bytes.fromhex("4889c7")) == []  # mov %rax,%rdi
+    assert calls_before(b"") == []
+
+
+def test_scanning_follows_direct_calls_to_the_callee_and_skips_stale_return_addresses() -> None:
+    # given a file whose functions are f (0x100), g (0x200), h (0x300), main (0x400);
+    # g calls f at 0x210 (return 0x215), h calls g at 0x310, main calls h at 0x410,
+    # and 0x230 follows a call to h (stale: g did not call h in this stack)
+    funcs = [(0x100, "f"), (0x200, "g"), (0x300, "h"), (0x400, "main")]
+    calls = {0x215: 0x100, 0x230: 0x300, 0x315: 0x200, 0x415: 0x300}
+
+    def function_at(path: str, off: int) -> tuple[str, int] | None:
+        start, name = max((s, n) for s, n in funcs if s <= off)
+        return name, off - start
+
+    def code_before(path: str, off: int) -> bytes:
+        if off not in calls:
+            return bytes.fromhex("4889c7")
+        return b"\x90\xe8" + (calls[off] - off).to_bytes(4, "little", signed=True)
+
+    base = 0x5555_0000_0000
+    window = (base + 0x150, 42, base + 0x230, 0x7FFF_0000_1000, base + 0x215, base + 0x315, 7, base + 0x415, 0)
+
+    def locate(addr: int) -> tuple[str, int] | None:
+        return ("/bin/app", addr - base) if base <= addr < base + 0x1000 else None
+
+    # when the scan starts above f's frame
+    found = scan(window, 1, Callee("/bin/app", "f"), locate, code_before, function_at, limit=8)
+    # then g, h and main are found, and the stale return address is not
+    assert [(s.index, function_at("", s.file_offset - 1)) for s in found] == [
+        (4, ("g", 0x14)),
+        (5, ("h", 0x14)),
+        (7, ("main", 0x14)),
+    ]
+    # and a direct call to a PLT stub (unnamed) is taken only when the callee is in another file
+    assert is_return_address("/bin/app", 0x215, Callee("/lib/libcudart.so", "cudaMalloc"), code_before,
+                             lambda p, o: None)  # fmt: skip
+    assert not is_return_address("/bin/app", 0x215, Callee("/bin/app", "f"), code_before, lambda p, o: None)
+
+
+def test_a_record_carries_its_stack_window_after_the_frames() -> None:
+    hdr = np.zeros(1, STACK_HEADER_DTYPE)
+    hdr["n_native"] = 1
+    frame = np.zeros(1, NATIVE_FRAME_DTYPE)
+    frame["status"], frame["offset_or_ip"] = 2, 0x1234
+    body = hdr.tobytes() + frame.tobytes()
+    raw = decode(body + struct.pack("<3Q", 1, 2, 3))
+    assert raw is not None and raw.window == (1, 2, 3)
+    # the window is not part of the frames' key (the collector adds the words that are code)
+    again = decode(body)
+    assert again is not None and again.window == () and again.key == raw.key

@@ -192,10 +192,16 @@ class TraceSession:
 
     # -- setup ---------------------------------------------------------------
 
-    def add_target(self, pid: int) -> None:
+    def add_target(self, pid: int, *, before_exec: bool = False) -> None:
+        """Trace a process (and its descendants).
+
+        ``before_exec``: the process is a launcher about to exec the real
+        command; it is described again at its exec, and its current program
+        (a Python trampoline) must not be set up for Python stack walks.
+        """
         self.tracer.add_target(pid)
         self.targets.append(pid)
-        self._note_process(pid)
+        self._note_process(pid, traced=not before_exec)
         if not self._explicit_libs:
             for lib in self.discovery.scan_process(pid):
                 self.tracer.attach_library(lib)

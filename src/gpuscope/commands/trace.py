@@ -129,7 +129,7 @@ def _launch(command: list[str], session: TraceSession) -> subprocess.Popen[bytes
     finally:
         os.close(r)
     try:
-        session.add_target(proc.pid)
+        session.add_target(proc.pid, before_exec=True)
     finally:
         os.write(w, b"\n")
         os.close(w)

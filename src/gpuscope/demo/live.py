@@ -144,7 +144,7 @@ class LiveRun:
         finally:
             os.close(r)
         try:
-            self.session.add_target(proc.pid)
+            self.session.add_target(proc.pid, before_exec=True)
         finally:
             os.write(w, b"\n")
             os.close(w)

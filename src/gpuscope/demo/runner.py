@@ -170,7 +170,7 @@ def _held(command: list[str], session: object) -> subprocess.Popen[bytes]:
     finally:
         os.close(r)
     try:
-        session.add_target(proc.pid)
+        session.add_target(proc.pid, before_exec=True)
     finally:
         os.write(w, b"\n")
         os.close(w)

@@ -127,12 +127,15 @@ class StackCollector:
             raw = decode(body)
             if raw is None:
                 continue
-            h = self._by_key.get(raw.key)
+            if raw.window and not self.resolver.files.has_maps(raw.pid):
+                self.note_process(raw.pid)
+            key = raw.key + self.resolver.scan_key(raw)
+            h = self._by_key.get(key)
             if h is None:
                 h = self._resolve(raw, new_stacks)
                 if len(self._by_key) > _MAX_CACHED:
                     self._by_key.clear()
-                self._by_key[raw.key] = h
+                self._by_key[key] = h
             links.append((self.session_id, raw.pid, raw.tid, raw.ts_ns, h))
         if new_stacks:
             writer.call(INSERT_STACK, new_stacks)

@@ -8,8 +8,11 @@ process that has exited still resolve.
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
+
+import numpy as np
 
 from gpuscope.elf import ElfError, ElfFile
 
@@ -33,9 +36,7 @@ def read_maps(pid: int) -> list[Mapping]:
                 if len(parts) < 6 or not parts[5].startswith("/"):
                     continue
                 lo, hi = parts[0].split("-")
-                out.append(
-                    Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5].rstrip("\n"), "x" in parts[1])
-                )
+                out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5].rstrip("\n"), "x" in parts[1]))
     except OSError:
         return []
     return out
@@ -49,6 +50,9 @@ class FileIndex:
         self.by_inode: dict[int, str] = {}
         self.build_id_of: dict[str, str | None] = {}
         self._maps: dict[int, list[Mapping]] = {}
+        # pid -> executable mappings sorted by start, and their starts (for bisect)
+        self._code: dict[int, tuple[list[int], list[Mapping]]] = {}
+        self._code_bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # pid -> (starts, ends), sorted
 
     def add_path(self, path: str) -> str | None:
         """Index one file; return its build id."""
@@ -73,6 +77,12 @@ class FileIndex:
         maps = read_maps(pid)
         if maps:
             self._maps[pid] = maps
+            code = sorted((m for m in maps if m.executable), key=lambda m: m.start)
+            self._code[pid] = ([m.start for m in code], code)
+            self._code_bounds[pid] = (
+                np.array([m.start for m in code], dtype=np.uint64),
+                np.array([m.end for m in code], dtype=np.uint64),
+            )
             for path in {m.path for m in maps}:
                 self.add_path(path)
         return maps
@@ -90,13 +100,34 @@ class FileIndex:
                 break
         return None
 
+    def has_maps(self, pid: int) -> bool:
+        return pid in self._code
+
     def locate_code(self, pid: int, addr: int) -> tuple[str, int] | None:
         """(path, file offset) of an address in an executable mapping, from the cached maps only.
 
         Never reads /proc: stack scanning asks about every word of a window,
         most of which are not code.
         """
-        for m in self._maps.get(pid, []):
-            if m.executable and m.start <= addr < m.end:
-                return m.path, addr - m.start + m.offset
+        starts, code = self._code.get(pid, ([], []))
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and addr < code[i].end:
+            return code[i].path, addr - code[i].start + code[i].offset
+        return None
+
+    def code_words(self, pid: int, words: np.ndarray) -> np.ndarray:
+        """The words (uint64) that fall in executable mappings of the process (cached maps only)."""
+        bounds = self._code_bounds.get(pid)
+        if bounds is None or not len(bounds[0]):
+            return words[:0]
+        starts, ends = bounds
+        i = np.searchsorted(starts, words, side="right") - 1
+        inside = (i >= 0) & (words < ends[np.maximum(i, 0)])
+        return words[inside]
+
+    def address_of(self, pid: int, path: str, file_offset: int) -> int | None:
+        """The address a file offset of ``path`` is mapped at in a process (cached maps only)."""
+        for m in self._code.get(pid, ([], []))[1]:
+            if m.path == path and m.offset <= file_offset < m.offset + m.end - m.start:
+                return m.start + file_offset - m.offset
         return None

@@ -45,7 +45,8 @@ class Frame:
             return f"{self.function or '?'} ({where})" + (f" [{self.marker}]" if self.marker else "")
         mod = os.path.basename(self.module) if self.module else "?"
         if self.function:
-            return f"{self.function}+{self.offset or 0:#x} ({mod})"
+            # a named frame's marker is only ever "scanned": found by stack scanning, heuristic
+            return f"{self.function}+{self.offset or 0:#x} ({mod})" + (f" [{self.marker}]" if self.marker else "")
         what = f"{mod}+{self.offset:#x}" if self.offset is not None else (self.address or "?")
         return f"{what} [{self.marker or 'unnamed'}]"
 

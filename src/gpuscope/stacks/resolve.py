@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import replace
 
-from gpuscope.bpf.wire import PyStatus
+import numpy as np
+
+from gpuscope.bpf.wire import STACK_MAX_NATIVE, PyStatus
 from gpuscope.stacks.files import FileIndex
 from gpuscope.stacks.frames import Frame, Stack
 from gpuscope.stacks.python import NOT_CODE, CodeInfo, Interpreter, ProcessMemory, executing_line, lasti_of, read_code
 from gpuscope.stacks.records import RawStack
+from gpuscope.stacks.scan import BOTTOM_FUNCTIONS, Callee, CodeReader, scan
 from gpuscope.stacks.symbols import Demangler, SymbolCache
 
 _INTERPRETER = ("libpython", "python3")
@@ -25,6 +30,7 @@ class StackResolver:
         self.files = files or FileIndex()
         self.symbols = symbols or SymbolCache()
         self.demangler = Demangler()
+        self.code = CodeReader()
         self.interpreters: dict[int, Interpreter] = {}
         self._code: dict[tuple[int, int], CodeInfo | None] = {}
 
@@ -61,6 +67,91 @@ class StackResolver:
         if path is not None:
             return self._name(path, self.files.add_path(path), raw.ret_off), (path, raw.ret_off)
         return self._native(raw.pid, 2, "", raw.ret_ip)
+
+    # -- stack scanning ----------------------------------------------------------
+
+    def _function_at(self, path: str, file_offset: int) -> tuple[str, int] | None:
+        table = self.symbols.table(path, self.files.add_path(path))
+        vaddr = table.offset_to_vaddr(file_offset) if table is not None else None
+        return table.lookup(vaddr) if table is not None and vaddr is not None else None
+
+    def _scan_start(self, raw: RawStack, native: list[Frame], ids: list[tuple[str, int] | None],
+                    ret: tuple[Frame, tuple[str, int] | None] | None) -> tuple[int, int, Callee] | None:  # fmt: skip
+        """(frames to keep, first window word to scan, callee) when the frame-pointer walk was short."""
+        if len(raw.native) <= 2:
+            # No frame pointers: the walk found the probed function and at
+            # most one (possibly bogus) frame. The caller at [sp] is word 0.
+            if ret is None or ret[1] is None:
+                return None
+            keep = next((i for i, ident in enumerate(ids) if ident == ret[1]), 1) + 1
+            return keep, 1 if raw.window[0] == raw.ret_ip else 0, Callee(ret[1][0], ret[0].function)
+        last, ident = native[-1], ids[-1]
+        if ident is None or last.function in BOTTOM_FUNCTIONS or len(raw.native) >= STACK_MAX_NATIVE:
+            return None
+        # The walk stopped inside code without frame pointers: go on from
+        # where its outermost return address sits in the window.
+        addr = self.files.address_of(raw.pid, ident[0], ident[1])
+        if addr is None or addr not in raw.window:
+            return None
+        return len(native), raw.window.index(addr) + 1, Callee(ident[0], last.function)
+
+    def _scan_locate(
+        self, raw: RawStack, ret: tuple[Frame, tuple[str, int] | None] | None
+    ) -> Callable[[int], tuple[str, int] | None]:
+        """Address -> (path, file offset) in code: the process's maps, else the direct caller's file."""
+        bias = path = None
+        if ret is not None and ret[1] is not None:
+            path, bias = ret[1][0], raw.ret_ip - ret[1][1]
+
+        def locate(addr: int) -> tuple[str, int] | None:
+            hit = self.files.locate_code(raw.pid, addr)
+            # The process is gone: only its caller's file (and where it was
+            # loaded) is known; a word there must name a function.
+            if (
+                hit is None
+                and path is not None
+                and bias is not None
+                and addr >= bias
+                and self._function_at(path, addr - bias)
+            ):
+                return path, addr - bias
+            return hit
+
+        return locate
+
+    def _scanned(self, raw: RawStack, native: list[Frame], ids: list[tuple[str, int] | None],
+                 ret: tuple[Frame, tuple[str, int] | None] | None) -> list[Frame]:  # fmt: skip
+        """Frames recovered by scanning the stack window (marked ``scanned``); may trim bogus frames."""
+        if not raw.window or not native:
+            return []
+        where = self._scan_start(raw, native, ids, ret)
+        if where is None:
+            return []
+        keep, start, callee = where
+        found = scan(raw.window, start, callee, self._scan_locate(raw, ret), self.code.before, self._function_at,
+                     STACK_MAX_NATIVE - keep)  # fmt: skip
+        if not found:
+            return []
+        del native[keep:]
+        out: list[Frame] = []
+        for sf in found:
+            f = self._name(sf.path, self.files.add_path(sf.path), sf.file_offset)
+            out.append(replace(f, marker="scanned" if f.function else f"scanned, {f.marker}"))
+        return out
+
+    def scan_key(self, raw: RawStack) -> bytes:
+        """The part of the window that can change the scanned frames: the words in code.
+
+        Records whose frames and code words agree resolve alike, so the
+        collector de-duplicates on this (plus RawStack.key). Without the
+        process's maps the whole window counts.
+        """
+        if not raw.window:
+            return b""
+        words = np.array(raw.window, dtype=np.uint64)
+        if not self.files.has_maps(raw.pid):
+            return words.tobytes()
+        return self.files.code_words(raw.pid, words).tobytes()
 
     # -- python ----------------------------------------------------------------
 
@@ -111,6 +202,8 @@ class StackResolver:
             )  # fmt: skip
             if not same:
                 native.insert(1, ret[0])
+                ids.insert(1, ret[1])
+        native.extend(self._scanned(raw, native, ids, ret))
         names = self.demangler.demangle([f.function for f in native if f.function])
         native = [Frame(f.kind, names.get(f.function, f.function), f.module, f.offset, f.file, f.line, f.address,
                         f.marker) if f.function else f for f in native]  # fmt: skip
