@@ -87,6 +87,35 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     return Window(start, max(start, end), lo, hi, offset, sessions)
 
 
+# Findings that describe a symptom without naming its cause. When a causal
+# finding covers the same process, the symptom is its consequence: it is ranked
+# below it (one severity level lower) and points at it.
+SYMPTOM_ONLY_KINDS = frozenset({"throughput-drop"})
+
+
+def _rank_consequences(findings: list[Finding]) -> list[Finding]:
+    from dataclasses import replace
+
+    from gpuscope.model.findings import Cause
+
+    causal: dict[int, Finding] = {}
+    for f in findings:
+        pid = f.symptom.pid
+        if f.kind in SYMPTOM_ONLY_KINDS or pid is None or f.severity < Severity.MEDIUM:
+            continue
+        if pid not in causal or f.severity > causal[pid].severity:
+            causal[pid] = f
+    out = []
+    for f in findings:
+        c = causal.get(f.symptom.pid) if f.symptom.pid is not None else None
+        if f.kind in SYMPTOM_ONLY_KINDS and c is not None:
+            sev = Severity(max(min(f.severity, c.severity - 1), Severity.LOW))
+            note = Cause("consequence", (f"coincides with {c.kind} of the same process: {c.symptom.summary}",))
+            f = replace(f, severity=sev, causes=(*f.causes, note))
+        out.append(f)
+    return out
+
+
 def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, pids: tuple[int, ...] = (),
             min_severity: Severity = Severity.LOW, *, aggregates: Aggregates | None = None,
             thinned: frozenset[tuple[int, int]] = frozenset(), frees_recorded: bool = True,
@@ -101,6 +130,7 @@ def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, 
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule.evaluate(ctx))
+    findings = _rank_consequences(findings)
     findings = [f for f in findings if f.severity >= min_severity]
     findings.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
     c = ctx.calls

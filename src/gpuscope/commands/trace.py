@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             # An evaluation still running on its thread would be torn down
             # mid-numpy at interpreter exit (abort): let it finish first.
-            explain.wait()
+            explain.close()
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
         exit_code = 0

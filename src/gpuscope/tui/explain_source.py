@@ -87,6 +87,7 @@ class ExplainFindings:
         self._last_run = -float("inf")
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self.errors = 0
         self.skipped_rows = 0
         self.last_error: str | None = None
@@ -98,7 +99,7 @@ class ExplainFindings:
         now = time.monotonic()
         with self._lock:
             busy = self._thread is not None and self._thread.is_alive()
-            if not busy and now - self._last_run >= self.every_s:
+            if not busy and not self._closed and now - self._last_run >= self.every_s:
                 self._last_run = now
                 self._thread = threading.Thread(target=self._run_quietly, name="gpuscope-explain", daemon=True)
                 self._thread.start()
@@ -183,6 +184,19 @@ class ExplainFindings:
         start = int(cols[0][0]) if len(cols[0]) else now_ns
         end = max(now_ns, start)
         return frame, Window(start, end, start, end, offset, (int(row[0]),) if row else (), len(frame))
+
+    def close(self) -> None:
+        """Start no more evaluations and wait for the running one to finish.
+
+        The wait is not bounded: a thread still inside numpy when the
+        interpreter exits aborts the process (an evaluation covers at most
+        ``horizon_s`` of data and ``max_rows`` rows, so it ends).
+        """
+        with self._lock:
+            self._closed = True
+            t = self._thread
+        if t is not None:
+            t.join()
 
     def wait(self, timeout_s: float = 5.0) -> None:
         """Wait (bounded) for a running evaluation to finish."""
