@@ -49,12 +49,19 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
 
 def load_config() -> dict[str, Any]:
     """The first config file that exists, validated; {} when there is none."""
+    explicit = bool(os.environ.get("GPUSCOPE_CONFIG"))
     for path in config_paths():
-        if not path.is_file():
-            if os.environ.get("GPUSCOPE_CONFIG"):
-                raise UsageError(f"{path}: config file not found", remedy="fix GPUSCOPE_CONFIG")
-            continue
-        data = _parse_toml(path.read_text(), path)
+        try:
+            if not path.is_file():
+                if explicit:
+                    raise UsageError(f"{path}: config file not found", remedy="fix GPUSCOPE_CONFIG")
+                continue
+            text = path.read_text()
+        except OSError as exc:
+            if explicit:
+                raise UsageError(f"{path}: cannot read config: {exc.strerror}") from None
+            continue  # e.g. another user's home: not ours to read
+        data = _parse_toml(text, path)
         unknown = set(data) - KNOWN_KEYS
         if unknown:
             raise UsageError(

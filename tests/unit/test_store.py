@@ -112,3 +112,33 @@ def test_a_database_from_a_newer_gpuscope_is_refused(tmp_path: Path) -> None:
 def test_unwritable_path_is_a_database_error(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError):
         connect_writer("/proc/gpuscope-forbidden/x.db")
+
+
+def test_a_foreign_sqlite_file_is_never_written_to(tmp_path: Path) -> None:
+    foreign = tmp_path / "other.db"
+    c = sqlite3.connect(foreign)
+    c.execute("CREATE TABLE invoices(a)")
+    c.commit()
+    c.close()
+    before = foreign.read_bytes()
+    with pytest.raises(DatabaseError, match="not a gpuscope database"):
+        connect_writer(foreign)
+    assert foreign.read_bytes() == before
+
+
+def test_an_ingero_database_is_read_through_a_cached_conversion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a database recorded by the reference system
+    src = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "ingero" / "sample-gpu-node-02.db"
+    if not src.is_file():
+        pytest.skip("reference fixtures not present")
+    ingero = tmp_path / "ingero.db"
+    ingero.write_bytes(src.read_bytes())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # when it is opened for reading
+    conn = connect_reader(ingero)
+    # then its events are there under our views, and the original is untouched
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 200
+    assert ingero.read_bytes() == src.read_bytes()
+    assert len(list((tmp_path / "cache" / "gpuscope" / "imports").glob("*.db"))) == 1

@@ -35,6 +35,18 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
             # Only settable before the first table: lets --max-db give pages back.
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.create_function("gs_hist_merge", 2, _hist_merge, deterministic=True)
+        if _schema_version(conn) == 0:
+            foreign = [
+                r[0]
+                for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                if r[0] not in ("schema_migrations",) and not r[0].startswith("sqlite_")
+            ]
+            if foreign:
+                conn.close()
+                raise DatabaseError(
+                    f"{p}: not a gpuscope database (it has other tables: {', '.join(sorted(foreign)[:5])})",
+                    remedy="record into a new file with --db PATH; convert an Ingero file with `gpuscope import`",
+                )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
@@ -60,6 +72,9 @@ def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
     p = Path(path).expanduser()
     if not p.is_file():
         raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
+    imported = _imported_copy(p)
+    if imported is not None:
+        p = imported
     try:
         conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False)
         conn.execute("PRAGMA query_only=1")
@@ -74,6 +89,50 @@ def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
             f"{p}: not a gpuscope database (no event_log table)", remedy="pass a database written by `gpuscope trace`"
         )
     return conn
+
+
+def _imported_copy(p: Path) -> Path | None:
+    """For a database recorded by Ingero, its gpuscope conversion (made once, cached).
+
+    The conversion lives under ``$XDG_CACHE_HOME/gpuscope/imports`` (default
+    ``~/.cache``), keyed by the file's path, size and modification time; the
+    Ingero file itself is only read. None for any other file.
+    """
+    try:
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        try:
+            from gpuscope.importers.ingero import is_ingero
+
+            if not is_ingero(conn):
+                return None
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return None
+    import hashlib
+
+    from gpuscope.importers import import_file
+
+    st = p.stat()
+    key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscope" / "imports"
+    out = cache / f"{p.stem}-{key}.db"
+    if not out.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        import_file(p, out, node=None if _has_nodes(p) else p.stem)
+    return out
+
+
+def _has_nodes(p: Path) -> bool:
+    """Whether every Ingero event names its node (older files do not)."""
+    conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    try:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
+        if "node" not in cols:
+            return False
+        return conn.execute("SELECT count(*) FROM events WHERE coalesce(node, '') = ''").fetchone()[0] == 0
+    finally:
+        conn.close()
 
 
 def migrate(conn: sqlite3.Connection) -> None:
