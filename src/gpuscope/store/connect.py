@@ -130,7 +130,7 @@ def _has_nodes(p: Path) -> bool:
         cols = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
         if "node" not in cols:
             return False
-        return conn.execute("SELECT count(*) FROM events WHERE coalesce(node, '') = ''").fetchone()[0] == 0
+        return int(conn.execute("SELECT count(*) FROM events WHERE coalesce(node, '') = ''").fetchone()[0]) == 0
     finally:
         conn.close()
 
