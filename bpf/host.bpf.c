@@ -145,6 +145,9 @@ static __always_inline void gs_emit_user_area(struct task_struct *p, __u32 kind,
 	bpf_ringbuf_submit(h, BPF_RB_NO_WAKEUP);
 }
 
+/* The twin of gs_emit_user_area with a larger record. Kept separate on purpose:
+ * folded into one function with the size as an argument, clang drops the
+ * `len & (size - 1)` bound the verifier needs before bpf_probe_read_user. */
 static __always_inline void gs_emit_env(struct task_struct *p, __u64 start, __u64 end)
 {
 	__u32 len = end > start ? end - start : 0;

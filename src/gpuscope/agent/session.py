@@ -275,9 +275,7 @@ class TraceSession:
         self._save_counters(counters)
         self._flush_page_allocs()
         self._flush_aggregates(time.clock_gettime_ns(time.CLOCK_MONOTONIC) - 2 * BUCKET_NS)
-        if self.max_db_bytes > 0:
-            path, cap = self.db_path, self.max_db_bytes
-            self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
+        self._enforce_cap()
         if not self._explicit_libs:
             for pid in list(self.stats.pids)[:256]:
                 for lib in self.discovery.scan_process(pid):
@@ -427,6 +425,12 @@ class TraceSession:
         self.aggregator.add(ev, keep)
         self.writer.put(ev if keep.all() else ev[keep])
 
+    def _enforce_cap(self) -> None:
+        """Queue the --max-db check on the writer thread (the only one that writes)."""
+        if self.max_db_bytes > 0:
+            path, cap = self.db_path, self.max_db_bytes
+            self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
+
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)
         if rows:
@@ -451,9 +455,7 @@ class TraceSession:
         self._flush_aggregates(None)
         # The index first: the cap must hold for the file as it is left.
         self.writer.call_fn(build_indexes)
-        if self.max_db_bytes > 0:
-            path, cap = self.db_path, self.max_db_bytes
-            self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
+        self._enforce_cap()
         counters = tracer.counters()
         self._save_counters(counters, final=True, libraries=libraries)
         tracer.close()

@@ -24,27 +24,41 @@ BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
 
 
-class RingReader:
-    """Consume records from a ring buffer map of ``size`` bytes."""
+class _MappedRing:
+    """The two mappings of a ring buffer map: consumer page, producer page + data twice."""
 
     def __init__(self, map_fd: int, size: int) -> None:
         page = mmap.PAGESIZE
         self.size = size
         self._mask = size - 1
+        self._page = page
         self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._prod_map = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
         self._cons = u64_at(self._cons_map, 0)
-        self._page = page
         # The producer page is read-only: read producer_pos through numpy as a
         # single aligned 8-byte load.
         self._prod_view = np.frombuffer(self._prod_map, dtype="<u8", count=1, offset=0)
-        self._data = np.frombuffer(self._prod_map, dtype=np.uint8, offset=page)
-        self._hdr_u32 = np.frombuffer(self._prod_map, dtype="<u4", offset=page)
 
     def close(self) -> None:
-        del self._cons, self._prod_view, self._data, self._hdr_u32
+        self._release_views()
+        del self._cons, self._prod_view
         self._cons_map.close()
         self._prod_map.close()
+
+    def _release_views(self) -> None:
+        """Drop subclass views of the mappings (an mmap with live exports cannot close)."""
+
+
+class RingReader(_MappedRing):
+    """Consume records from a ring buffer map of ``size`` bytes."""
+
+    def __init__(self, map_fd: int, size: int) -> None:
+        super().__init__(map_fd, size)
+        self._data = np.frombuffer(self._prod_map, dtype=np.uint8, offset=self._page)
+        self._hdr_u32 = np.frombuffer(self._prod_map, dtype="<u4", offset=self._page)
+
+    def _release_views(self) -> None:
+        del self._data, self._hdr_u32
 
     def pending_bytes(self) -> int:
         return int(self._prod_view[0]) - int(self._cons.value)
@@ -89,67 +103,33 @@ class AuxRecord:
 
 
 class AuxReader:
-    """Consume variable-length records (``struct gs_aux_header`` + payload).
-
-    These are rare (one per exec), so records are walked one at a time.
-    """
+    """Decode ``struct gs_aux_header`` + payload records (rare: one per exec)."""
 
     def __init__(self, map_fd: int, size: int) -> None:
-        page = mmap.PAGESIZE
-        self._mask = size - 1
-        self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
-        self._prod_map = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
-        self._cons = u64_at(self._cons_map, 0)
-        self._prod_view = np.frombuffer(self._prod_map, dtype="<u8", count=1, offset=0)
-        self._page = page
+        self._ring = VarReader(map_fd, size)
 
     def close(self) -> None:
-        del self._cons, self._prod_view
-        self._cons_map.close()
-        self._prod_map.close()
+        self._ring.close()
 
     def read(self) -> list[AuxRecord]:
         out: list[AuxRecord] = []
-        cons = int(self._cons.value)
-        prod = int(self._prod_view[0])
         hsize = AUX_HEADER_DTYPE.itemsize
-        while cons < prod:
-            off = self._page + (cons & self._mask)
-            length = int(np.frombuffer(self._prod_map, dtype="<u4", count=1, offset=off)[0])
-            if length & BUSY_BIT:
-                break
-            size = length & ~(BUSY_BIT | DISCARD_BIT)
-            if not length & DISCARD_BIT and size >= hsize:
-                body = bytes(self._prod_map[off + 8 : off + 8 + size])
-                hdr = np.frombuffer(body, dtype=AUX_HEADER_DTYPE, count=1)[0]
-                n = min(int(hdr["len"]), size - hsize)
-                out.append(AuxRecord(int(hdr["ts_ns"]), int(hdr["pid"]), int(hdr["tid"]), int(hdr["kind"]),
-                                     body[hsize : hsize + n]))  # fmt: skip
-            cons += (8 + size + 7) & ~7
-        self._cons.value = cons
+        for body in self._ring.read():
+            if len(body) < hsize:
+                continue
+            hdr = np.frombuffer(body, dtype=AUX_HEADER_DTYPE, count=1)[0]
+            n = min(int(hdr["len"]), len(body) - hsize)
+            out.append(AuxRecord(int(hdr["ts_ns"]), int(hdr["pid"]), int(hdr["tid"]), int(hdr["kind"]),
+                                 body[hsize : hsize + n]))  # fmt: skip
         return out
 
 
-class VarReader:
-    """Consume variable-length records as raw bytes (stack records).
+class VarReader(_MappedRing):
+    """Consume variable-length records as raw bytes (stack and exec records).
 
     Records are walked one at a time: they are rarer than events (the stack
     policy samples launches) and each needs its own decoding anyway.
     """
-
-    def __init__(self, map_fd: int, size: int) -> None:
-        page = mmap.PAGESIZE
-        self._mask = size - 1
-        self._cons_map = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
-        self._prod_map = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
-        self._cons = u64_at(self._cons_map, 0)
-        self._prod_view = np.frombuffer(self._prod_map, dtype="<u8", count=1, offset=0)
-        self._page = page
-
-    def close(self) -> None:
-        del self._cons, self._prod_view
-        self._cons_map.close()
-        self._prod_map.close()
 
     def read(self, max_records: int = 1 << 16) -> list[bytes]:
         out: list[bytes] = []
