@@ -62,7 +62,7 @@ def main() -> int:
         print("missing: " + ", ".join(missing) if missing else "ok")
         return 1 if missing else 0
     from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
-    from gpuscope.report.explain import render_report
+    from gpuscope.render.explain import render_report
     from gpuscope.tui.snapshot import LiveSnapshot
 
     best: list[LiveSnapshot] = []

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-__version__ = "0.1.0"
+from gpuscope._version import __version__
 
 __all__ = ["__version__", "open"]
 

@@ -15,7 +15,7 @@ import sys
 import traceback
 from types import ModuleType
 
-from gpuscope import __version__
+from gpuscope._version import __version__
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
 
 COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "demo", "version"]

@@ -26,7 +26,7 @@ RT = ["chrt", "-f", "1"]
 
 
 def _explain(db: Path) -> Report:
-    return explain_db(db, ExplainOptions(store=False))
+    return explain_db(db, ExplainOptions())
 
 
 def _kinds(report: Report) -> list[str]:

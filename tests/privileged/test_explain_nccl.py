@@ -23,7 +23,7 @@ HOG = "while True: pass"
 
 def _explain(db: Path) -> Report:
     with using_attribution(load_attribution_db(db)):
-        return explain_db(db, ExplainOptions(store=False))
+        return explain_db(db, ExplainOptions())
 
 
 def _ranks(stdout: str) -> dict[int, int]:
@@ -123,7 +123,7 @@ def test_a_cpu_hog_in_another_container_is_the_named_noisy_neighbour(  # type: i
         run = trace_command(["/bin/sh", "-c", script], env=standin.env(cudaStreamSynchronize="2ms"))
     assert run.returncode == 0, run.stderr
     # when: the CLI, as a user runs it
-    p = subprocess.run(gpuscope_cmd("explain", "--db", str(run.db), "--json", "--no-store"),
+    p = subprocess.run(gpuscope_cmd("explain", "--db", str(run.db), "--json"),
                        capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr
     findings = json.loads(p.stdout)["findings"]

@@ -16,7 +16,7 @@ def test_a_findings_calls_are_attributed_to_the_python_function_that_made_them(t
     run = trace_command([sys.executable, str(PY_WORKLOAD), str(standin.cudart), "20"], libs=[standin.cudart])
     assert run.returncode == 0, run.stderr
     (pid,) = run.query("SELECT DISTINCT pid FROM events WHERE op = 'cudaMalloc'")[0]
-    report = explain_db(run.db, ExplainOptions(store=False))
+    report = explain_db(run.db, ExplainOptions())
     # when a finding is about that process's cudaMalloc calls
     finding = Finding(
         "test", "allocator-churn", Severity.MEDIUM,

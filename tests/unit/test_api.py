@@ -71,7 +71,7 @@ def test_events_filter_by_since_op_and_pid(db: Path, no_frames: None) -> None:
 def test_explain_returns_the_finding_objects_the_cli_renders(db: Path) -> None:
     found = gpuscope.open(db).explain()
     assert all(isinstance(f, Finding) for f in found)
-    cli = run_gpuscope("explain", "--db", str(db), "--json", "--no-store")
+    cli = run_gpuscope("explain", "--db", str(db), "--json")
     assert cli.returncode == 0, cli.stderr
     assert [f.id for f in found] == [f["id"] for f in json.loads(cli.stdout)["findings"]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscope.agent.attribution import parse_cgroup_path, parse_environ, rank_info
+from gpuscope.agent.identity import parse_cgroup_path, parse_environ, rank_info
 
 CID = "a" * 64
 UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"

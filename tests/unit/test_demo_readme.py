@@ -23,7 +23,7 @@ def test_the_readme_has_both_generated_samples() -> None:
 
 
 def test_the_explain_sample_parses_as_the_current_report_format() -> None:
-    from gpuscope.report.explain import _stats_table
+    from gpuscope.render.explain import _stats_table
 
     text = samples.section(_readme(), "explain").splitlines()
     assert text[0] == "$ gpuscope explain"

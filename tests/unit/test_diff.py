@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpuscope.bpf.wire import EVENT_DTYPE
-from gpuscope.compare import Change, DiffOptions, average_ranks, diff_databases, mann_whitney_u
+from gpuscope.diff import Change, DiffOptions, average_ranks, diff_databases, mann_whitney_u
 from gpuscope.model.findings import Finding, Severity, Symptom
 from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_writer
@@ -122,7 +122,7 @@ def test_findings_present_in_only_one_run_are_listed(runs: tuple[Path, Path], mo
         str(runs[0]): [finding("cpu-preemption", "cudaMalloc", 1)],
         str(runs[1]): [finding("cpu-preemption", "cudaMalloc", 2), finding("slow-sync", "cudaStreamSynchronize", 2)],
     }
-    monkeypatch.setattr("gpuscope.compare.explain_findings", lambda path, since_ns=None: fake[str(path)])
+    monkeypatch.setattr("gpuscope.diff.explain_findings", lambda path, since_ns=None: fake[str(path)])
     report = diff_databases(*runs)
     assert report.findings is not None
     assert report.findings.only_a == ()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuscope.agent.discovery import Discovery, library_kind, probe_plan
-from gpuscope.elf import ElfError, ElfFile, function_offsets
 from gpuscope.model.ops import Op
+from gpuscope.platform.elf import ElfError, ElfFile, function_offsets
 from tests.conftest import StandinLibs
 
 

@@ -225,7 +225,7 @@ def test_the_explain_flag_marks_what_the_explain_engine_finds(tmp_path: Path) ->
     before = db.read_bytes()
     trace, stderr = export(db, tmp_path / "t.json", "--explain")
     markers = [e for e in trace["traceEvents"] if e.get("cat") == "finding"]
-    expected = run_gpuscope("explain", "--db", str(db), "--json", "--no-store")
+    expected = run_gpuscope("explain", "--db", str(db), "--json")
     ids = [f["id"] for f in json.loads(expected.stdout)["findings"]]
     assert ids, "the fixture should give the explain engine something to find"
     assert [m["args"]["finding"] for m in markers] == ids

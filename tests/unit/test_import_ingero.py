@@ -12,8 +12,8 @@ import pytest
 from gpuscope.cli import main
 from gpuscope.errors import UsageError
 from gpuscope.importers import import_file
+from gpuscope.recording.merge import merge_recordings as merge_files
 from gpuscope.store.connect import connect_reader
-from gpuscope.store.merge import merge_files
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "ingero"
 NODE_FILES = ["sample-gpu-node-01.db", "sample-gpu-node-02.db"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuscope.analysis.latency import LatencyHistogram
+from gpuscope.model.latency import LatencyHistogram
 
 
 def test_percentiles_are_within_five_percent_of_exact() -> None:

@@ -11,6 +11,7 @@ import pytest
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.model.ops import Op
+from gpuscope.recording import open_recording
 from gpuscope.store.connect import connect_reader, connect_writer
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
@@ -137,7 +138,7 @@ def test_an_ingero_database_is_read_through_a_cached_conversion(
     ingero.write_bytes(src.read_bytes())
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     # when it is opened for reading
-    conn = connect_reader(ingero)
+    conn = open_recording(ingero)
     # then its events are there under our views, and the original is untouched
     assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 200
     assert ingero.read_bytes() == src.read_bytes()

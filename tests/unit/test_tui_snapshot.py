@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from gpuscope.agent.session import LiveStats
-from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.wire import EVENT_DTYPE
+from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op, Source
 from gpuscope.tui.fakes import FakeCollector, FixedSystem, FrozenClock, histogram
 from gpuscope.tui.findings import DropFindings, TailLatencyFindings

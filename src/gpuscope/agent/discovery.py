@@ -16,8 +16,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuscope.elf import ElfError, ElfFile, function_offsets
 from gpuscope.model.ops import Op, op_for_symbol
+from gpuscope.platform.elf import ElfError, ElfFile, function_offsets
 
 LIB_PATTERNS = {
     "cudart": re.compile(r"^libcudart\.so(\.\d+)*$"),

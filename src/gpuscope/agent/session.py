@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuscope import __version__
-from gpuscope.agent.attribution import (
+from gpuscope._version import __version__
+from gpuscope.agent.discovery import CudaLibrary, Discovery
+from gpuscope.agent.identity import (
     CgroupInfo,
     CgroupResolver,
     cgroups_of,
@@ -30,13 +31,12 @@ from gpuscope.agent.attribution import (
     rank_info,
     read_environ,
 )
-from gpuscope.agent.discovery import CudaLibrary, Discovery
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
-from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
+from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
 from gpuscope.stacks.collector import StackCollector
 from gpuscope.store.aggregates import BUCKET_NS, INSERT_AGGREGATES, Aggregator

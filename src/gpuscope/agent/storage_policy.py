@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuscope.analysis.latency import LatencyHistogram
+from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import OPS, Op, OpKind
+from gpuscope.model.policy import SAMPLE_EVERY, SLOW_FACTOR
 
 SAMPLED_KINDS = {OpKind.LAUNCH, OpKind.COPY, OpKind.SET}
 _SAMPLED_OPS = np.array(
@@ -34,8 +35,8 @@ _LAUNCH_OPS = np.array(sorted(int(o) for o, info in OPS.items() if info.kind is 
 class StoragePolicy:
     record_all: bool = False
     warmup_s: float = 10.0
-    slow_factor: float = 3.0
-    sample_every: int = 100
+    slow_factor: float = SLOW_FACTOR
+    sample_every: int = SAMPLE_EVERY
     start_ns: int = 0
     _seen_kernels: set[tuple[int, int]] = field(default_factory=set)
     _counters: dict[int, int] = field(default_factory=dict)

@@ -20,8 +20,7 @@ from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
 from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader, VarReader
 from gpuscope.bpf.wire import DROP_STATS, STAT_SLOTS, Stat
-from gpuscope.elf import function_offsets
-from gpuscope.errors import BpfLoadError, ProcessNotFoundError
+from gpuscope.errors import ProcessNotFoundError
 from gpuscope.model.ops import Op
 
 HOST_PROGRAMS = {
@@ -83,18 +82,6 @@ class AttachedLibrary:
     @property
     def probes(self) -> int:
         return sum(self.ops.values())
-
-
-def libc_probe_target() -> tuple[str, int]:
-    """(path, offset) of a libc function, for feature probes."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            parts = line.split()
-            if (len(parts) >= 6 and "/libc.so" in parts[5]) or (len(parts) >= 6 and "/libc-" in parts[5]):
-                path = parts[5]
-                offs = function_offsets(path)
-                return path, offs["getpid"]
-    raise BpfLoadError("libc not found in /proc/self/maps")
 
 
 class Tracer:

@@ -22,7 +22,7 @@ import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.model.ops import Op
-from gpuscope.store.connect import connect_reader
+from gpuscope.recording import open_recording
 
 _INIT_OPS = (int(Op.ncclCommInitRank), int(Op.ncclCommInitRankConfig))
 
@@ -115,7 +115,7 @@ def load_attribution(conn: sqlite3.Connection) -> Attribution:
 def load_attribution_db(path: str | os.PathLike[str]) -> Attribution:
     """``load_attribution`` through a read-only connection; EMPTY when the file cannot be read."""
     try:
-        conn = connect_reader(path)
+        conn = open_recording(path)
     except Exception:
         return EMPTY
     try:

@@ -33,7 +33,8 @@ from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError
 from gpuscope.model.findings import Finding, Severity
-from gpuscope.store.connect import connect_reader
+from gpuscope.model.policy import SLOW_FACTOR
+from gpuscope.recording import open_recording
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,6 @@ class ExplainOptions:
     to_ns: int | None = None
     pids: tuple[int, ...] = ()
     min_severity: Severity = Severity.LOW
-    store: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +165,6 @@ def _span_ns(ctx: Context, aggregates: Aggregates, pid: int) -> int:
     return max(hi - lo, 1)
 
 
-# selective storage keeps a call slower than this many times its op's p50 (gpuscope.agent.storage_policy)
-SLOW_FACTOR = 3
-
-
 def thin_thresholds(aggregates: Aggregates) -> dict[tuple[int, int], int]:
     """Slow-call thresholds of the high-rate (pid, op) groups whose rows were (nearly) all stored.
 
@@ -181,7 +177,7 @@ def thin_thresholds(aggregates: Aggregates) -> dict[tuple[int, int], int]:
         k = m & (aggregates.pid == pid) & (aggregates.op == op)
         count, stored = int(aggregates.count[k].sum()), int(aggregates.stored[k].sum())
         if stored > 1000 + 4 * count // THIN_SAMPLE:
-            out[(pid, op)] = SLOW_FACTOR * hist_pct(aggregates.hist(pid, op), 50)
+            out[(pid, op)] = int(SLOW_FACTOR * hist_pct(aggregates.hist(pid, op), 50))
     return out
 
 
@@ -203,40 +199,34 @@ def _stateless_note(ctx: Context) -> tuple[str, ...]:
 
 
 def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
-    """Analyse a database. Reads through a read-only connection; stores findings only if ``opts.store``.
+    """Analyse a recording through one read-only connection; the file is never written.
 
     Raises DatabaseError for a missing or corrupt database.
     """
-    conn = connect_reader(path)
+    conn = open_recording(path)
     try:
-        window = resolve_window(conn, opts)
-        aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
-        thin = thin_thresholds(aggregates) if aggregates is not None else {}
-        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
-        no_frees = pids_without_frees(conn)
-        # Ranks, communicators and containers, for the rules that name them.
-        attribution = load_attribution(conn)
-    except sqlite3.DatabaseError as exc:
-        raise DatabaseError(
-            f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
-        ) from None
+        try:
+            window = resolve_window(conn, opts)
+            aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
+            thin = thin_thresholds(aggregates) if aggregates is not None else {}
+            frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
+            no_frees = pids_without_frees(conn)
+            # Ranks, communicators and containers, for the rules that name them.
+            attribution = load_attribution(conn)
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseError(
+                f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
+            ) from None
+        with using_attribution(attribution):
+            report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
+                             thinned=frozenset(thin), frees_recorded=no_frees is not None,
+                             pids_without_frees=no_frees or frozenset())  # fmt: skip
+        return _with_call_sites(conn, report)
     finally:
         conn.close()
-    with using_attribution(attribution):
-        report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
-                         thinned=frozenset(thin), frees_recorded=no_frees is not None,
-                         pids_without_frees=no_frees or frozenset())  # fmt: skip
-    report = _with_call_sites(path, report)
-    if opts.store and report.findings:
-        from gpuscope.analysis.history import store_findings
-
-        stored, note = store_findings(path, report)
-        return Report(report.window, report.findings, report.stats, report.per_process, stored,
-                      (*report.notes, *((note,) if note else ())), report.stats_from)  # fmt: skip
-    return report
 
 
-def _with_call_sites(path: str | os.PathLike[str], report: Report) -> Report:
+def _with_call_sites(conn: sqlite3.Connection, report: Report) -> Report:
     """Name the code behind each finding's slow calls, when stacks were recorded.
 
     "78% of the slow cudaMalloc calls come from allocate_kv_cache (kv_cache.py:211)"
@@ -247,10 +237,6 @@ def _with_call_sites(path: str | os.PathLike[str], report: Report) -> Report:
     from gpuscope.stacks.report import describe_call_sites, top_call_sites
 
     if not report.findings:
-        return report
-    try:
-        conn = connect_reader(path)
-    except DatabaseError:
         return report
     out = []
     try:
@@ -266,6 +252,4 @@ def _with_call_sites(path: str | os.PathLike[str], report: Report) -> Report:
             out.append(f)
     except sqlite3.DatabaseError:
         return report
-    finally:
-        conn.close()
     return replace(report, findings=tuple(out))

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuscope.analysis.latency import NBUCKETS
+from gpuscope.model.latency import NBUCKETS
 from gpuscope.model.ops import OPS, Op, OpKind, Source
+from gpuscope.model.policy import SAMPLE_EVERY
 
 _CHUNK = 262_144
 # Fewer Python objects per row is what makes loading fast: tid, pid and op are
@@ -35,8 +36,8 @@ _SELECT_TMPL = (
     "CASE WHEN op_id >= 128 THEN arg1 ELSE 0 END"
 )
 _NCOLS = 9
-# One row in this many of a thinned op is read (selective storage keeps one in 100).
-THIN_SAMPLE = 100
+# One row in this many of a thinned op is read: the sample selective storage keeps.
+THIN_SAMPLE = SAMPLE_EVERY
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.analysis.frame import Aggregates
-from gpuscope.analysis.latency import bucket_value
 from gpuscope.model.findings import Effect, Severity
+from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
 
 

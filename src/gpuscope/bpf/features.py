@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from gpuscope.bpf.libbpf import BPF_PROG_TYPE_KPROBE, libbpf
-from gpuscope.errors import GpuscopeError
+from gpuscope.errors import BpfLoadError, GpuscopeError
+from gpuscope.platform.elf import function_offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +56,21 @@ def probe_bpf_load() -> Feature:
     )
 
 
+def libc_probe_target() -> tuple[str, int]:
+    """(path, offset) of a libc function, for feature probes."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if (len(parts) >= 6 and "/libc.so" in parts[5]) or (len(parts) >= 6 and "/libc-" in parts[5]):
+                path = parts[5]
+                offs = function_offsets(path)
+                return path, offs["getpid"]
+    raise BpfLoadError("libc not found in /proc/self/maps")
+
+
 @cache
 def probe_uprobe_multi() -> Feature:
     """Attach a real uprobe_multi link (kernel >= 6.6) to a libc function."""
-    from gpuscope.agent.tracer import libc_probe_target
     from gpuscope.bpf.loader import BpfObject, object_path
 
     name = "uprobe_multi links"

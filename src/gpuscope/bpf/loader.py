@@ -11,8 +11,8 @@ from importlib import resources
 from pathlib import Path
 
 from gpuscope.bpf.libbpf import BPF_TRACE_UPROBE_MULTI, Libbpf, close_fd, libbpf
-from gpuscope.elf import ElfFile
 from gpuscope.errors import BpfLoadError, BpfObjectMissingError, PermissionDeniedError
+from gpuscope.platform.elf import ElfFile
 
 
 def object_path(name: str) -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gpuscope.errors import UsageError
+from gpuscope.model.units import parse_duration_s
 from gpuscope.query.filters import EventFilter
-from gpuscope.report.units import parse_duration_s
 
 
 def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True) -> None:

@@ -15,7 +15,7 @@ from gpuscope.demo.gpu import detect_gpu
 from gpuscope.demo.live import STANDIN_DIR
 from gpuscope.demo.render import banner, header, next_steps, summary, verdict
 from gpuscope.errors import PermissionDeniedError, UsageError
-from gpuscope.report.explain import render_report
+from gpuscope.render.explain import render_report
 
 NAME = "demo"
 HELP = "run the demo scenarios (incident, cold-start, …) and explain each: live on a stand-in CUDA library, synthetic, or --gpu"

@@ -7,10 +7,10 @@ import json
 import sys
 
 from gpuscope.commands._filters import add_filter_options, filter_from_args
-from gpuscope.compare import Change, DiffOptions, DiffReport, diff_databases
+from gpuscope.diff import Change, DiffOptions, DiffReport, diff_databases
+from gpuscope.model.units import fmt_count, fmt_ns
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.query.output import write_table
-from gpuscope.report.units import fmt_count, fmt_ns
 
 NAME = "diff"
 HELP = "compare two recordings: per-op counts, rates, p50/p95/p99, significant regressions first"

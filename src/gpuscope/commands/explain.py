@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
-from gpuscope.report.explain import render_report
-from gpuscope.report.units import parse_duration_s
+from gpuscope.model.units import parse_duration_s
+from gpuscope.render.explain import render_report
 from gpuscope.store.connect import default_db_path
+from gpuscope.store.findings import save_findings
 
 NAME = "explain"
 HELP = "explain why GPU calls were slow: ranked findings with evidence, effect sizes and fixes"
@@ -27,7 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", type=int, action="append", default=[], help="only these processes (repeatable)")
     p.add_argument("--per-process", action="store_true", help="per-process CUDA API breakdown")
     p.add_argument("--min-severity", default="low", metavar="LEVEL", help="low, medium, high or critical")
-    p.add_argument("--no-store", action="store_true", help="do not append findings to the findings table")
+    p.add_argument(
+        "--save-findings",
+        action="store_true",
+        help="append the findings to the recording's findings table (the only time explain writes to it)",
+    )
+    p.add_argument("--no-store", action="store_true", help=argparse.SUPPRESS)  # the default since findings are opt-in
     p.add_argument("--json", action="store_true", help="one JSON document (shape in docs/explain.md)")
 
 
@@ -56,10 +63,14 @@ def run(args: argparse.Namespace) -> int:
         to_ns=_duration_ns("--to", args.to),
         pids=tuple(args.pid),
         min_severity=min_sev,
-        store=not args.no_store,
     )
     db = args.db or default_db_path()
     report = explain_db(db, opts)
+    if args.save_findings and report.findings:
+        w = report.window
+        save_findings(db, report.findings, session_id=w.session_ids[0] if len(w.session_ids) == 1 else None,
+                      window_start_ns=w.start_ns, window_end_ns=w.end_ns)  # fmt: skip
+        report = replace(report, stored=True)
     if args.json:
         print(json.dumps(report.as_dict(per_process=args.per_process), indent=2))
     else:

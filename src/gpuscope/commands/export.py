@@ -11,8 +11,8 @@ from typing import TextIO
 from gpuscope.commands._filters import add_filter_options, filter_from_args
 from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, ExportOptions
+from gpuscope.model.units import fmt_count, parse_duration_s
 from gpuscope.query.engine import open_reader
-from gpuscope.report.units import fmt_count, parse_duration_s
 from gpuscope.store.connect import default_db_path
 
 NAME = "export"

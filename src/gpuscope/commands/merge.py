@@ -7,7 +7,8 @@ import re
 import sys
 
 from gpuscope.errors import UsageError
-from gpuscope.store.merge import ClockOffset, merge_files
+from gpuscope.recording.merge import merge_recordings
+from gpuscope.store.merge import ClockOffset
 
 NAME = "merge"
 HELP = "merge databases of several nodes (gpuscope or Ingero files) into one, node-namespaced"
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             force_node = name
     offsets = [_clock_offset(item) for item in args.clock_offset]
-    report = merge_files(
+    report = merge_recordings(
         args.inputs, args.output, force_node=force_node, rename=rename, clock_offsets=offsets, progress=_progress
     )
     for inp in report.inputs:

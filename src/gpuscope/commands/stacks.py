@@ -6,10 +6,11 @@ import argparse
 import sys
 
 from gpuscope.errors import UsageError
+from gpuscope.model.units import parse_duration_s
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
-from gpuscope.report.units import parse_duration_s
+from gpuscope.recording import open_recording
 from gpuscope.stacks.report import top_stacks
-from gpuscope.store.connect import connect_reader, default_db_path
+from gpuscope.store.connect import default_db_path
 
 NAME = "stacks"
 HELP = "who made the CUDA calls: distinct call stacks (native frames and Python lines), most calls first"
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             min_ns = int(parse_duration_s(args.min_duration) * 1e9)
         except ValueError:
             raise UsageError(f"--min-duration {args.min_duration}: not a duration (e.g. 500us, 2ms)") from None
-    conn = connect_reader(args.db or default_db_path())
+    conn = open_recording(args.db or default_db_path())
     try:
         stacks = top_stacks(conn, op=args.op, pid=args.pid, min_duration_ns=min_ns, limit=args.limit)
     finally:

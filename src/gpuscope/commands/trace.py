@@ -14,8 +14,8 @@ from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
 from gpuscope.config import load_config
 from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
-from gpuscope.report.summary import render_summary
-from gpuscope.report.units import parse_duration_s, parse_size
+from gpuscope.model.units import parse_duration_s, parse_size
+from gpuscope.render.summary import render_summary
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 from gpuscope.store.connect import default_db_path
 from gpuscope.tui.explain_source import ExplainFindings

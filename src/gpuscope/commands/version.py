@@ -6,7 +6,7 @@ import argparse
 import json
 import platform
 
-from gpuscope.versioninfo import version_info
+from gpuscope.agent.versions import version_info
 
 NAME = "version"
 HELP = "print gpuscope, commit, libbpf and kernel versions"

@@ -22,7 +22,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import gpuscope
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
@@ -31,7 +30,7 @@ from gpuscope.tui.snapshot import LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.source import SessionSource
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
-STANDIN_DIR = Path(gpuscope.__file__).resolve().parent / "_standin"
+STANDIN_DIR = Path(__file__).resolve().parents[1] / "_standin"
 Progress = Callable[[float, str], None]
 
 

@@ -8,7 +8,7 @@ import textwrap
 from gpuscope.demo.gpu import GpuInfo
 from gpuscope.demo.runner import DemoMode, DemoResult
 from gpuscope.demo.scenario import Scenario
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 _MODE_TEXT = {
     DemoMode.LIVE: "live: real processes on the stand-in CUDA library, traced with eBPF",

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
@@ -18,6 +18,7 @@ from gpuscope.demo.live import LiveRun, Progress, Workloads, build_workloads, re
 from gpuscope.demo.scenario import Scenario
 from gpuscope.demo.synthetic import SyntheticRecording
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
+from gpuscope.store.findings import save_findings
 from gpuscope.tui.snapshot import LiveSnapshot
 
 
@@ -65,9 +66,9 @@ def default_db() -> Path:
 
 
 def _last_session(db: Path) -> tuple[int, int]:
-    from gpuscope.store.connect import connect_reader
+    from gpuscope.recording import open_recording
 
-    conn = connect_reader(db)
+    conn = open_recording(db)
     try:
         row = conn.execute("SELECT id, events_recorded FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
     finally:
@@ -122,6 +123,11 @@ class DemoRunner:
             progress(1.0, "explaining")
         session_id, events = _last_session(self.db)
         report = explain_db(self.db, _session_window(self.db, session_id))
+        if report.findings:
+            # The demo's own recording: keep its findings, as `explain --save-findings` would.
+            save_findings(self.db, report.findings, session_id=session_id, window_start_ns=report.window.start_ns,
+                          window_end_ns=report.window.end_ns)  # fmt: skip
+            report = replace(report, stored=True)
         return DemoResult(scenario, mode, self.db, session_id, events, time.monotonic() - t0, report)
 
     def _run_gpu(self, scenario: Scenario, argv: list[str], progress: Progress | None) -> None:
@@ -179,9 +185,9 @@ def _held(command: list[str], session: object) -> subprocess.Popen[bytes]:
 
 def _session_window(db: Path, session_id: int) -> ExplainOptions:
     """Options that analyse one session: from its first event to its last (sessions do not overlap in time)."""
-    from gpuscope.store.connect import connect_reader
+    from gpuscope.recording import open_recording
 
-    conn = connect_reader(db)
+    conn = open_recording(db)
     try:
         lo_all = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()[0]
         lo, hi = conn.execute(
@@ -190,5 +196,5 @@ def _session_window(db: Path, session_id: int) -> ExplainOptions:
     finally:
         conn.close()
     if lo is None or lo_all is None:
-        return ExplainOptions(store=False)
-    return ExplainOptions(from_ns=int(lo) - int(lo_all), to_ns=int(hi) - int(lo_all), store=True)
+        return ExplainOptions()
+    return ExplainOptions(from_ns=int(lo) - int(lo_all), to_ns=int(hi) - int(lo_all))

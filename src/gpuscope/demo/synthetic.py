@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuscope import __version__
+from gpuscope._version import __version__
 from gpuscope.bpf.wire import EVENT_DTYPE, Flag, Stat
 from gpuscope.model.ops import Op
 from gpuscope.store.aggregates import INSERT_AGGREGATES, Aggregator

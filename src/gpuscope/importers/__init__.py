@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 from gpuscope.importers.ingero import ImportReport, Progress, import_ingero, open_source
-from gpuscope.store.fresh import fresh_database
+from gpuscope.store.build import build_database
+from gpuscope.store.connect import connect_probe
 
-__all__ = ["ImportReport", "import_file"]
+__all__ = ["ImportReport", "every_event_has_a_node", "import_file"]
 
 
 def import_file(
@@ -29,7 +30,19 @@ def import_file(
     path = Path(source).expanduser().resolve()
     src = open_source(path)
     try:
-        with fresh_database(dest) as out:
+        with build_database(dest) as out:
             return import_ingero(src, out, str(path), node=node, progress=progress)
     finally:
         src.close()
+
+
+def every_event_has_a_node(source: str | os.PathLike[str]) -> bool:
+    """Whether every event of an Ingero file names its node (older files do not)."""
+    conn = connect_probe(Path(source).expanduser())
+    try:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
+        if "node" not in cols:
+            return False
+        return int(conn.execute("SELECT count(*) FROM events WHERE coalesce(node, '') = ''").fetchone()[0]) == 0
+    finally:
+        conn.close()

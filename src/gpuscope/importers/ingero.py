@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.importers.ingero_history import columns, count_rows, import_history, op_lookup, rows, table_names, version
 from gpuscope.importers.ingero_ops import COLUMNS, Rule, convert_args, ingero_op_name, rule_for
-from gpuscope.store.fresh import ensure_op
+from gpuscope.store.build import ensure_op
+from gpuscope.store.connect import connect_probe
 
 Progress = Callable[[str], None]
 
@@ -81,8 +81,7 @@ def open_source(path: str | Path) -> sqlite3.Connection:
     if not p.is_file():
         raise DatabaseError(f"{p}: no such file", remedy="check the path of the Ingero database")
     try:
-        conn = sqlite3.connect(f"file:{quote(str(p))}?mode=ro", uri=True)
-        conn.execute("PRAGMA query_only=1")
+        conn = connect_probe(p)
         ok = is_ingero(conn)
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(f"{p}: not a valid SQLite database ({exc})", remedy="check the file is intact") from None

@@ -18,7 +18,7 @@ from gpuscope.query.guard import (
     time_limit,
     translate_error,
 )
-from gpuscope.store.connect import connect_reader
+from gpuscope.recording import open_recording
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -102,9 +102,9 @@ def open_reader(
 ) -> GuardedReader:
     """Open ``path`` read-only for user SQL: filter views first, then the authorizer.
 
-    Raises DatabaseError / SchemaTooNewError from ``connect_reader``.
+    Raises DatabaseError / SchemaTooNewError from ``open_recording``.
     """
-    conn = connect_reader(path)
+    conn = open_recording(path)
     try:
         if event_filter is not None:
             with time_limit(conn, max(timeout_s, 30.0) if timeout_s > 0 else 0):

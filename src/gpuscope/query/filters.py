@@ -18,7 +18,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from gpuscope.errors import UsageError
-from gpuscope.report.units import parse_duration_s
+from gpuscope.model.units import parse_duration_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscope.elf import ElfError, ElfFile
+from gpuscope.platform.elf import ElfError, ElfFile
 
 
 @dataclass(frozen=True, slots=True)

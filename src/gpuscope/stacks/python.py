@@ -19,7 +19,7 @@ import re
 import struct
 from dataclasses import dataclass, replace
 
-from gpuscope.elf import ElfError, ElfFile
+from gpuscope.platform.elf import ElfError, ElfFile
 from gpuscope.stacks.files import Mapping, read_maps
 from gpuscope.stacks.symbols import find_symbols
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuscope.elf import SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile
+from gpuscope.platform.elf import SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile
 
 _SYM_DTYPE = np.dtype(
     [("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"), ("size", "<u8")]

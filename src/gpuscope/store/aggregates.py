@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuscope.analysis.latency import NBUCKETS, bucket_index
+from gpuscope.model.latency import NBUCKETS, bucket_index
 
 BUCKET_NS = 1_000_000_000
 _HIST_DTYPE = np.dtype([("idx", "<u2"), ("n", "<u4")])

@@ -6,6 +6,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION, lookup_rows
@@ -30,7 +31,7 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     p = Path(path).expanduser()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(p), check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(file_uri(p, "rwc"), uri=True, check_same_thread=False, isolation_level=None)
         if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
             # Only settable before the first table: lets --max-db give pages back.
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -64,75 +65,53 @@ def _hist_merge(a: bytes | None, b: bytes | None) -> bytes:
     return encode_hist(decode_hist(a) + decode_hist(b))
 
 
-def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open an existing database read-only (``mode=ro`` and ``query_only``).
+def file_uri(path: str | os.PathLike[str], mode: str) -> str:
+    """The SQLite URI of ``path`` opened with ``mode`` (``ro``, ``rw`` or ``rwc``).
 
-    Never migrates: reading an archive must not change it.
+    Every connection goes through here: a path is percent-quoted, so a file
+    named ``a#b.db`` or ``100%.db`` is opened as itself, not as ``a`` with a
+    fragment (which would also drop ``mode=ro``).
+    """
+    return f"file:{quote(os.fspath(path))}?mode={mode}"
+
+
+def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open an existing gpuscope database read-only (``mode=ro`` and ``query_only``).
+
+    Never migrates: reading an archive must not change it. Files of other
+    formats are opened through ``gpuscope.recording.open_recording``.
     """
     p = Path(path).expanduser()
     if not p.is_file():
         raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
-    imported = _imported_copy(p)
-    if imported is not None:
-        p = imported
     try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False)
+        conn = sqlite3.connect(file_uri(p, "ro"), uri=True, check_same_thread=False)
         conn.execute("PRAGMA query_only=1")
         version = _schema_version(conn)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(f"{p}: {_describe(exc)}", remedy="check the file is a gpuscope database") from None
     if version > SCHEMA_VERSION:
+        conn.close()
         raise SchemaTooNewError(f"{p}: schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
     if "event_log" not in tables:
+        conn.close()
         raise DatabaseError(
             f"{p}: not a gpuscope database (no event_log table)", remedy="pass a database written by `gpuscope trace`"
         )
     return conn
 
 
-def _imported_copy(p: Path) -> Path | None:
-    """For a database recorded by Ingero, its gpuscope conversion (made once, cached).
-
-    The conversion lives under ``$XDG_CACHE_HOME/gpuscope/imports`` (default
-    ``~/.cache``), keyed by the file's path, size and modification time; the
-    Ingero file itself is only read. None for any other file.
-    """
-    try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        try:
-            from gpuscope.importers.ingero import is_ingero
-
-            if not is_ingero(conn):
-                return None
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return None
-    import hashlib
-
-    from gpuscope.importers import import_file
-
-    st = p.stat()
-    key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscope" / "imports"
-    out = cache / f"{p.stem}-{key}.db"
-    if not out.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        import_file(p, out, node=None if _has_nodes(p) else p.stem)
-    return out
+def connect_probe(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open any SQLite file read-only to look at its schema (no gpuscope checks)."""
+    conn = sqlite3.connect(file_uri(path, "ro"), uri=True)
+    conn.execute("PRAGMA query_only=1")
+    return conn
 
 
-def _has_nodes(p: Path) -> bool:
-    """Whether every Ingero event names its node (older files do not)."""
-    conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-    try:
-        cols = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
-        if "node" not in cols:
-            return False
-        return int(conn.execute("SELECT count(*) FROM events WHERE coalesce(node, '') = ''").fetchone()[0]) == 0
-    finally:
-        conn.close()
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    """The tables (not views) of a database."""
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -17,7 +17,7 @@ with INSERT ... SELECT, remapping what is local to a file:
 
 Two inputs with the same node name and overlapping session time ranges are
 refused (MergeConflictError) rather than silently interleaved. Ingero files
-are converted first (``gpuscope.importers``), so they can be inputs too.
+are converted first (``gpuscope.recording.merge_recordings``), so they can be inputs too.
 """
 
 from __future__ import annotations
@@ -25,18 +25,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
-from gpuscope.errors import DatabaseError, GpuscopeError, UsageError
-from gpuscope.importers import import_file
-from gpuscope.importers.ingero import is_ingero
-from gpuscope.store.connect import connect_reader
-from gpuscope.store.fresh import ensure_op, fresh_database
+from gpuscope.errors import GpuscopeError, UsageError
+from gpuscope.store.build import build_database, ensure_op
+from gpuscope.store.connect import connect_reader, file_uri
 
 Progress = Callable[[str], None]
 
@@ -95,54 +91,68 @@ class _Span:
     path: str
 
 
-def merge_files(
-    inputs: Sequence[str | os.PathLike[str]],
-    dest: str | os.PathLike[str],
-    *,
-    force_node: str | None = None,
-    rename: dict[str, str] | None = None,
-    clock_offsets: Sequence[ClockOffset] = (),
-    progress: Progress | None = None,
-) -> MergeReport:
-    """Merge gpuscope (or Ingero) databases into a new database at ``dest``.
+@dataclass(frozen=True, slots=True)
+class MergeInput:
+    """One input: the user's file (``path``, named in reports and renames) and the gpuscope file to read."""
 
-    ``force_node`` names sessions recorded without a node; ``rename`` maps an
-    input path to the node name all its sessions get. ``dest`` is replaced
-    only when every input merged.
+    path: Path
+    source: Path
+    kind: str  # "gpuscope" or "ingero"
 
-    Raises UsageError (no inputs, output among the inputs, missing node),
-    DatabaseError / SchemaTooNewError for bad inputs, MergeConflictError for
-    overlapping sessions of one node.
+
+def check_merge_request(
+    paths: Sequence[Path], out_path: Path, force_node: str | None, renames: dict[Path, str]
+) -> None:
+    """Refuse a merge that cannot work before any file is read.
+
+    Raises UsageError (no inputs, output among the inputs, empty or ':' node names).
     """
-    if not inputs:
+    if not paths:
         raise UsageError("nothing to merge", remedy="pass the databases to merge: gpuscope merge A.db B.db -o OUT.db")
-    out_path = Path(dest).expanduser().resolve()
-    paths = [Path(p).expanduser().resolve() for p in inputs]
-    renames = {Path(k).expanduser().resolve(): v for k, v in (rename or {}).items()}
     for name in [force_node, *renames.values()]:
         if name is not None and (not name or ":" in name):
             raise UsageError(f"node name {name!r} is empty or contains ':'", remedy="pass a name without ':'")
     if out_path in paths:
         raise UsageError(f"{out_path}: the output is also an input", remedy="write the merge to a new file with -o")
+
+
+def merge_files(
+    inputs: Sequence[MergeInput],
+    dest: str | os.PathLike[str],
+    *,
+    force_node: str | None = None,
+    rename: dict[Path, str] | None = None,
+    clock_offsets: Sequence[ClockOffset] = (),
+    progress: Progress | None = None,
+) -> MergeReport:
+    """Merge gpuscope databases into a new database at ``dest``.
+
+    ``force_node`` names sessions recorded without a node; ``rename`` maps an
+    input's resolved path to the node name all its sessions get. ``dest`` is
+    replaced only when every input merged. Other formats are converted first
+    by ``gpuscope.recording.merge_recordings``.
+
+    Raises UsageError (see ``check_merge_request``), DatabaseError /
+    SchemaTooNewError for bad inputs, MergeConflictError for overlapping
+    sessions of one node.
+    """
+    out_path = Path(dest).expanduser().resolve()
+    renames = rename or {}
+    check_merge_request([i.path for i in inputs], out_path, force_node, renames)
+    for given in inputs:
+        connect_reader(given.source).close()  # raises for non-gpuscope files and newer schemas
     report = MergeReport()
     spans: list[_Span] = []
-    with tempfile.TemporaryDirectory(prefix="gpuscope-merge-") as scratch:
-        kinds = [_classify(p) for p in paths]  # every input checked before any work
-        with fresh_database(out_path) as out:
-            for i, (path, kind) in enumerate(zip(paths, kinds, strict=True), start=1):
-                if progress:
-                    progress(f"[{i}/{len(paths)}] {path}")
-                source = path
-                node = renames.get(path)
-                if kind == "ingero":
-                    source = Path(scratch) / f"import-{i}.db"
-                    import_file(path, source, node=node or force_node)
-                inp = InputReport(str(path), kind)
-                with _attached(out, source):
-                    _merge_one(out, inp, node, force_node, spans, progress)
-                report.inputs.append(inp)
-            for off in clock_offsets:
-                set_clock_offset(out, off)
+    with build_database(out_path) as out:
+        for i, item in enumerate(inputs, start=1):
+            if progress:
+                progress(f"[{i}/{len(inputs)}] {item.path}")
+            inp = InputReport(str(item.path), item.kind)
+            with _attached(out, item.source):
+                _merge_one(out, inp, renames.get(item.path), force_node, spans, progress)
+            report.inputs.append(inp)
+        for off in clock_offsets:
+            set_clock_offset(out, off)
     return report
 
 
@@ -154,26 +164,9 @@ def set_clock_offset(conn: sqlite3.Connection, offset: ClockOffset, measured_at_
     )
 
 
-def _classify(path: Path) -> str:
-    if not path.is_file():
-        raise DatabaseError(f"{path}: no such database", remedy="check the paths given to merge")
-    try:
-        probe = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
-        try:
-            ingero = is_ingero(probe)
-        finally:
-            probe.close()
-    except sqlite3.DatabaseError as exc:
-        raise DatabaseError(f"{path}: not a valid SQLite database ({exc})", remedy="check the file is intact") from None
-    if ingero:
-        return "ingero"
-    connect_reader(path).close()  # raises for non-gpuscope files and newer schemas
-    return "gpuscope"
-
-
 @contextlib.contextmanager
 def _attached(out: sqlite3.Connection, path: Path) -> Iterator[None]:
-    out.execute("ATTACH DATABASE ? AS src", (f"file:{quote(str(path))}?mode=ro",))
+    out.execute("ATTACH DATABASE ? AS src", (file_uri(path, "ro"),))
     try:
         yield
     finally:

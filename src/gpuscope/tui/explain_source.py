@@ -26,7 +26,7 @@ from gpuscope.analysis.frame import EventFrame, Window
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.rules.nccl import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 from gpuscope.model.findings import Finding, Severity
-from gpuscope.store.connect import connect_reader
+from gpuscope.recording import open_recording
 from gpuscope.tui.snapshot import LiveWindow
 
 _COLUMNS = "rowid, ts_ns, duration_ns, pid, tid, op_id, cgroup_id, bytes, handle, stream, arg0, arg1"
@@ -121,7 +121,7 @@ class ExplainFindings:
         if not self.db_path.exists():
             return []
         # A connection per evaluation: each runs on a thread of its own, and opening is cheap.
-        conn = connect_reader(self.db_path)
+        conn = open_recording(self.db_path)
         try:
             now = self.clock_ns()
             self._read_new(conn, now)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from gpuscope.analysis.latency import LatencyHistogram
+from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
 from gpuscope.tui.snapshot import CollectorSample, Header, LibraryInfo
 from gpuscope.tui.system import SystemStats

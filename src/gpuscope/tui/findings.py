@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpuscope.model.ops import Source
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 from gpuscope.tui.snapshot import FLAG_TAIL, LiveWindow, Preemptions
 
 MAX_TAIL_LINES = 3

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuscope.analysis.latency import SUB, LatencyHistogram
+from gpuscope.model.latency import SUB, LatencyHistogram
 from gpuscope.model.ops import Op, Source, op_name, source_of
 from gpuscope.tui.system import SystemSampler, SystemStats
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscope.model.ops import Source
-from gpuscope.report.units import fmt_bytes, fmt_ns
+from gpuscope.model.units import fmt_bytes, fmt_ns
 from gpuscope.tui.snapshot import LiveSnapshot, OpRow, layer_title
 from gpuscope.tui.system import SystemStats
 

@@ -10,9 +10,9 @@ import pytest
 
 from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.analysis.engine import ExplainOptions, explain_db
-from gpuscope.analysis.latency import LatencyHistogram
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.cli import main
+from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
 from gpuscope.store.aggregates import INSERT_AGGREGATES, Aggregator
 from gpuscope.store.connect import connect_writer
@@ -98,7 +98,7 @@ def dbs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _explain(capsys: pytest.CaptureFixture[str], db: Path) -> dict[str, object]:
-    assert main(["explain", "--db", str(db), "--json", "--no-store", "--per-process"]) == 0
+    assert main(["explain", "--db", str(db), "--json", "--per-process"]) == 0
     doc: dict[str, object] = json.loads(capsys.readouterr().out)
     return doc
 
@@ -133,8 +133,8 @@ def test_selective_and_record_all_give_identical_stats(
 
 def test_selective_and_record_all_give_the_same_findings(dbs: tuple[Path, Path]) -> None:
     selective, record_all = dbs
-    a = explain_db(selective, ExplainOptions(store=False))
-    b = explain_db(record_all, ExplainOptions(store=False))
+    a = explain_db(selective, ExplainOptions())
+    b = explain_db(record_all, ExplainOptions())
     assert [(f.kind, f.symptom.pid, f.symptom.op, f.symptom.count) for f in a.findings] == [
         (f.kind, f.symptom.pid, f.symptom.op, f.symptom.count) for f in b.findings
     ]
@@ -143,7 +143,7 @@ def test_selective_and_record_all_give_the_same_findings(dbs: tuple[Path, Path])
 def test_percentiles_from_aggregates_are_within_a_histogram_bucket_of_exact(dbs: tuple[Path, Path]) -> None:
     _, record_all = dbs
     ev = _workload()
-    report = explain_db(record_all, ExplainOptions(store=False))
+    report = explain_db(record_all, ExplainOptions())
     for s in report.stats:
         d = ev["duration_ns"][ev["op"] == int(getattr(Op, s.op))].astype(np.int64)
         for p, got in ((50, s.p50_ns), (99, s.p99_ns)):
@@ -156,7 +156,7 @@ def test_percentiles_from_aggregates_are_within_a_histogram_bucket_of_exact(dbs:
 def test_a_database_without_aggregates_falls_back_to_rows(tmp_path: Path) -> None:
     ev = Events()
     ev.loop(Op.cudaStreamSynchronize, 20, 10 * MS, 50 * US)
-    report = explain_db(ev.to_db(tmp_path / "old.db"), ExplainOptions(store=False))
+    report = explain_db(ev.to_db(tmp_path / "old.db"), ExplainOptions())
     assert report.stats_from == "events"
     assert report.stats[0].count == 20
     assert report.stats[0].p50_ns == 50 * US
@@ -176,11 +176,11 @@ def test_memory_leak_is_not_reported_on_an_ingero_import(tmp_path: Path) -> None
     conn.execute("UPDATE sessions SET flags = ?", (json.dumps({"imported_from": "ingero"}),))
     conn.close()
     # then no leak is claimed
-    assert "memory-leak" not in [f.kind for f in explain_db(db, ExplainOptions(store=False)).findings]
+    assert "memory-leak" not in [f.kind for f in explain_db(db, ExplainOptions()).findings]
 
 
 def test_memory_leak_is_still_reported_on_a_native_recording(tmp_path: Path) -> None:
     ev = Events()
     _leaky(ev)
     db = ev.to_db(tmp_path / "native.db")
-    assert "memory-leak" in [f.kind for f in explain_db(db, ExplainOptions(store=False)).findings]
+    assert "memory-leak" in [f.kind for f in explain_db(db, ExplainOptions()).findings]

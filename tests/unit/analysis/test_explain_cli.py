@@ -34,7 +34,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_json_document_has_the_documented_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _preempted_db(tmp_path / "t.db")
-    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json")
     assert rc == 0
     doc = json.loads(out)
     assert set(doc["window"]) >= {"start_ns", "end_ns", "length_ns", "events"}
@@ -51,7 +51,7 @@ def test_json_document_has_the_documented_shape(tmp_path: Path, capsys: pytest.C
 def test_since_counts_back_from_the_end_of_the_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # given a recording 4 s long, made long ago (monotonic timestamps far from now)
     db = _preempted_db(tmp_path / "t.db")
-    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--since", "1s")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--since", "1s")
     w = json.loads(out)["window"]
     assert rc == 0
     assert w["end_ns"] == w["recording_end_ns"]
@@ -61,7 +61,7 @@ def test_since_counts_back_from_the_end_of_the_recording(tmp_path: Path, capsys:
 
 def test_from_to_select_offsets_from_the_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _preempted_db(tmp_path / "t.db")
-    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--from", "1s", "--to", "2s")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--from", "1s", "--to", "2s")
     w = json.loads(out)["window"]
     assert (rc, w["start_ns"] - w["recording_start_ns"], w["length_ns"]) == (0, 1_000_000_000, 1_000_000_000)
 
@@ -69,7 +69,7 @@ def test_from_to_select_offsets_from_the_start(tmp_path: Path, capsys: pytest.Ca
 def test_findings_are_appended_to_the_history_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _preempted_db(tmp_path / "t.db")
     for _ in range(2):
-        assert _run(capsys, "--db", str(db))[0] == 0
+        assert _run(capsys, "--db", str(db), "--save-findings")[0] == 0
     rows = sqlite3.connect(db).execute("SELECT kind, severity, window_end_ns FROM findings").fetchall()
     assert len(rows) >= 2 and rows[0][0] == "cpu-preemption"
 
@@ -85,36 +85,42 @@ def test_a_read_only_database_still_gets_a_report_and_is_not_modified(
     try:
         if os.access(db, os.W_OK):
             pytest.skip("root ignores file modes here")
-        rc, out, err = _run(capsys, "--db", str(db))
+        rc, out, _ = _run(capsys, "--db", str(db))
     finally:
         os.chmod(tmp_path, stat.S_IRWXU)
         os.chmod(db, stat.S_IRUSR | stat.S_IWUSR)
     assert rc == 0 and "cpu-preemption" in out
-    assert "not stored" in err
     assert db.read_bytes() == before
 
 
-def test_an_unwritable_database_is_reported_on_and_left_intact(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_explain_leaves_the_recording_and_its_folder_exactly_as_they_were(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # given a database explain may not write (what file modes do for a non-root user)
+    # given a recording with findings to report, checkpointed so the main file is complete
     db = _preempted_db(tmp_path / "t.db")
     sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
-    before = db.read_bytes()
-    monkeypatch.setattr("gpuscope.analysis.history._writable", lambda path: False)
-    rc, out, err = _run(capsys, "--db", str(db))
-    assert rc == 0 and "cpu-preemption" in out
-    assert "not stored" in err
-    assert db.read_bytes() == before
-    assert not (tmp_path / "t.db-wal").exists() or (tmp_path / "t.db-wal").stat().st_size == 0
+    for side in ("t.db-wal", "t.db-shm"):
+        (tmp_path / side).unlink(missing_ok=True)
+    before = (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir()))
+    # when it is explained, as text and as JSON
+    assert _run(capsys, "--db", str(db))[0] == 0
+    rc, out, _ = _run(capsys, "--db", str(db), "--json")
+    # then the findings are reported and not one byte or timestamp changed; SQLite's WAL side
+    # files may appear (every reader of a WAL database shares them) but hold no frame
+    assert rc == 0 and json.loads(out)["stored"] is False
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == before[:2]
+    assert {p.name for p in tmp_path.iterdir()} <= {"t.db", "t.db-wal", "t.db-shm"}
+    wal = tmp_path / "t.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert "findings" not in {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")} or (
+        sqlite3.connect(db).execute("SELECT count(*) FROM findings").fetchone()[0] == 0
+    )
 
 
-def test_no_store_leaves_the_file_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_save_findings_reports_that_they_were_stored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _preempted_db(tmp_path / "t.db")
-    sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
-    before = db.read_bytes()
-    assert _run(capsys, "--db", str(db), "--no-store")[0] == 0
-    assert db.read_bytes() == before
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--save-findings")
+    assert rc == 0 and json.loads(out)["stored"] is True
 
 
 def test_empty_recording_says_no_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,7 +165,7 @@ def test_min_severity_filters_and_bad_levels_are_usage_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = _preempted_db(tmp_path / "t.db")
-    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--min-severity", "critical")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--min-severity", "critical")
     assert rc == 0 and all(f["severity"] == "CRITICAL" for f in json.loads(out)["findings"])
     assert _run(capsys, "--db", str(db), "--min-severity", "urgent")[0] == 2
     assert _run(capsys, "--db", str(db), "--since", "1s", "--from", "2s")[0] == 2
@@ -167,5 +173,5 @@ def test_min_severity_filters_and_bad_levels_are_usage_errors(
 
 def test_pid_filter_restricts_the_analysis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _preempted_db(tmp_path / "t.db")
-    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--no-store", "--pid", "12345")
+    rc, out, _ = _run(capsys, "--db", str(db), "--json", "--pid", "12345")
     assert rc == 0 and json.loads(out)["findings"] == []

@@ -11,7 +11,7 @@ from gpuscope.analysis.context import Context
 from gpuscope.analysis.stats import effect_size, measurable, pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Symptom
 from gpuscope.model.ops import op_name
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 
 class Rule(Protocol):

@@ -15,7 +15,7 @@ from gpuscope.analysis.attribution import Attribution, Container, attribution_of
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.rules.host import NoisyNeighbourRule
 from gpuscope.model.findings import Cause, Finding
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 
 def _label(att: Attribution, cgroup_id: int) -> tuple[str, Container | None]:

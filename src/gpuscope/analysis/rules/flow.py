@@ -11,7 +11,7 @@ from gpuscope.analysis.rules.base import symptom_for
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
 from gpuscope.model.ops import op_name
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 STARVE_GAP_NS = 1_000_000
 STARVE_SHARE = 0.2

@@ -11,7 +11,7 @@ from gpuscope.analysis.rules.base import effect_line, per_op_effects, symptom_fo
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity
 from gpuscope.model.ops import op_name
-from gpuscope.report.units import fmt_bytes, fmt_ns
+from gpuscope.model.units import fmt_bytes, fmt_ns
 
 
 def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:

@@ -16,7 +16,7 @@ from gpuscope.analysis.context import Context
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 BEGIN = (int(Op.cudaStreamBeginCapture), int(Op.cuStreamBeginCapture))
 END = (int(Op.cudaStreamEndCapture), int(Op.cuStreamEndCapture))

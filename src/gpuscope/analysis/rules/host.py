@@ -10,7 +10,7 @@ from gpuscope.analysis.rules.base import host_cause_findings, per_op_effects
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
-from gpuscope.report.units import fmt_bytes, fmt_ns
+from gpuscope.model.units import fmt_bytes, fmt_ns
 
 AFFECTED_FRACTION = 0.1  # a call is affected when the cause covers >= 10% of it
 BURST_BYTES = 64 << 20

@@ -36,7 +36,7 @@ from gpuscope.analysis.intervals import attribute, merge, overlap_ns
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Severity, Symptom
 from gpuscope.model.ops import Op, OpKind, op_name
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 COLLECTIVES = ops_of(OpKind.COLLECTIVE)
 NCCL_STEP_OPS = COLLECTIVES | {int(Op.ncclGroupStart), int(Op.ncclGroupEnd)}

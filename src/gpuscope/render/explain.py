@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuscope.model.findings import Severity
-from gpuscope.report.units import fmt_ns
+from gpuscope.model.units import fmt_ns
 
 if TYPE_CHECKING:
     from gpuscope.analysis.engine import Report

@@ -14,19 +14,18 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 from gpuscope.errors import DatabaseError
-from gpuscope.store.connect import migrate
+from gpuscope.store.connect import file_uri, migrate
 
 
 def open_uri(path: Path, mode: str) -> sqlite3.Connection:
     """Open ``path`` through a URI (so ATTACH of ``mode=ro`` URIs works on it)."""
-    return sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, isolation_level=None)
+    return sqlite3.connect(file_uri(path, mode), uri=True, isolation_level=None)
 
 
 @contextlib.contextmanager
-def fresh_database(dest: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+def build_database(dest: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
     """Yield a writer connection to a new, migrated database that becomes ``dest`` on success.
 
     The file is built as a hidden temporary file in the destination's folder

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuscope.analysis.latency import LatencyHistogram
+from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Source, op_name, source_of
-from gpuscope.report.units import fmt_count, fmt_ns
+from gpuscope.model.units import fmt_count, fmt_ns
 
 _TITLES = {Source.CUDA: "CUDA Runtime", Source.DRIVER: "CUDA Driver", Source.NCCL: "NCCL", Source.HOST: "Host"}
 

@@ -8,7 +8,7 @@ import subprocess
 from functools import cache
 from importlib import resources
 
-from gpuscope import __version__
+from gpuscope._version import __version__
 from gpuscope.errors import GpuscopeError
 
 

@@ -1,0 +1,1 @@
+"""What the host gives us to read: ELF files."""

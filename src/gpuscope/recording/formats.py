@@ -1,0 +1,44 @@
+"""Tell a gpuscope recording from an Ingero one without changing either."""
+
+from __future__ import annotations
+
+import enum
+import os
+import sqlite3
+from pathlib import Path
+
+from gpuscope.errors import DatabaseError
+from gpuscope.importers.ingero import is_ingero
+from gpuscope.store.connect import connect_probe, table_names
+
+
+class Format(enum.Enum):
+    GPUSCOPE = "gpuscope"
+    INGERO = "ingero"
+
+
+def detect_format(path: str | os.PathLike[str]) -> Format:
+    """The format of the recording at ``path``.
+
+    Raises DatabaseError for a missing file, a file that is not SQLite, or a
+    SQLite file of neither format.
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
+    try:
+        conn = connect_probe(p)
+        try:
+            if is_ingero(conn):
+                return Format.INGERO
+            tables = table_names(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"{p}: not a valid SQLite database ({exc})", remedy="check the file is intact") from None
+    if "event_log" in tables:
+        return Format.GPUSCOPE
+    raise DatabaseError(
+        f"{p}: not a gpuscope database (no event_log table)",
+        remedy="pass a database written by `gpuscope trace` or by Ingero",
+    )

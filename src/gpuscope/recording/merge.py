@@ -1,0 +1,54 @@
+"""Merge recordings of any format: Ingero inputs are converted, then the store merges gpuscope files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gpuscope.importers import import_file
+from gpuscope.recording.formats import Format, detect_format
+from gpuscope.store.connect import connect_reader
+from gpuscope.store.merge import ClockOffset, MergeInput, MergeReport, check_merge_request, merge_files
+
+
+def merge_recordings(
+    inputs: Sequence[str | os.PathLike[str]],
+    dest: str | os.PathLike[str],
+    *,
+    force_node: str | None = None,
+    rename: dict[str, str] | None = None,
+    clock_offsets: Sequence[ClockOffset] = (),
+    progress: Callable[[str], None] | None = None,
+) -> MergeReport:
+    """Merge gpuscope or Ingero recordings into a new database at ``dest``.
+
+    ``force_node`` names sessions recorded without a node; ``rename`` maps an
+    input path to the node name all its sessions get. Every input is checked
+    before any work, and ``dest`` is replaced only when every input merged.
+
+    Raises UsageError, DatabaseError, SchemaTooNewError or MergeConflictError
+    (see ``gpuscope.store.merge.merge_files``).
+    """
+    out_path = Path(dest).expanduser().resolve()
+    paths = [Path(p).expanduser().resolve() for p in inputs]
+    renames = {Path(k).expanduser().resolve(): v for k, v in (rename or {}).items()}
+    check_merge_request(paths, out_path, force_node, renames)
+    formats = [detect_format(p) for p in paths]
+    for path, fmt in zip(paths, formats, strict=True):
+        if fmt is Format.GPUSCOPE:
+            connect_reader(path).close()  # a newer schema is refused before any work
+    with tempfile.TemporaryDirectory(prefix="gpuscope-merge-") as scratch:
+        items = []
+        for i, (path, fmt) in enumerate(zip(paths, formats, strict=True), start=1):
+            source = path
+            if fmt is Format.INGERO:
+                if progress:
+                    progress(f"converting {path}")
+                source = Path(scratch) / f"import-{i}.db"
+                import_file(path, source, node=renames.get(path) or force_node)
+            items.append(MergeInput(path, source, fmt.value))
+        return merge_files(
+            items, out_path, force_node=force_node, rename=renames, clock_offsets=clock_offsets, progress=progress
+        )
