@@ -18,9 +18,16 @@ PYTHON = sys.executable
 
 STANDIN_CUDART = ROOT / "src" / "gpuscope" / "_standin" / "libcudart.so.12"
 REAL_CUDART = (
-    ROOT / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    / "site-packages" / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12"
-)  # fmt: skip
+    ROOT
+    / ".venv"
+    / "lib"
+    / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    / "site-packages"
+    / "nvidia"
+    / "cuda_runtime"
+    / "lib"
+    / "libcudart.so.12"
+)
 
 # The producer side of a benchmark (traced loop, paced generator) runs on one
 # CPU and the Python consumer on the other: the VM has two.

@@ -250,30 +250,64 @@ def run(quick: bool = False) -> list[Result]:
         best = 0.0
         for rate in agent_rates:
             p = measure(prod, rate, agent_s, None)
-            rows.append(Result("drain kernel->agent", f"offered {fmt_rate(rate)}", "pass" if p.passed else "FAIL",
-                               "", _point_note(p)))  # fmt: skip
+            rows.append(
+                Result(
+                    "drain kernel->agent",
+                    f"offered {fmt_rate(rate)}",
+                    "pass" if p.passed else "FAIL",
+                    "",
+                    _point_note(p),
+                )
+            )
             if p.passed:
                 best = max(best, rate)
         verdict = "ok" if best >= TARGET_AGENT else "MISSED"
-        rows.append(Result("drain kernel->agent", "max zero-drop rate (offered)", fmt_rate(best),
-                           f">= {fmt_rate(TARGET_AGENT)}", f"{verdict}; {agent_s:.0f} s per point"))  # fmt: skip
+        rows.append(
+            Result(
+                "drain kernel->agent",
+                "max zero-drop rate (offered)",
+                fmt_rate(best),
+                f">= {fmt_rate(TARGET_AGENT)}",
+                f"{verdict}; {agent_s:.0f} s per point",
+            )
+        )
         best = 0.0
         with tempfile.TemporaryDirectory(prefix="gpuscope-bench-", dir="/var/tmp") as tmp:
             for i, rate in enumerate(store_rates):
                 p = measure(prod, rate, store_s, Path(tmp) / f"drain{i}.db")
-                rows.append(Result("drain kernel->SQLite", f"offered {fmt_rate(rate)}", "pass" if p.passed else "FAIL",
-                                   "", _point_note(p)))  # fmt: skip
+                rows.append(
+                    Result(
+                        "drain kernel->SQLite",
+                        f"offered {fmt_rate(rate)}",
+                        "pass" if p.passed else "FAIL",
+                        "",
+                        _point_note(p),
+                    )
+                )
                 if p.passed:
                     best = max(best, rate)
         verdict = "ok" if best >= TARGET_STORE else "MISSED"
-        rows.append(Result("drain kernel->SQLite", "max sustained rate (offered)", fmt_rate(best),
-                           f">= {fmt_rate(TARGET_STORE)}", f"{verdict}; {store_s:.0f} s per point, WAL on /var/tmp"))  # fmt: skip
+        rows.append(
+            Result(
+                "drain kernel->SQLite",
+                "max sustained rate (offered)",
+                fmt_rate(best),
+                f">= {fmt_rate(TARGET_STORE)}",
+                f"{verdict}; {store_s:.0f} s per point, WAL on /var/tmp",
+            )
+        )
     finally:
         prod.close()
         unpin()
-    rows.append(Result("drain", "(setup)", "", "",
-                       f"{RING_BYTES >> 20} MiB ring, {PER_CALL} records per trigger, producer CPU{PRODUCER_CPU}, "
-                       f"consumer CPU{CONSUMER_CPU}; 1-min load {load_before} before, "
-                       f"{Path('/proc/loadavg').read_text().split()[0]} after"
-                       + (f"; {layout_note}" if layout_note else "")))  # fmt: skip
+    rows.append(
+        Result(
+            "drain",
+            "(setup)",
+            "",
+            "",
+            f"{RING_BYTES >> 20} MiB ring, {PER_CALL} records per trigger, producer CPU{PRODUCER_CPU}, "
+            f"consumer CPU{CONSUMER_CPU}; 1-min load {load_before} before, "
+            f"{Path('/proc/loadavg').read_text().split()[0]} after" + (f"; {layout_note}" if layout_note else ""),
+        )
+    )
     return rows

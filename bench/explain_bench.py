@@ -82,8 +82,18 @@ def _aggregate(conn: sqlite3.Connection, sid: int, n: int) -> None:
         dur = np.where(k == 8, 40000 + (i * 31) % 5000, dur)
         ev["duration_ns"] = dur
         ev["pid"] = np.where(i % 50 == 7, 4243, 4242)
-        ops = [Op.cudaMalloc, Op.cudaFree, Op.cudaMemcpyAsync, Op.cudaLaunchKernel, Op.cudaLaunchKernel,
-               Op.cudaLaunchKernel, Op.cuLaunchKernel, Op.sched_switch, Op.cudaMemcpy, Op.cudaStreamSynchronize]  # fmt: skip
+        ops = [
+            Op.cudaMalloc,
+            Op.cudaFree,
+            Op.cudaMemcpyAsync,
+            Op.cudaLaunchKernel,
+            Op.cudaLaunchKernel,
+            Op.cudaLaunchKernel,
+            Op.cuLaunchKernel,
+            Op.sched_switch,
+            Op.cudaMemcpy,
+            Op.cudaStreamSynchronize,
+        ]
         ev["op"] = np.array([int(o) for o in ops], dtype=np.uint16)[k]
         ev["bytes"] = np.select([k == 0, k == 2, k == 8], [1_048_576, 65536, 262_144], 0)
         agg.add(ev, np.ones(len(i), dtype=bool))
@@ -145,14 +155,17 @@ def main() -> int:
         if not (args.keep and db.exists()):
             gen_s = generate(db, n, not args.no_aggregates)
             print(f"generated {n:,} events in {gen_s:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)", flush=True)
-        p = subprocess.run([sys.executable, "-c", _MEASURE, str(db)], capture_output=True, text=True, check=False,
-                           env=dict(os.environ))  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, "-c", _MEASURE, str(db)], capture_output=True, text=True, check=False, env=dict(os.environ)
+        )
         if p.returncode != 0:
             print(p.stderr, file=sys.stderr)
             return 1
         r = json.loads(p.stdout)
-        print(f"explain {r['events']:>11,} events ({r['stats_from']}): {r['seconds']:.2f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
-              f"findings {r['findings']}")  # fmt: skip
+        print(
+            f"explain {r['events']:>11,} events ({r['stats_from']}): {r['seconds']:.2f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
+            f"findings {r['findings']}"
+        )
     return 0
 
 

@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             rows.append(Result(name, "error", "", "", f"{type(exc).__name__}: {exc}"))
             failed = True
-    print(f"gpuscope benchmarks, {time.strftime('%Y-%m-%d')}, {platform.node()}, kernel {platform.release()}, "
-          f"{len(os.sched_getaffinity(0))} CPUs, {'quick' if args.quick else 'full'} run "
-          f"({time.monotonic() - t0:.0f} s); 1-min load {load_before} before, "
-          f"{Path('/proc/loadavg').read_text().split()[0]} after (other users' work skews every figure)")  # fmt: skip
+    print(
+        f"gpuscope benchmarks, {time.strftime('%Y-%m-%d')}, {platform.node()}, kernel {platform.release()}, "
+        f"{len(os.sched_getaffinity(0))} CPUs, {'quick' if args.quick else 'full'} run "
+        f"({time.monotonic() - t0:.0f} s); 1-min load {load_before} before, "
+        f"{Path('/proc/loadavg').read_text().split()[0]} after (other users' work skews every figure)"
+    )
     print(render_table(rows))
     return 1 if failed else 0
 

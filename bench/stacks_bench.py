@@ -73,8 +73,12 @@ def _one(lib: str, calls: int, mode: int | None) -> tuple[float, int, int]:
         lib_obj = Discovery().add(lib, "bench")
         assert lib_obj is not None
         tracer.attach_library(lib_obj)
-    proc = subprocess.Popen([sys.executable, "-c", LOOP, lib, str(calls), str(PRODUCER_CPU)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOOP, lib, str(calls), str(PRODUCER_CPU)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdout.readline()
     events = stacks = 0
@@ -121,8 +125,10 @@ def main() -> None:
             counts[name] = (events, stacks)
     base = statistics.median(results["none"])
     off = statistics.median(results["off"])
-    print(f"stacks_bench: {args.calls} cudaStreamSynchronize calls from Python (ctypes), {args.reps} reps, "
-          f"stand-in libcudart, kernel {os.uname().release}")  # fmt: skip
+    print(
+        f"stacks_bench: {args.calls} cudaStreamSynchronize calls from Python (ctypes), {args.reps} reps, "
+        f"stand-in libcudart, kernel {os.uname().release}"
+    )
     print(f"{'config':<15} {'ns/call':>9} {'added vs none':>14} {'added vs off':>13} {'events':>8} {'stacks':>8}")
     for name in CONFIGS:
         ns = statistics.median(results[name])

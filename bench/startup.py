@@ -63,8 +63,20 @@ def _env(cached_bytecode: bool) -> dict[str, str]:
 
 def _end_to_end(lib_path: Path, db: Path, env: dict[str, str]) -> tuple[float, int, str]:
     """(wall seconds, exit status, last stderr line) of one `gpuscope trace` run."""
-    cmd = [PYTHON, "-m", "gpuscope", "trace", "--lib", str(lib_path), "--duration", "0.5s", "--db", str(db),
-           "--", "true"]  # fmt: skip
+    cmd = [
+        PYTHON,
+        "-m",
+        "gpuscope",
+        "trace",
+        "--lib",
+        str(lib_path),
+        "--duration",
+        "0.5s",
+        "--db",
+        str(db),
+        "--",
+        "true",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     wall = time.perf_counter() - t0
@@ -111,8 +123,7 @@ def run(quick: bool = False) -> list[Result]:
             note = f"{len(bad)} runs failed ({bad[0]})" if bad else "all exit 0"
             rows.append(_row("gpuscope trace -- true (wall)", walls, f"{label}; {note}"))
             imports = [_import_time(env) for _ in range(reps)]
-            rows.append(_row("  of which: python + imports", imports,
-                             f"{label}; `gpuscope.cli.build_parser()`"))  # fmt: skip
+            rows.append(_row("  of which: python + imports", imports, f"{label}; `gpuscope.cli.build_parser()`"))
     setup = (
         f"{note_src}; {reps} reps, median after the first; {REAL_CUDART.name} from the nvidia-cuda-runtime-cu12 wheel"
     )

@@ -52,10 +52,23 @@ def build_bpf(root: str, out_dir: str) -> None:
         if not _stale(out, [src, *headers]):
             continue
         cmd = [
-            clang, "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
-            "-I", inc, "-I", os.path.join(inc, "vmlinux", arch),
-            "-Wall", "-Wno-unused-function", "-c", src, "-o", out,
-        ]  # fmt: skip
+            clang,
+            "-g",
+            "-O2",
+            "-target",
+            "bpf",
+            f"-D__TARGET_ARCH_{arch}",
+            "-I",
+            inc,
+            "-I",
+            os.path.join(inc, "vmlinux", arch),
+            "-Wall",
+            "-Wno-unused-function",
+            "-c",
+            src,
+            "-o",
+            out,
+        ]
         subprocess.run(cmd, check=True)
         if strip:
             # Drop DWARF (635 KB -> 17 KB); .BTF and .BTF.ext stay for CO-RE.
@@ -81,10 +94,21 @@ def build_standins(root: str, out_dir: str) -> None:
         if not _stale(out, [src, common]):
             continue
         subprocess.run(
-            [cc, "-shared", "-fPIC", "-O2", "-fno-omit-frame-pointer", f"-Wl,-soname,{lib}",
-             "-o", out, src, "-ldl", "-lpthread"],
+            [
+                cc,
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-fno-omit-frame-pointer",
+                f"-Wl,-soname,{lib}",
+                "-o",
+                out,
+                src,
+                "-ldl",
+                "-lpthread",
+            ],
             check=True,
-        )  # fmt: skip
+        )
 
 
 def build_all(root: str, out_pkg: str) -> None:

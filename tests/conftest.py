@@ -58,10 +58,21 @@ def build_standins(out: Path) -> StandinLibs:
         ("nccl_standin.c", "libnccl.so.2"),
     ):
         subprocess.run(
-            [cc, "-shared", "-fPIC", "-O2", "-fno-omit-frame-pointer", f"-Wl,-soname,{lib}",
-             "-o", str(out / lib), str(STANDIN_SRC / src), "-ldl", "-lpthread"],
+            [
+                cc,
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-fno-omit-frame-pointer",
+                f"-Wl,-soname,{lib}",
+                "-o",
+                str(out / lib),
+                str(STANDIN_SRC / src),
+                "-ldl",
+                "-lpthread",
+            ],
             check=True,
-        )  # fmt: skip
+        )
     return StandinLibs(out, out / "libcudart.so.12", out / "libcuda.so.1", out / "libnccl.so.2")
 
 
@@ -85,11 +96,24 @@ def build_workload(standin: StandinLibs, tmp_path_factory: pytest.TempPathFactor
         if key not in cache:
             exe = out / (Path(name).stem + ("-" + "-".join(f.strip("-") for f in extra_flags) if extra_flags else ""))
             subprocess.run(
-                [_cc(), "-O1", "-g", *(extra_flags or ["-fno-omit-frame-pointer"]), "-o", str(exe),
-                 str(WORKLOADS_SRC / name), f"-L{standin.dir}", "-l:libcudart.so.12", "-l:libcuda.so.1",
-                 "-l:libnccl.so.2", f"-Wl,-rpath,{standin.dir}", "-lpthread", "-lm"],
+                [
+                    _cc(),
+                    "-O1",
+                    "-g",
+                    *(extra_flags or ["-fno-omit-frame-pointer"]),
+                    "-o",
+                    str(exe),
+                    str(WORKLOADS_SRC / name),
+                    f"-L{standin.dir}",
+                    "-l:libcudart.so.12",
+                    "-l:libcuda.so.1",
+                    "-l:libnccl.so.2",
+                    f"-Wl,-rpath,{standin.dir}",
+                    "-lpthread",
+                    "-lm",
+                ],
                 check=True,
-            )  # fmt: skip
+            )
             cache[key] = exe
         return cache[key]
 
@@ -144,14 +168,21 @@ def trace_command(tmp_path: Path, standin: StandinLibs):  # type: ignore[no-unty
     """
     counter = iter(range(1000))
 
-    def run(cmd: list[str], *, env: dict[str, str] | None = None, extra: list[str] | None = None,
-            timeout: float = 120, libs: list[Path] | None = None) -> TraceRun:  # fmt: skip
+    def run(
+        cmd: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        extra: list[str] | None = None,
+        timeout: float = 120,
+        libs: list[Path] | None = None,
+    ) -> TraceRun:
         db = tmp_path / f"trace{next(counter)}.db"
         lib_args: list[str] = []
         for lib in libs if libs is not None else [standin.cudart, standin.cuda]:
             lib_args += ["--lib", str(lib)]
-        p = run_gpuscope("trace", "--db", str(db), *lib_args, *(extra or []), "--", *cmd,
-                         env=env or standin.env(), timeout=timeout)  # fmt: skip
+        p = run_gpuscope(
+            "trace", "--db", str(db), *lib_args, *(extra or []), "--", *cmd, env=env or standin.env(), timeout=timeout
+        )
         return TraceRun(db, p.returncode, p.stdout, p.stderr)
 
     return run

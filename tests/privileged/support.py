@@ -16,8 +16,13 @@ from pathlib import Path
 from tests.conftest import TraceRun
 
 CUDA_RUNTIME_OPS = (
-    "cudaMalloc", "cudaMemcpy", "cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaFree",
-)  # fmt: skip
+    "cudaMalloc",
+    "cudaMemcpy",
+    "cudaLaunchKernel",
+    "cudaMemcpyAsync",
+    "cudaStreamSynchronize",
+    "cudaFree",
+)
 CUDA_DRIVER_OPS = ("cuLaunchKernel", "cuMemAlloc", "cuMemFree", "cuCtxSynchronize")
 
 
@@ -133,8 +138,9 @@ HOG = (
 @contextmanager
 def cpu0_hogs(n: int, max_s: float = 60) -> Iterator[list[int]]:
     """``n`` busy-looping processes pinned to CPU 0 (each ends itself after ``max_s``)."""
-    procs = [subprocess.Popen([sys.executable, "-c", HOG, str(max_s)], stdout=subprocess.PIPE, text=True)
-             for _ in range(n)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", HOG, str(max_s)], stdout=subprocess.PIPE, text=True) for _ in range(n)
+    ]
     try:
         # Reading the pid each prints means it is pinned and spinning.
         pids = [int(LineReader(p.stdout).wait_for(str.strip, timeout=10)) for p in procs]

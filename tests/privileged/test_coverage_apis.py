@@ -27,9 +27,13 @@ def test_nccl_calls_of_three_ranks_are_counted_and_joined_to_their_communicator(
         per_rank.setdefault(int(rank), {})[str(op)] = int(n)
     for r in range(3):
         assert per_rank[r] == {
-            "ncclAllReduce": 30, "ncclSend": 30, "ncclRecv": 30, "ncclBroadcast": 3,
-            "ncclCommInitRank": 1, "ncclCommDestroy": 1,
-        }, per_rank[r]  # fmt: skip
+            "ncclAllReduce": 30,
+            "ncclSend": 30,
+            "ncclRecv": 30,
+            "ncclBroadcast": 3,
+            "ncclCommInitRank": 1,
+            "ncclCommDestroy": 1,
+        }, per_rank[r]
     # one communicator: the same unique-id hash in every rank
     assert run.query("SELECT count(DISTINCT comm_hash) FROM nccl_comms") == [(1,)]
     # per call: element count, bytes (float32), peers of the ring
@@ -66,5 +70,8 @@ def test_graph_capture_instantiate_launch_can_be_followed_by_handle(build_worklo
         "SELECT DISTINCT graph_exec FROM graph_events WHERE op = 'cudaGraphLaunch' AND graph_exec = ?", (exec_,)
     )
     assert run.query("SELECT capture_mode FROM graph_events WHERE op = 'cudaStreamBeginCapture' ORDER BY ts_ns") == [
-        (0,), (2,), (2,), (2,)
-    ]  # fmt: skip
+        (0,),
+        (2,),
+        (2,),
+        (2,),
+    ]

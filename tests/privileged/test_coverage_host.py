@@ -91,10 +91,27 @@ def lossy_netns() -> Iterator[str]:
         # bucket with almost no queue then drops bursts and TCP must retransmit.
         subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "mtu", "1500", "up"], check=True)
         subprocess.run(
-            ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "20mbit",
-             "burst", "3000", "latency", "1ms"],
+            [
+                "ip",
+                "netns",
+                "exec",
+                name,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "tbf",
+                "rate",
+                "20mbit",
+                "burst",
+                "3000",
+                "latency",
+                "1ms",
+            ],
             check=True,
-        )  # fmt: skip
+        )
         yield name
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
@@ -166,10 +183,14 @@ def test_exec_records_the_argv_of_short_lived_processes(trace_command):  # type:
         ("docker-v1", "docker/{cid}", None, "docker"),
         ("docker-v2", None, "system.slice/docker-{cid}.scope", "docker"),
         ("kubepods-v1", "kubepods/burstable/pod{uid}/{cid}", None, "containerd"),
-        ("kubepods-v2", None, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uidu}.slice/"
-                              "cri-containerd-{cid}.scope", "containerd"),
+        (
+            "kubepods-v2",
+            None,
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uidu}.slice/cri-containerd-{cid}.scope",
+            "containerd",
+        ),
     ],
-)  # fmt: skip
+)
 def test_processes_in_container_cgroups_are_attributed_to_their_container(  # type: ignore[no-untyped-def]
     build_workload, trace_command, standin, style: str, v1_rel: str | None, v2_rel: str | None, runtime: str
 ):

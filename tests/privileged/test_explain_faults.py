@@ -50,8 +50,7 @@ def test_cpu_hogs_on_the_workloads_cpu_are_named_as_cpu_preemption(  # type: ign
 ):
     # given a spinning synchronize (2 ms) sharing CPU 0 with two busy loops
     exe = build_workload("explain_scenarios.c")
-    run = trace_command(["taskset", "-c", "0", str(exe), "sync", "150"],
-                        env=standin.env(cudaStreamSynchronize="2ms"))  # fmt: skip
+    run = trace_command(["taskset", "-c", "0", str(exe), "sync", "150"], env=standin.env(cudaStreamSynchronize="2ms"))
     assert run.returncode == 0, run.stderr
     # when
     report = _explain(run.db)
@@ -127,8 +126,14 @@ def test_allocations_without_frees_are_a_memory_leak(build_workload, trace_comma
 
 def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_command, tmp_path):  # type: ignore[no-untyped-def]
     run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "leak", "100"])
-    p = subprocess.run([sys.executable, "-m", "gpuscope", "explain", "--db", str(run.db), "--json"],
-                       capture_output=True, text=True, timeout=60, check=False, env=dict(os.environ))  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuscope", "explain", "--db", str(run.db), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ),
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["findings"][0]["kind"] == "memory-leak"

@@ -43,8 +43,7 @@ def test_a_rank_slowed_by_a_cpu_hog_on_its_core_is_the_nccl_straggler_with_the_h
         script = (
             " & ".join(f"RANK={r} WORLD_SIZE=3 taskset -c {0 if r == 2 else 1} {exe} 300" for r in range(3)) + " & wait"
         )
-        run = trace_command(["/bin/sh", "-c", script], libs=[standin.nccl],
-                            env=standin.env(ncclAllReduce="500us"))  # fmt: skip
+        run = trace_command(["/bin/sh", "-c", script], libs=[standin.nccl], env=standin.env(ncclAllReduce="500us"))
     finally:
         hog.kill()
         hog.wait(timeout=10)
@@ -68,8 +67,20 @@ def test_a_rank_that_never_returns_is_reported_as_nccl_hang_while_tracing_runs( 
     # given three ranks, rank 2's last allreduce blocking for 20 s, traced with a 2 s hang threshold
     exe = build_workload("nccl_ranks.c")
     script = " & ".join(f"RANK={r} WORLD_SIZE=3 HANG_RANK=2 HANG_SECONDS=20 {exe} 30" for r in range(3)) + " & wait"
-    cmd = gpuscope_cmd("trace", "--json", "--db", str(tmp_path / "hang.db"), "--lib", str(standin.nccl),
-                       "--hang-threshold", "2s", "--", "/bin/sh", "-c", script)  # fmt: skip
+    cmd = gpuscope_cmd(
+        "trace",
+        "--json",
+        "--db",
+        str(tmp_path / "hang.db"),
+        "--lib",
+        str(standin.nccl),
+        "--hang-threshold",
+        "2s",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=standin.env())
     out = LineReader(proc.stdout)
     started = time.monotonic()
@@ -123,8 +134,9 @@ def test_a_cpu_hog_in_another_container_is_the_named_noisy_neighbour(  # type: i
         run = trace_command(["/bin/sh", "-c", script], env=standin.env(cudaStreamSynchronize="2ms"))
     assert run.returncode == 0, run.stderr
     # when: the CLI, as a user runs it
-    p = subprocess.run(gpuscope_cmd("explain", "--db", str(run.db), "--json"),
-                       capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    p = subprocess.run(
+        gpuscope_cmd("explain", "--db", str(run.db), "--json"), capture_output=True, text=True, timeout=60, check=False
+    )
     assert p.returncode == 0, p.stderr
     findings = json.loads(p.stdout)["findings"]
     # then

@@ -95,12 +95,17 @@ def test_python_frames_name_the_exact_file_line_and_function_of_every_level(pyth
     # 3.10 has no co_qualname: the method is named without its class
     sync_name = "Modèle.synchronisé" if minor >= 11 else "synchronisé"
     want = {
-        "cudaMalloc": [("allocate_kv_cache", alloc_file, alloc_line), ("middle", src, _line_of(src, "allocate_kv_cache(n)")),
-                       ("outer", src, _line_of(src, "middle(4096 + i)"))],
-        "cudaStreamSynchronize": [(sync_name, sync_file, sync_line),
-                                  ("middle", src, _line_of(src, "Modèle().synchronisé()")),
-                                  ("outer", src, _line_of(src, "middle(4096 + i)"))],
-    }  # fmt: skip
+        "cudaMalloc": [
+            ("allocate_kv_cache", alloc_file, alloc_line),
+            ("middle", src, _line_of(src, "allocate_kv_cache(n)")),
+            ("outer", src, _line_of(src, "middle(4096 + i)")),
+        ],
+        "cudaStreamSynchronize": [
+            (sync_name, sync_file, sync_line),
+            ("middle", src, _line_of(src, "Modèle().synchronisé()")),
+            ("outer", src, _line_of(src, "middle(4096 + i)")),
+        ],
+    }
     for op, levels in want.items():
         stacks = [s for s in _stacks(run, op) if any(f["kind"] == "python" for f in s)]
         assert stacks, (op, _stacks(run, op))

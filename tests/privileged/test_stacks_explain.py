@@ -19,10 +19,13 @@ def test_a_findings_calls_are_attributed_to_the_python_function_that_made_them(t
     report = explain_db(run.db, ExplainOptions())
     # when a finding is about that process's cudaMalloc calls
     finding = Finding(
-        "test", "allocator-churn", Severity.MEDIUM,
+        "test",
+        "allocator-churn",
+        Severity.MEDIUM,
         Symptom("cudaMalloc spikes", op="cudaMalloc", pid=int(pid), count=40, p50_ns=1000, p99_ns=1000),
-        (), "fix",
-    )  # fmt: skip
+        (),
+        "fix",
+    )
     from dataclasses import replace
 
     named = _with_call_sites(run.db, replace(report, findings=(finding,)))

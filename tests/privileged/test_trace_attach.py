@@ -38,8 +38,9 @@ def test_tracing_a_pid_records_that_process_and_no_other(build_workload, standin
         wait_ready(bystander)
         # when only the first is traced, for 2 seconds
         db = tmp_path / "pid.db"
-        p = run_gpuscope("trace", "--pid", str(target.pid), "--duration", "2s", "--db", str(db), *lib_args(standin),
-                         timeout=60)  # fmt: skip
+        p = run_gpuscope(
+            "trace", "--pid", str(target.pid), "--duration", "2s", "--db", str(db), *lib_args(standin), timeout=60
+        )
         run = TraceRun(db, p.returncode, p.stdout, p.stderr)
         # then the trace ends by itself and the target keeps running
         assert run.returncode == 0, run.stderr
@@ -91,8 +92,9 @@ def test_a_pid_that_does_not_exist_is_refused_with_one_error_line(standin, tmp_p
     # given a pid no process has
     pid = free_pid()
     # when
-    p = run_gpuscope("trace", "--pid", str(pid), "--duration", "1s", "--db", str(tmp_path / "x.db"),
-                     *lib_args(standin), timeout=60)  # fmt: skip
+    p = run_gpuscope(
+        "trace", "--pid", str(pid), "--duration", "1s", "--db", str(tmp_path / "x.db"), *lib_args(standin), timeout=60
+    )
     # then
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr
@@ -104,8 +106,9 @@ def test_an_unwritable_database_path_is_refused_before_the_command_runs(standin,
     # given a database path that cannot be created, and a command that leaves a mark if it runs
     marker = tmp_path / "ran"
     # when
-    p = run_gpuscope("trace", "--db", "/proc/forbidden/x.db", *lib_args(standin), "--", "touch", str(marker),
-                     timeout=60)  # fmt: skip
+    p = run_gpuscope(
+        "trace", "--db", "/proc/forbidden/x.db", *lib_args(standin), "--", "touch", str(marker), timeout=60
+    )
     # then
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr
@@ -122,8 +125,9 @@ def test_returns_in_processes_not_traced_are_not_counted_as_unmatched(build_work
         wait_ready(bystander)
         # when only the first is traced for 1 second
         db = tmp_path / "unmatched.db"
-        p = run_gpuscope("trace", "--pid", str(target.pid), "--duration", "1s", "--db", str(db), *lib_args(standin),
-                         timeout=60)  # fmt: skip
+        p = run_gpuscope(
+            "trace", "--pid", str(target.pid), "--duration", "1s", "--db", str(db), *lib_args(standin), timeout=60
+        )
         run = TraceRun(db, p.returncode, p.stdout, p.stderr)
     # then at most the one call the target was inside at attach time returns unmatched
     assert run.returncode == 0, run.stderr

@@ -39,8 +39,9 @@ def test_the_traced_commands_exit_status_becomes_gpuscopes(build_workload, trace
     # then
     assert ok.returncode == 0, ok.stderr
     assert failed.returncode == 42, failed.stderr
-    assert failed.query("SELECT ret FROM events WHERE op = 'process_exit' AND pid = ?",
-                        (parent_and_child(failed.stdout)[0],)) == [(42,)]  # fmt: skip
+    assert failed.query(
+        "SELECT ret FROM events WHERE op = 'process_exit' AND pid = ?", (parent_and_child(failed.stdout)[0],)
+    ) == [(42,)]
 
 
 def test_a_command_killed_by_a_signal_makes_gpuscope_exit_128_plus_the_signal(trace_command):  # type: ignore[no-untyped-def]

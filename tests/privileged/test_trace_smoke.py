@@ -11,8 +11,18 @@ def test_every_call_of_a_c_workload_is_recorded_exactly_once(build_workload, tra
     # then
     assert run.returncode == 0, run.stderr
     counts = run.op_counts()
-    for op in ("cudaMalloc", "cudaMemcpy", "cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize",
-               "cudaFree", "cuLaunchKernel", "cuMemAlloc", "cuMemFree", "cuCtxSynchronize"):  # fmt: skip
+    for op in (
+        "cudaMalloc",
+        "cudaMemcpy",
+        "cudaLaunchKernel",
+        "cudaMemcpyAsync",
+        "cudaStreamSynchronize",
+        "cudaFree",
+        "cuLaunchKernel",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuCtxSynchronize",
+    ):
         assert counts.get(op) == 400, (op, counts)
     assert counts["cudaDeviceSynchronize"] == 2
     assert run.query("SELECT events_dropped FROM sessions") == [(0,)]

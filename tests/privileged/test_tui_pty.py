@@ -70,9 +70,21 @@ def tmux() -> Iterator[Tmux]:
 def trace_shell_command(standin: StandinLibs, db: Path, workload: list[str], latency: str = "") -> str:
     env = [f"LD_LIBRARY_PATH={standin.dir}"] + ([f"GPUSCOPE_STANDIN_LATENCY={latency}"] if latency else [])
     cmd = [
-        "env", *env, sys.executable, "-m", "gpuscope", "trace", "--db", str(db),
-        "--lib", str(standin.cudart), "--lib", str(standin.cuda), "--", *workload,
-    ]  # fmt: skip
+        "env",
+        *env,
+        sys.executable,
+        "-m",
+        "gpuscope",
+        "trace",
+        "--db",
+        str(db),
+        "--lib",
+        str(standin.cudart),
+        "--lib",
+        str(standin.cuda),
+        "--",
+        *workload,
+    ]
     return shlex.join(cmd) + " 2>/dev/null"
 
 
@@ -142,9 +154,18 @@ def test_piped_trace_prints_one_plain_line_per_second_on_stderr(
     exe = build_workload("cuda_calls.c")
     db = tmp_path / "plain.db"
     p = run_gpuscope(
-        "trace", "--db", str(db), "--lib", str(standin.cudart), "--lib", str(standin.cuda), "--",
-        str(exe), "1500", env=standin.env(cudaStreamSynchronize="2ms:sleep"),
-    )  # fmt: skip
+        "trace",
+        "--db",
+        str(db),
+        "--lib",
+        str(standin.cudart),
+        "--lib",
+        str(standin.cuda),
+        "--",
+        str(exe),
+        "1500",
+        env=standin.env(cudaStreamSynchronize="2ms:sleep"),
+    )
     assert p.returncode == 0, p.stderr
     interval_lines = [line for line in p.stderr.splitlines() if line.startswith("[") and "events (" in line]
     assert interval_lines, p.stderr
@@ -161,9 +182,19 @@ def test_json_trace_streams_only_json_objects_on_stdout(
     exe = build_workload("cuda_calls.c")
     db = tmp_path / "json.db"
     p = run_gpuscope(
-        "trace", "--json", "--db", str(db), "--lib", str(standin.cudart), "--lib", str(standin.cuda), "--",
-        str(exe), "1500", env=standin.env(cudaStreamSynchronize="2ms:sleep"),
-    )  # fmt: skip
+        "trace",
+        "--json",
+        "--db",
+        str(db),
+        "--lib",
+        str(standin.cudart),
+        "--lib",
+        str(standin.cuda),
+        "--",
+        str(exe),
+        "1500",
+        env=standin.env(cudaStreamSynchronize="2ms:sleep"),
+    )
     assert p.returncode == 0, p.stderr
     # the workload's own output shares stdout; everything gpuscope writes there is JSON
     objects = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
@@ -173,6 +204,11 @@ def test_json_trace_streams_only_json_objects_on_stdout(
     last = intervals[-1]
     launches = next(op for op in last["ops"] if op["op"] == "cudaLaunchKernel")
     assert (launches["layer"], launches["count"]) == ("cuda", 1_500)
-    assert objects[-1] == {"type": "end", "events": last["events"], "dropped": 0, "db": str(db),
-                           "session": objects[-1]["session"]}  # fmt: skip
+    assert objects[-1] == {
+        "type": "end",
+        "events": last["events"],
+        "dropped": 0,
+        "db": str(db),
+        "session": objects[-1]["session"],
+    }
     assert EXPLAIN_NEXT in p.stderr

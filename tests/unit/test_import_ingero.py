@@ -14,13 +14,9 @@ from gpuscope.errors import UsageError
 from gpuscope.importers import import_file
 from gpuscope.recording.merge import merge_recordings as merge_files
 from gpuscope.store.connect import connect_reader
+from tests.shared_fixtures import INGERO_NODE_FILES, ingero_fixture
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "ingero"
-NODE_FILES = ["sample-gpu-node-01.db", "sample-gpu-node-02.db"]
-
-needs_fixtures = pytest.mark.skipif(
-    not all((FIXTURES / f).is_file() for f in NODE_FILES), reason=f"Ingero sample databases not found in {FIXTURES}"
-)
+NODE_FILES = list(INGERO_NODE_FILES)
 
 
 @pytest.fixture
@@ -29,7 +25,7 @@ def ingero(tmp_path: Path) -> dict[str, Path]:
     out = {}
     for name in NODE_FILES:
         out[name] = tmp_path / name
-        shutil.copyfile(FIXTURES / name, out[name])
+        shutil.copyfile(ingero_fixture(name), out[name])
         out[name].chmod(0o444)
     return out
 
@@ -45,7 +41,6 @@ def _source_counts(path: Path) -> dict[str, object]:
     }
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", NODE_FILES)
 def test_every_event_stack_and_chain_of_a_fixture_is_accounted_for(
     tmp_path: Path, ingero: dict[str, Path], name: str
@@ -69,7 +64,6 @@ def test_every_event_stack_and_chain_of_a_fixture_is_accounted_for(
     assert conn.execute("SELECT count(*) FROM imported_snapshots").fetchone()[0] == src["snapshots"]
 
 
-@needs_fixtures
 def test_ingero_ops_map_onto_ours_by_name(tmp_path: Path, ingero: dict[str, Path]) -> None:
     import_file(ingero["sample-gpu-node-01.db"], tmp_path / "a.db")
     import_file(ingero["sample-gpu-node-02.db"], tmp_path / "b.db")
@@ -81,7 +75,6 @@ def test_ingero_ops_map_onto_ours_by_name(tmp_path: Path, ingero: dict[str, Path
     assert writes.fetchone()[0] == 3
 
 
-@needs_fixtures
 def test_wall_clock_times_reproduce_ingero_timestamps(tmp_path: Path, ingero: dict[str, Path]) -> None:
     src = ingero["sample-gpu-node-02.db"]
     import_file(src, tmp_path / "ours.db")
@@ -97,7 +90,6 @@ def test_wall_clock_times_reproduce_ingero_timestamps(tmp_path: Path, ingero: di
         assert wall_ns + (duration_ns if end_stamped else 0) == theirs[source_id]
 
 
-@needs_fixtures
 def test_causal_chains_are_kept_with_node_namespaced_ids(tmp_path: Path, ingero: dict[str, Path]) -> None:
     import_file(ingero["sample-gpu-node-01.db"], tmp_path / "ours.db")
     conn = connect_reader(tmp_path / "ours.db")
@@ -106,7 +98,6 @@ def test_causal_chains_are_kept_with_node_namespaced_ids(tmp_path: Path, ingero:
     assert all(r[0].startswith("gpu-node-01:") for r in rows)
 
 
-@needs_fixtures
 def test_queries_over_our_views_work_on_an_imported_file(tmp_path: Path, ingero: dict[str, Path]) -> None:
     import_file(ingero["sample-gpu-node-02.db"], tmp_path / "ours.db")
     conn = connect_reader(tmp_path / "ours.db")
@@ -117,7 +108,6 @@ def test_queries_over_our_views_work_on_an_imported_file(tmp_path: Path, ingero:
     assert conn.execute("SELECT count(DISTINCT event_id) FROM events").fetchone()[0] == 200
 
 
-@needs_fixtures
 def test_merge_accepts_ingero_files_and_imports_them_on_the_fly(tmp_path: Path, ingero: dict[str, Path]) -> None:
     files = list(ingero.values())
     report = merge_files(files, tmp_path / "cluster.db")

@@ -13,6 +13,7 @@ from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.model.ops import Op
 from gpuscope.recording import open_recording
 from gpuscope.store.connect import connect_reader, connect_writer
+from tests.shared_fixtures import ingero_fixture
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
 
@@ -131,9 +132,7 @@ def test_an_ingero_database_is_read_through_a_cached_conversion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a database recorded by the reference system
-    src = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "ingero" / "sample-gpu-node-02.db"
-    if not src.is_file():
-        pytest.skip("reference fixtures not present")
+    src = ingero_fixture("sample-gpu-node-02.db")
     ingero = tmp_path / "ingero.db"
     ingero.write_bytes(src.read_bytes())
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -159,8 +159,12 @@ def test_json_view_writes_one_parseable_object_per_interval() -> None:
     assert first["type"] == "interval"
     assert first["events"] == snap.events
     assert first["system"] == {
-        "cpu_pct": 47.0, "mem_pct": 72.0, "mem_available_bytes": 11 << 30, "load1": 3.2, "swap_used_bytes": 0,
-    }  # fmt: skip
+        "cpu_pct": 47.0,
+        "mem_pct": 72.0,
+        "mem_available_bytes": 11 << 30,
+        "load1": 3.2,
+        "swap_used_bytes": 0,
+    }
     sync = next(op for op in first["ops"] if op["op"] == "cudaStreamSynchronize")
     assert sync["layer"] == "cuda"
     assert sync["flags"] == ["p99"]

@@ -33,8 +33,12 @@ def main() -> None:
     for f in (lib.cudaMalloc, lib.cudaLaunchKernel, lib.cudaStreamSynchronize, lib.cudaDeviceSynchronize):
         f.restype = ctypes.c_int
     tids: list[int] = []
-    rets: dict[str, set[int]] = {"cudaMalloc": set(), "cudaLaunchKernel": set(),
-                                 "cudaStreamSynchronize": set(), "cudaDeviceSynchronize": set()}  # fmt: skip
+    rets: dict[str, set[int]] = {
+        "cudaMalloc": set(),
+        "cudaLaunchKernel": set(),
+        "cudaStreamSynchronize": set(),
+        "cudaDeviceSynchronize": set(),
+    }
     lock = threading.Lock()
 
     def work() -> None:

@@ -133,9 +133,13 @@ def cgroup_id_of(hierarchy: str, path: str, root: str | None = None) -> int | No
 def parse_cgroup_path(path: str) -> dict[str, str | None]:
     """Container, pod, Slurm and ECS identity encoded in a cgroup path."""
     info: dict[str, str | None] = {
-        "container_id": None, "runtime": None, "pod_uid": None,
-        "slurm_job_id": None, "slurm_step_id": None, "ecs_task_id": None,
-    }  # fmt: skip
+        "container_id": None,
+        "runtime": None,
+        "pod_uid": None,
+        "slurm_job_id": None,
+        "slurm_step_id": None,
+        "ecs_task_id": None,
+    }
     for runtime, pat in _CONTAINER_PATTERNS:
         m = pat.search(path)
         if m:
@@ -224,6 +228,15 @@ class CgroupResolver:
             return None
         f = parse_cgroup_path(path)
         return CgroupInfo(
-            cgroup_id, hierarchy, path, f["container_id"], f["runtime"], f["pod_uid"], None, None,
-            f["slurm_job_id"], f["slurm_step_id"], f["ecs_task_id"],
-        )  # fmt: skip
+            cgroup_id,
+            hierarchy,
+            path,
+            f["container_id"],
+            f["runtime"],
+            f["pod_uid"],
+            None,
+            None,
+            f["slurm_job_id"],
+            f["slurm_step_id"],
+            f["ecs_task_id"],
+        )

@@ -53,8 +53,12 @@ def check_kernel() -> CheckResult:
 
 def check_btf() -> CheckResult:
     f = features.probe_btf()
-    return CheckResult("BTF", Status.OK if f.available else Status.FAIL, f.detail,
-                       "" if f.available else "use a kernel built with CONFIG_DEBUG_INFO_BTF=y")  # fmt: skip
+    return CheckResult(
+        "BTF",
+        Status.OK if f.available else Status.FAIL,
+        f.detail,
+        "" if f.available else "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
+    )
 
 
 def check_libbpf() -> CheckResult:
@@ -73,8 +77,9 @@ def check_bpf_load() -> CheckResult:
     f = features.probe_bpf_load()
     if f.available:
         return CheckResult("BPF capability", Status.OK, f.detail)
-    return CheckResult("BPF capability", Status.FAIL, f.detail,
-                       "run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN")  # fmt: skip
+    return CheckResult(
+        "BPF capability", Status.FAIL, f.detail, "run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN"
+    )
 
 
 def check_probes() -> CheckResult:
@@ -95,17 +100,23 @@ def check_uprobe_multi() -> CheckResult:
     if f.available:
         return CheckResult("uprobe_multi", Status.OK, f.detail)
     return CheckResult(
-        "uprobe_multi", Status.WARN, f"unavailable ({f.detail}): falling back to classic uprobes",
+        "uprobe_multi",
+        Status.WARN,
+        f"unavailable ({f.detail}): falling back to classic uprobes",
         "classic uprobes take ~0.1 s each to detach; Linux 6.6+ attaches all symbols at once",
-    )  # fmt: skip
+    )
 
 
 def check_tracefs() -> CheckResult:
     for p in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
         if os.path.exists(os.path.join(p, "events")):
             return CheckResult("tracefs", Status.OK, p)
-    return CheckResult("tracefs", Status.INFO, "not mounted (not needed: BTF tracepoints and uprobe links do without)",
-                       "mount -t tracefs nodev /sys/kernel/tracing  # for bpftrace cross-checks")  # fmt: skip
+    return CheckResult(
+        "tracefs",
+        Status.INFO,
+        "not mounted (not needed: BTF tracepoints and uprobe links do without)",
+        "mount -t tracefs nodev /sys/kernel/tracing  # for bpftrace cross-checks",
+    )
 
 
 def check_cuda_libraries() -> list[CheckResult]:
@@ -113,8 +124,14 @@ def check_cuda_libraries() -> list[CheckResult]:
     d.scan_system()
     d.scan_all_processes()
     if not d.libraries:
-        return [CheckResult("CUDA libraries", Status.WARN, "no libcudart / libcuda found",
-                            "install the CUDA runtime, or pass --lib PATH to `gpuscope trace`")]  # fmt: skip
+        return [
+            CheckResult(
+                "CUDA libraries",
+                Status.WARN,
+                "no libcudart / libcuda found",
+                "install the CUDA runtime, or pass --lib PATH to `gpuscope trace`",
+            )
+        ]
     return [
         CheckResult(f"CUDA {lib.kind}", Status.OK, f"{lib.path} {lib.version} ({lib.found_via})") for lib in d.libraries
     ]
@@ -131,8 +148,13 @@ def check_gpu() -> CheckResult:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10, check=False).stdout.strip()  # fmt: skip
+            out = subprocess.run(
+                [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
             if out:
                 return CheckResult("NVIDIA GPU", Status.OK, out.replace("\n", "; "))
         except (OSError, subprocess.TimeoutExpired):
@@ -147,8 +169,12 @@ def check_ptrace_scope() -> CheckResult:
     except (OSError, ValueError):
         return CheckResult("ptrace_scope", Status.INFO, "yama not present")
     if v >= 3:
-        return CheckResult("ptrace_scope", Status.WARN, f"{v}: Python frames cannot be read from other processes",
-                           "sysctl kernel.yama.ptrace_scope=1")  # fmt: skip
+        return CheckResult(
+            "ptrace_scope",
+            Status.WARN,
+            f"{v}: Python frames cannot be read from other processes",
+            "sysctl kernel.yama.ptrace_scope=1",
+        )
     return CheckResult("ptrace_scope", Status.OK, str(v))
 
 

@@ -42,9 +42,13 @@ def overlap_ns(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_en
 
 
 def overlap_by_key(
-    q_key: np.ndarray, q_start: np.ndarray, q_end: np.ndarray,
-    i_key: np.ndarray, i_start: np.ndarray, i_end: np.ndarray,
-) -> np.ndarray:  # fmt: skip
+    q_key: np.ndarray,
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    i_key: np.ndarray,
+    i_start: np.ndarray,
+    i_end: np.ndarray,
+) -> np.ndarray:
     """Like ``overlap_ns`` but only between queries and intervals with the same key (tid, pid).
 
     One vectorised pass per distinct key (threads or processes, not events).

@@ -119,8 +119,11 @@ class AuxReader:
                 continue
             hdr = np.frombuffer(body, dtype=AUX_HEADER_DTYPE, count=1)[0]
             n = min(int(hdr["len"]), len(body) - hsize)
-            out.append(AuxRecord(int(hdr["ts_ns"]), int(hdr["pid"]), int(hdr["tid"]), int(hdr["kind"]),
-                                 body[hsize : hsize + n]))  # fmt: skip
+            out.append(
+                AuxRecord(
+                    int(hdr["ts_ns"]), int(hdr["pid"]), int(hdr["tid"]), int(hdr["kind"]), body[hsize : hsize + n]
+                )
+            )
         return out
 
 

@@ -81,15 +81,35 @@ def unpack_dim(packed: int) -> tuple[int, int, int]:
 # Stack records on the `stack_events` ring (struct gs_stack_header, then
 # n_native gs_native_frame, then n_py gs_py_frame).
 STACK_HEADER_DTYPE = np.dtype(
-    [("ts_ns", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("op", "<u2"), ("py_status", "<u2"), ("n_native", "<u2"),
-     ("n_py", "<u2"), ("ret_ip", "<u8"), ("ret_ino", "<u8"), ("ret_off", "<u8")]
-)  # fmt: skip
+    [
+        ("ts_ns", "<u8"),
+        ("pid", "<u4"),
+        ("tid", "<u4"),
+        ("op", "<u2"),
+        ("py_status", "<u2"),
+        ("n_native", "<u2"),
+        ("n_py", "<u2"),
+        ("ret_ip", "<u8"),
+        ("ret_ino", "<u8"),
+        ("ret_off", "<u8"),
+    ]
+)
 NATIVE_FRAME_DTYPE = np.dtype([("status", "<i4"), ("build_id", "S20"), ("offset_or_ip", "<u8")])
 PY_FRAME_DTYPE = np.dtype([("code", "<u8"), ("instr", "<u8")])
 PY_OFFSETS_FIELDS = (
-    "interp_head", "threads_head", "tstate_next", "tstate_tid", "tstate_frame", "cframe_frame", "frame_code",
-    "frame_previous", "frame_instr", "tid_is_pthread", "instr_is_int", "_pad",
-)  # fmt: skip
+    "interp_head",
+    "threads_head",
+    "tstate_next",
+    "tstate_tid",
+    "tstate_frame",
+    "cframe_frame",
+    "frame_code",
+    "frame_previous",
+    "frame_instr",
+    "tid_is_pthread",
+    "instr_is_int",
+    "_pad",
+)
 STACK_MAX_NATIVE = 32
 STACK_MAX_PY = 32
 

@@ -10,5 +10,14 @@ from gpuscope.demo import scenarios as _builtin  # noqa: F401 - registers the bu
 from gpuscope.demo.runner import DemoMode, DemoResult, DemoRunner, default_db, ebpf_usable
 from gpuscope.demo.scenario import REGISTRY, Scenario, ScenarioRegistry, register
 
-__all__ = ["REGISTRY", "DemoMode", "DemoResult", "DemoRunner", "Scenario", "ScenarioRegistry", "default_db",
-           "ebpf_usable", "register"]  # fmt: skip
+__all__ = [
+    "REGISTRY",
+    "DemoMode",
+    "DemoResult",
+    "DemoRunner",
+    "Scenario",
+    "ScenarioRegistry",
+    "default_db",
+    "ebpf_usable",
+    "register",
+]

@@ -34,8 +34,13 @@ def detect_gpu() -> GpuInfo | None:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10, check=False)  # fmt: skip
+            out = subprocess.run(
+                [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             out = None
         if out is not None and out.returncode == 0 and out.stdout.strip():
@@ -53,8 +58,13 @@ def detect_gpu() -> GpuInfo | None:
 def torch_cuda(python: str = sys.executable) -> str | None:
     """Why PyTorch cannot use the GPU from ``python``, or None when it can."""
     try:
-        p = subprocess.run([python, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"],
-                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        p = subprocess.run(
+            [python, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot run {python}: {exc}"
     if p.returncode == 3:

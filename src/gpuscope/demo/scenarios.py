@@ -31,12 +31,19 @@ def _n(n: int, scale: float, minimum: int) -> int:
 
 
 def _launch(t: Thread, rng: np.random.Generator, k: int = 0, mean_ns: float = 14 * US) -> None:
-    t.call(Op.cudaLaunchKernel, _j(rng, mean_ns, 0.2), handle=KERNEL_BASE + 0x40 * k, stream=STREAM,
-           arg0=64 | 1 << 32 | 1 << 48, arg1=128 | 1 << 32 | 1 << 48)  # fmt: skip
+    t.call(
+        Op.cudaLaunchKernel,
+        _j(rng, mean_ns, 0.2),
+        handle=KERNEL_BASE + 0x40 * k,
+        stream=STREAM,
+        arg0=64 | 1 << 32 | 1 << 48,
+        arg1=128 | 1 << 32 | 1 << 48,
+    )
 
 
-def _preempt_within(t: Thread, rng: np.random.Generator, start: int, dur: int, off_ns: int, by: list[Process],
-                    slice_ns: int = 2_100_000) -> None:  # fmt: skip
+def _preempt_within(
+    t: Thread, rng: np.random.Generator, start: int, dur: int, off_ns: int, by: list[Process], slice_ns: int = 2_100_000
+) -> None:
     """Spread ``off_ns`` of preemption by ``by`` over the call [start, start + dur)."""
     k = max(1, round(off_ns / slice_ns))
     w = rng.uniform(0.7, 1.3, k)
@@ -98,8 +105,12 @@ def incident_synthetic(rec: SyntheticRecording, scale: float) -> None:
 
 def incident_live(run: LiveRun, scale: float) -> None:
     total_ms = int(11_000 * scale)
-    trainer = run.workload("steady", total_ms, latency={"cudaStreamSynchronize": "2ms", "cudaMemcpy": "300us",
-                                                        "cudaLaunchKernel": "20us"}, cpu=0)  # fmt: skip
+    trainer = run.workload(
+        "steady",
+        total_ms,
+        latency={"cudaStreamSynchronize": "2ms", "cudaMemcpy": "300us", "cudaLaunchKernel": "20us"},
+        cpu=0,
+    )
     run.wait(total_ms * 0.27 / 1000, "baseline: training alone")
     with run.hogs(7, cpu=0):
         run.wait(total_ms * 0.45 / 1000, "CPU storm: 7 hogs on the trainer's core")
@@ -149,9 +160,12 @@ def memcpy_synthetic(rec: SyntheticRecording, scale: float) -> None:
 
 def memcpy_live(run: LiveRun, scale: float) -> None:
     # Under 1,000 copies: explain reads larger high-rate groups thinned to their slow calls (see docs/demo.md).
-    w = run.workload("memcpy", _n(480, scale, 300),
-                     latency={"cudaMemcpy": "650us", "cudaStreamSynchronize": "1ms", "cudaLaunchKernel": "20us"},
-                     realtime=True)  # fmt: skip
+    w = run.workload(
+        "memcpy",
+        _n(480, scale, 300),
+        latency={"cudaMemcpy": "650us", "cudaStreamSynchronize": "1ms", "cudaLaunchKernel": "20us"},
+        realtime=True,
+    )
     run.join([w], "copies in, compute, copies out")
 
 
@@ -164,8 +178,12 @@ def spikes_synthetic(rec: SyntheticRecording, scale: float) -> None:
     t = p.threads[0]
     for i in range(_n(1200, scale, 700)):
         spike = i % 200 == 100  # the caching allocator gave its blocks back: cudaMalloc goes to the driver
-        t.call(Op.cudaMalloc, _j(rng, 5 * MS if spike else 100 * US, 0.1), nbytes=16 << 20,
-               handle=0x7F40_0000_0000 + (i % 64) * (16 << 20))  # fmt: skip
+        t.call(
+            Op.cudaMalloc,
+            _j(rng, 5 * MS if spike else 100 * US, 0.1),
+            nbytes=16 << 20,
+            handle=0x7F40_0000_0000 + (i % 64) * (16 << 20),
+        )
         _launch(t, rng, 0)
         _launch(t, rng, 1)
         t.call(Op.cudaStreamSynchronize, _j(rng, 300 * US, 0.15), stream=STREAM)
@@ -174,8 +192,12 @@ def spikes_synthetic(rec: SyntheticRecording, scale: float) -> None:
 
 
 def spikes_live(run: LiveRun, scale: float) -> None:
-    w = run.workload("spikes", _n(1200, scale, 700), latency={"cudaStreamSynchronize": "300us",
-                                                              "cudaLaunchKernel": "20us"}, realtime=True)  # fmt: skip
+    w = run.workload(
+        "spikes",
+        _n(1200, scale, 700),
+        latency={"cudaStreamSynchronize": "300us", "cudaLaunchKernel": "20us"},
+        realtime=True,
+    )
     run.join([w], "allocating every step")
 
 
@@ -202,8 +224,12 @@ def contention_synthetic(rec: SyntheticRecording, scale: float) -> None:
 
 def contention_live(run: LiveRun, scale: float) -> None:
     total_ms = int(8000 * scale)
-    trainer = run.workload("steady", total_ms, latency={"cudaStreamSynchronize": "10ms", "cudaMemcpy": "300us",
-                                                        "cudaLaunchKernel": "15us"}, cpu=0)  # fmt: skip
+    trainer = run.workload(
+        "steady",
+        total_ms,
+        latency={"cudaStreamSynchronize": "10ms", "cudaMemcpy": "300us", "cudaLaunchKernel": "15us"},
+        cpu=0,
+    )
     run.wait(total_ms * 0.2 / 1000, "training alone")
     with run.hogs(2, cpu=0, busy_us=8000, idle_us=8000):
         run.wait(total_ms * 0.6 / 1000, "two bursty neighbours share the core")
@@ -217,8 +243,10 @@ def steal_synthetic(rec: SyntheticRecording, scale: float) -> None:
     """Three jobs time-slice one GPU: each step needs 3 ms of GPU time, shared equally among waiters."""
     rng = np.random.default_rng(6)
     span = int(6e9 * scale)
-    jobs = [(rec.process(pid, comm, f"python3 {comm}.py", start_ns=rec.start_ns + offset), offset)
-            for pid, comm, offset in ((9101, "job-a", 0), (9102, "job-b", span // 3), (9103, "job-c", span // 2))]  # fmt: skip
+    jobs = [
+        (rec.process(pid, comm, f"python3 {comm}.py", start_ns=rec.start_ns + offset), offset)
+        for pid, comm, offset in ((9101, "job-a", 0), (9102, "job-b", span // 3), (9103, "job-c", span // 2))
+    ]
     dt = 50 * US
     # per job: state ("cpu", until) or ("gpu", remaining work, sync start); discrete time steps
     state: list[list[int]] = []
@@ -333,10 +361,18 @@ register(
         "cpu_contention.py",
     )
 )
-register(Scenario(
-    "gpu-steal", "several processes time-slicing one GPU",
-    "job-a runs alone, then job-b and job-c start on the same GPU. The GPU time-slices between them and "
-    "job-a's waits grow 2–3×. explain attributes the slowdown to the other processes' GPU work and suggests "
-    "separate GPUs, MPS or MIG.",
-    "gpu-contention", steal_synthetic, steal_live, 8.0, "gpu_steal.py", ("gpu-contention", "contention"),
-))  # fmt: skip
+register(
+    Scenario(
+        "gpu-steal",
+        "several processes time-slicing one GPU",
+        "job-a runs alone, then job-b and job-c start on the same GPU. The GPU time-slices between them and "
+        "job-a's waits grow 2–3×. explain attributes the slowdown to the other processes' GPU work and suggests "
+        "separate GPUs, MPS or MIG.",
+        "gpu-contention",
+        steal_synthetic,
+        steal_live,
+        8.0,
+        "gpu_steal.py",
+        ("gpu-contention", "contention"),
+    )
+)

@@ -24,23 +24,61 @@ READ_ONLY_PRAGMAS_WITH_ARG = frozenset(
 )
 READ_ONLY_PRAGMAS = READ_ONLY_PRAGMAS_WITH_ARG | frozenset(
     {
-        "database_list", "collation_list", "function_list", "pragma_list", "compile_options", "user_version",
-        "schema_version", "application_id", "page_count", "page_size", "freelist_count", "encoding", "query_only",
+        "database_list",
+        "collation_list",
+        "function_list",
+        "pragma_list",
+        "compile_options",
+        "user_version",
+        "schema_version",
+        "application_id",
+        "page_count",
+        "page_size",
+        "freelist_count",
+        "encoding",
+        "query_only",
     }
-)  # fmt: skip
+)
 
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION})
 _RECURSIVE = getattr(sqlite3, "SQLITE_RECURSIVE", 33)
 
 # Authorizer action codes (sqlite3.h), for the one-line refusal message.
 _ACTION_NAMES = {
-    1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE", 5: "CREATE TEMP TRIGGER",
-    6: "CREATE TEMP VIEW", 7: "CREATE TRIGGER", 8: "CREATE VIEW", 9: "DELETE", 10: "DROP INDEX", 11: "DROP TABLE",
-    12: "DROP TEMP INDEX", 13: "DROP TEMP TABLE", 14: "DROP TEMP TRIGGER", 15: "DROP TEMP VIEW", 16: "DROP TRIGGER",
-    17: "DROP VIEW", 18: "INSERT", 19: "PRAGMA", 20: "READ", 21: "SELECT", 22: "TRANSACTION", 23: "UPDATE",
-    24: "ATTACH", 25: "DETACH", 26: "ALTER TABLE", 27: "REINDEX", 28: "ANALYZE", 29: "CREATE VTABLE",
-    30: "DROP VTABLE", 31: "FUNCTION", 32: "SAVEPOINT", 33: "RECURSIVE",
-}  # fmt: skip
+    1: "CREATE INDEX",
+    2: "CREATE TABLE",
+    3: "CREATE TEMP INDEX",
+    4: "CREATE TEMP TABLE",
+    5: "CREATE TEMP TRIGGER",
+    6: "CREATE TEMP VIEW",
+    7: "CREATE TRIGGER",
+    8: "CREATE VIEW",
+    9: "DELETE",
+    10: "DROP INDEX",
+    11: "DROP TABLE",
+    12: "DROP TEMP INDEX",
+    13: "DROP TEMP TABLE",
+    14: "DROP TEMP TRIGGER",
+    15: "DROP TEMP VIEW",
+    16: "DROP TRIGGER",
+    17: "DROP VIEW",
+    18: "INSERT",
+    19: "PRAGMA",
+    20: "READ",
+    21: "SELECT",
+    22: "TRANSACTION",
+    23: "UPDATE",
+    24: "ATTACH",
+    25: "DETACH",
+    26: "ALTER TABLE",
+    27: "REINDEX",
+    28: "ANALYZE",
+    29: "CREATE VTABLE",
+    30: "DROP VTABLE",
+    31: "FUNCTION",
+    32: "SAVEPOINT",
+    33: "RECURSIVE",
+}
 
 
 class QueryRefusedError(GpuscopeError):

@@ -15,15 +15,19 @@ if TYPE_CHECKING:
 def _stats_table(rows: tuple[OpStats, ...] | list[OpStats], limit: int = 12) -> list[str]:
     out = [f"  {'op':<24} {'count':>9} {'p50':>10} {'p95':>10} {'p99':>10} {'max':>10} {'time':>6}"]
     for s in list(rows)[:limit]:
-        out.append(f"  {s.op:<24} {s.count:>9,} {fmt_ns(s.p50_ns):>10} {fmt_ns(s.p95_ns):>10} "
-                   f"{fmt_ns(s.p99_ns):>10} {fmt_ns(s.max_ns):>10} {s.time_share:>6.1%}")  # fmt: skip
+        out.append(
+            f"  {s.op:<24} {s.count:>9,} {fmt_ns(s.p50_ns):>10} {fmt_ns(s.p95_ns):>10} "
+            f"{fmt_ns(s.p99_ns):>10} {fmt_ns(s.max_ns):>10} {s.time_share:>6.1%}"
+        )
     return out
 
 
 def render_report(report: Report, per_process: bool = False) -> str:
     w = report.window
-    lines = [f"Window: {fmt_ns(w.length_ns)} ({w.events:,} events) ending "
-             f"{fmt_ns(w.recording_end_ns - w.end_ns)} before the end of the recording"]  # fmt: skip
+    lines = [
+        f"Window: {fmt_ns(w.length_ns)} ({w.events:,} events) ending "
+        f"{fmt_ns(w.recording_end_ns - w.end_ns)} before the end of the recording"
+    ]
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     if report.findings:
         summary = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items(), reverse=True) if n)
@@ -35,8 +39,10 @@ def render_report(report: Report, per_process: bool = False) -> str:
         lines.append(f"{i}. [{f.severity.name}] {f.kind}: {f.symptom.summary}")
         s = f.symptom
         if s.op:
-            lines.append(f"   symptom: {s.op} x{s.count:,}  p50 {fmt_ns(s.p50_ns)}  p99 {fmt_ns(s.p99_ns)}  "
-                         f"max {fmt_ns(s.max_ns)}")  # fmt: skip
+            lines.append(
+                f"   symptom: {s.op} x{s.count:,}  p50 {fmt_ns(s.p50_ns)}  p99 {fmt_ns(s.p99_ns)}  "
+                f"max {fmt_ns(s.max_ns)}"
+            )
         if s.extra.get("call_sites"):
             lines.append(f"   where: {s.extra['call_sites']}")
         for c in f.causes:

@@ -36,8 +36,16 @@ class Frame:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Frame:
-        return cls(str(d.get("kind", "native")), d.get("function"), d.get("module"), d.get("offset"), d.get("file"),
-                   d.get("line"), d.get("address"), d.get("marker"))  # fmt: skip
+        return cls(
+            str(d.get("kind", "native")),
+            d.get("function"),
+            d.get("module"),
+            d.get("offset"),
+            d.get("file"),
+            d.get("line"),
+            d.get("address"),
+            d.get("marker"),
+        )
 
     def render(self) -> str:
         if self.kind == "python":

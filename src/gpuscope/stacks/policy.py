@@ -18,8 +18,9 @@ DEFAULT_LAUNCH_EVERY = 64
 _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
-def stack_policy(launch_every: int = DEFAULT_LAUNCH_EVERY, overrides: dict[str, int] | None = None
-                 ) -> tuple[tuple[int, int], ...]:  # fmt: skip
+def stack_policy(
+    launch_every: int = DEFAULT_LAUNCH_EVERY, overrides: dict[str, int] | None = None
+) -> tuple[tuple[int, int], ...]:
     """(op id, every) for every CUDA, driver and NCCL op."""
     out: dict[int, int] = {}
     for op in Op:

@@ -57,10 +57,20 @@ class PyLayout:
     def pack(self) -> bytes:
         """struct gs_py_offsets."""
         return struct.pack(
-            "<IIIIIiIIIIII", self.interp_head, self.threads_head, self.tstate_next, self.tstate_tid,
-            self.tstate_frame, self.cframe_frame, self.frame_code, self.frame_previous, self.frame_instr,
-            int(self.tid_is_pthread), int(self.instr_is_int), 0,
-        )  # fmt: skip
+            "<IIIIIiIIIIII",
+            self.interp_head,
+            self.threads_head,
+            self.tstate_next,
+            self.tstate_tid,
+            self.tstate_frame,
+            self.cframe_frame,
+            self.frame_code,
+            self.frame_previous,
+            self.frame_instr,
+            int(self.tid_is_pthread),
+            int(self.instr_is_int),
+            0,
+        )
 
 
 # offsetof() against each version's headers (pyenv 3.10.13, 3.11.7, 3.12.1, 3.13.0).
@@ -178,10 +188,23 @@ def debug_offsets(pid: int, runtime: int, minor: int) -> PyLayout | None:
         return None
     base = LAYOUTS.get(minor) or LAYOUTS[13]
     return replace(
-        base, minor=minor, interp_head=a[5], threads_head=a[9], tstate_next=a[21], tstate_tid=a[25],
-        tstate_frame=a[23], cframe_frame=-1, frame_previous=a[29], frame_code=a[30], frame_instr=a[31],
-        co_filename=a[35], co_qualname=a[37], co_linetable=a[38], co_firstlineno=a[39], co_code_adaptive=a[43],
-    )  # fmt: skip
+        base,
+        minor=minor,
+        interp_head=a[5],
+        threads_head=a[9],
+        tstate_next=a[21],
+        tstate_tid=a[25],
+        tstate_frame=a[23],
+        cframe_frame=-1,
+        frame_previous=a[29],
+        frame_code=a[30],
+        frame_instr=a[31],
+        co_filename=a[35],
+        co_qualname=a[37],
+        co_linetable=a[38],
+        co_firstlineno=a[39],
+        co_code_adaptive=a[43],
+    )
 
 
 def sanity_check(interp: Interpreter) -> bool:

@@ -46,10 +46,9 @@ def decode(body: bytes) -> RawStack | None:
     py = np.frombuffer(body, dtype=PY_FRAME_DTYPE, count=npy, offset=end_native)
     native = tuple(
         NativeFrame(int(s), bytes(b).hex() if s == 1 else "", int(v))
-        for s, b, v in zip(nat["status"].tolist(), nat["build_id"].tolist(), nat["offset_or_ip"].tolist(),
-                           strict=True)
+        for s, b, v in zip(nat["status"].tolist(), nat["build_id"].tolist(), nat["offset_or_ip"].tolist(), strict=True)
         if s in (1, 2)
-    )  # fmt: skip
+    )
     try:
         status = PyStatus(int(h["py_status"]))
     except ValueError:
@@ -58,7 +57,17 @@ def decode(body: bytes) -> RawStack | None:
     # The stack window is whatever follows the frames (absent when scanning is off).
     window = np.frombuffer(body, dtype="<u8", count=(len(body) - end_py) // 8, offset=end_py)
     key = body[8:12] + body[16:end_py]  # pid + op + frames: not the time, not the thread
-    return RawStack(int(h["ts_ns"]), int(h["pid"]), int(h["tid"]), int(h["op"]), status, native,
-                    int(h["ret_ip"]), int(h["ret_ino"]), int(h["ret_off"]),
-                    tuple(zip(py["code"].tolist(), py["instr"].tolist(), strict=True)), key,
-                    tuple(window.tolist()))  # fmt: skip
+    return RawStack(
+        int(h["ts_ns"]),
+        int(h["pid"]),
+        int(h["tid"]),
+        int(h["op"]),
+        status,
+        native,
+        int(h["ret_ip"]),
+        int(h["ret_ino"]),
+        int(h["ret_off"]),
+        tuple(zip(py["code"].tolist(), py["instr"].tolist(), strict=True)),
+        key,
+        tuple(window.tolist()),
+    )

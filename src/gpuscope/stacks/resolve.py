@@ -75,8 +75,13 @@ class StackResolver:
         vaddr = table.offset_to_vaddr(file_offset) if table is not None else None
         return table.lookup(vaddr) if table is not None and vaddr is not None else None
 
-    def _scan_start(self, raw: RawStack, native: list[Frame], ids: list[tuple[str, int] | None],
-                    ret: tuple[Frame, tuple[str, int] | None] | None) -> tuple[int, int, Callee] | None:  # fmt: skip
+    def _scan_start(
+        self,
+        raw: RawStack,
+        native: list[Frame],
+        ids: list[tuple[str, int] | None],
+        ret: tuple[Frame, tuple[str, int] | None] | None,
+    ) -> tuple[int, int, Callee] | None:
         """(frames to keep, first window word to scan, callee) when the frame-pointer walk was short."""
         if len(raw.native) <= 2:
             # No frame pointers: the walk found the probed function and at
@@ -119,8 +124,13 @@ class StackResolver:
 
         return locate
 
-    def _scanned(self, raw: RawStack, native: list[Frame], ids: list[tuple[str, int] | None],
-                 ret: tuple[Frame, tuple[str, int] | None] | None) -> list[Frame]:  # fmt: skip
+    def _scanned(
+        self,
+        raw: RawStack,
+        native: list[Frame],
+        ids: list[tuple[str, int] | None],
+        ret: tuple[Frame, tuple[str, int] | None] | None,
+    ) -> list[Frame]:
         """Frames recovered by scanning the stack window (marked ``scanned``); may trim bogus frames."""
         if not raw.window or not native:
             return []
@@ -128,8 +138,15 @@ class StackResolver:
         if where is None:
             return []
         keep, start, callee = where
-        found = scan(raw.window, start, callee, self._scan_locate(raw, ret), self.code.before, self._function_at,
-                     STACK_MAX_NATIVE - keep)  # fmt: skip
+        found = scan(
+            raw.window,
+            start,
+            callee,
+            self._scan_locate(raw, ret),
+            self.code.before,
+            self._function_at,
+            STACK_MAX_NATIVE - keep,
+        )
         if not found:
             return []
         del native[keep:]
@@ -197,16 +214,22 @@ class StackResolver:
         if ret is not None and native:
             same = len(native) > 1 and (
                 (ids[1] is not None and ids[1] == ret[1])
-                or (native[1].function is not None and (native[1].function, native[1].offset)
-                    == (ret[0].function, ret[0].offset))
-            )  # fmt: skip
+                or (
+                    native[1].function is not None
+                    and (native[1].function, native[1].offset) == (ret[0].function, ret[0].offset)
+                )
+            )
             if not same:
                 native.insert(1, ret[0])
                 ids.insert(1, ret[1])
         native.extend(self._scanned(raw, native, ids, ret))
         names = self.demangler.demangle([f.function for f in native if f.function])
-        native = [Frame(f.kind, names.get(f.function, f.function), f.module, f.offset, f.file, f.line, f.address,
-                        f.marker) if f.function else f for f in native]  # fmt: skip
+        native = [
+            Frame(f.kind, names.get(f.function, f.function), f.module, f.offset, f.file, f.line, f.address, f.marker)
+            if f.function
+            else f
+            for f in native
+        ]
         python = self._python(raw) if raw.py_status == PyStatus.OK and raw.python else []
         marker = _PY_MARKERS.get(raw.py_status)
         frames = _merge(native, python)

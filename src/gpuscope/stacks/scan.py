@@ -18,9 +18,18 @@ from dataclasses import dataclass
 
 # Where a thread's stack starts: nothing above these is a frame of this call.
 BOTTOM_FUNCTIONS = frozenset(
-    {"_start", "__libc_start_main", "__libc_start_main_impl", "start_thread", "clone", "clone3", "__clone",
-     "__clone3", "__libc_start_call_main"}
-)  # fmt: skip
+    {
+        "_start",
+        "__libc_start_main",
+        "__libc_start_main_impl",
+        "start_thread",
+        "clone",
+        "clone3",
+        "__clone",
+        "__clone3",
+        "__libc_start_call_main",
+    }
+)
 # The longest call the decoder knows: notrack + REX + FF + ModRM + SIB + disp32.
 MAX_CALL_BYTES = 9
 _NOTRACK = 0x3E
@@ -100,8 +109,13 @@ class ScannedFrame:
     file_offset: int
 
 
-def is_return_address(path: str, file_offset: int, callee: Callee, code_before: Callable[[str, int], bytes],
-                      function_at: Callable[[str, int], tuple[str, int] | None]) -> bool:  # fmt: skip
+def is_return_address(
+    path: str,
+    file_offset: int,
+    callee: Callee,
+    code_before: Callable[[str, int], bytes],
+    function_at: Callable[[str, int], tuple[str, int] | None],
+) -> bool:
     """Is the code at (path, file_offset) right after a call that could have entered ``callee``?
 
     A direct call must target the start of the callee's function; a direct
@@ -121,9 +135,15 @@ def is_return_address(path: str, file_offset: int, callee: Callee, code_before: 
     return False
 
 
-def scan(window: tuple[int, ...], start: int, callee: Callee, locate: Callable[[int], tuple[str, int] | None],
-         code_before: Callable[[str, int], bytes], function_at: Callable[[str, int], tuple[str, int] | None],
-         limit: int) -> list[ScannedFrame]:  # fmt: skip
+def scan(
+    window: tuple[int, ...],
+    start: int,
+    callee: Callee,
+    locate: Callable[[int], tuple[str, int] | None],
+    code_before: Callable[[str, int], bytes],
+    function_at: Callable[[str, int], tuple[str, int] | None],
+    limit: int,
+) -> list[ScannedFrame]:
     """Return addresses found in ``window[start:]``, outermost last, at most ``limit``.
 
     Args:

@@ -41,8 +41,9 @@ class Segment:
 class SymbolTable:
     """Function symbols of one ELF file, sorted by address."""
 
-    def __init__(self, starts: np.ndarray, sizes: np.ndarray, names: list[str], segments: list[Segment],
-                 stripped: bool) -> None:  # fmt: skip
+    def __init__(
+        self, starts: np.ndarray, sizes: np.ndarray, names: list[str], segments: list[Segment], stripped: bool
+    ) -> None:
         self.starts = starts
         self.sizes = sizes
         self.names = names
@@ -83,8 +84,14 @@ class SymbolTable:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
         seg = np.array([(s.vaddr, s.offset, s.filesz) for s in self.segments], dtype=np.uint64).reshape(-1, 3)
-        np.savez(tmp, starts=self.starts, sizes=self.sizes, names=np.frombuffer("\0".join(self.names).encode(), np.uint8),
-                 segments=seg, stripped=np.array([self.stripped]))  # fmt: skip
+        np.savez(
+            tmp,
+            starts=self.starts,
+            sizes=self.sizes,
+            names=np.frombuffer("\0".join(self.names).encode(), np.uint8),
+            segments=seg,
+            stripped=np.array([self.stripped]),
+        )
         os.replace(tmp, path)
 
     @classmethod
@@ -157,8 +164,9 @@ class Demangler:
         todo = sorted({n for n in names if n.startswith("_Z") and n not in self._cache})
         if todo and self._tool:
             try:
-                out = subprocess.run([self._tool], input="\n".join(todo) + "\n", capture_output=True, text=True,
-                                     timeout=10, check=True).stdout.splitlines()  # fmt: skip
+                out = subprocess.run(
+                    [self._tool], input="\n".join(todo) + "\n", capture_output=True, text=True, timeout=10, check=True
+                ).stdout.splitlines()
             except (OSError, subprocess.SubprocessError):
                 out = []
             if len(out) == len(todo):

@@ -49,10 +49,21 @@ def save_findings(
     try:
         now = time.time_ns()
         rows = [
-            (session_id, window_start_ns, window_end_ns, f.severity.name, f.kind, f.id,
-             json.dumps(f.symptom.as_dict()), json.dumps([c.as_dict() for c in f.causes]), f.fix, f.lost_ns, now)
+            (
+                session_id,
+                window_start_ns,
+                window_end_ns,
+                f.severity.name,
+                f.kind,
+                f.id,
+                json.dumps(f.symptom.as_dict()),
+                json.dumps([c.as_dict() for c in f.causes]),
+                f.fix,
+                f.lost_ns,
+                now,
+            )
             for f in findings
-        ]  # fmt: skip
+        ]
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
             "INSERT INTO findings(session_id, window_start_ns, window_end_ns, severity, kind, finding_id, symptom, "

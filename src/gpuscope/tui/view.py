@@ -119,15 +119,23 @@ def _columns(width: int | None) -> list[str]:
 
 def _cells(r: OpRow, width: int | None) -> list[str]:
     quiet = r.window_count == 0
-    lat = {name: fmt_ns(v) if not quiet and v else _EMPTY
-           for name, v in (("p50", r.p50_ns), ("p95", r.p95_ns), ("p99", r.p99_ns), ("Max", r.max_ns))}  # fmt: skip
+    lat = {
+        name: fmt_ns(v) if not quiet and v else _EMPTY
+        for name, v in (("p50", r.p50_ns), ("p95", r.p95_ns), ("p99", r.p99_ns), ("Max", r.max_ns))
+    }
     if r.layer is Source.HOST:
         share, flags = "", r.note
     else:
         share = f"{r.time_share:.0%}" if r.time_share is not None and not quiet else _EMPTY
         flags = "⚠ " + " ".join(r.flags) if r.flags else ""
-    by_col = {"Op": r.name, "Count": f"{r.count:,}", "Rate/s": fmt_rate(r.rate_per_s), **lat,
-              "Time": share, "Flags": flags}  # fmt: skip
+    by_col = {
+        "Op": r.name,
+        "Count": f"{r.count:,}",
+        "Rate/s": fmt_rate(r.rate_per_s),
+        **lat,
+        "Time": share,
+        "Flags": flags,
+    }
     return [by_col[c] for c in _columns(width)]
 
 
