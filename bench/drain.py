@@ -1,7 +1,7 @@
 """drain: how fast records leave the kernel, to Python and on to SQLite.
 
 A benchmark-only BPF producer (producer.bpf.c, a tracepoint on
-sys_enter_getppid) emits bursts of `struct gs_event` records into a 32 MiB
+sys_enter, filtered to getppid) emits bursts of `struct gs_event` records into a 32 MiB
 ring; bench/gen.c triggers it at a paced rate on one CPU. This process drains
 the ring on the other CPU the way the agent does (RingReader.read, 10 ms
 sleep when empty; records are submitted with BPF_RB_NO_WAKEUP):

@@ -34,7 +34,7 @@ import numpy as np
 
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.ops import Op
-from gpuscope.store.aggregates import INSERT_AGGREGATES, Aggregator
+from gpuscope.store.aggregates import Aggregator, insert_aggregates
 from gpuscope.store.connect import connect_writer
 
 _GEN = f"""
@@ -97,7 +97,7 @@ def _aggregate(conn: sqlite3.Connection, sid: int, n: int) -> None:
         ev["op"] = np.array([int(o) for o in ops], dtype=np.uint16)[k]
         ev["bytes"] = np.select([k == 0, k == 2, k == 8], [1_048_576, 65536, 262_144], 0)
         agg.add(ev, np.ones(len(i), dtype=bool))
-    conn.executemany(INSERT_AGGREGATES, agg.take())
+    insert_aggregates(conn, agg.take())
 
 
 def generate(path: Path, n: int, aggregates: bool = True) -> float:
@@ -132,7 +132,7 @@ _MEASURE = """
 import json, resource, sys, time
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 t0 = time.perf_counter()
-report = explain_db(sys.argv[1], ExplainOptions(store=False))
+report = explain_db(sys.argv[1], ExplainOptions())
 dt = time.perf_counter() - t0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.events,

@@ -26,6 +26,8 @@ from gpuscope.query.engine import GuardedReader, open_reader
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.findings import explain_findings
 from gpuscope.query.output import unique_columns
+from gpuscope.store.events_read import events_statement
+from gpuscope.store.sessions_read import ALL_SESSIONS
 
 FrameKind = Literal["auto", "pandas", "polars", "rows"]
 Rows = list[dict[str, Any]]
@@ -62,8 +64,15 @@ class Trace:
     def _reader(self, event_filter: EventFilter | None = None) -> GuardedReader:
         return open_reader(self.path, event_filter=event_filter, timeout_s=self.timeout_s)
 
-    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, frame: FrameKind | None = None,
-              since: str | float | None = None, pid: int | Sequence[int] | None = None) -> Any:  # fmt: skip
+    def query(
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any] = (),
+        *,
+        frame: FrameKind | None = None,
+        since: str | float | None = None,
+        pid: int | Sequence[int] | None = None,
+    ) -> Any:
         """Run one read-only SQL statement (``?`` or ``:name`` parameters); filters as in ``events``."""
         with self._reader(_filter(since, pid)) as reader:
             result = reader.query(sql, params)
@@ -88,21 +97,12 @@ class Trace:
         ``op``: one op name or several. ``start``/``end``: offsets from the
         recording start (``"90s"``) or ISO 8601 times. ``limit``: at most N rows.
         """
-        where: list[str] = []
-        params: list[Any] = []
+        ops: list[str] | None = None
         if op is not None:
             ops = [op] if isinstance(op, str) else list(op)
-            where.append("op IN (" + ", ".join("?" * len(ops)) + ")")
-            params += ops
-        if source is not None:
-            where.append("source = ?")
-            params.append(source)
-        sql = "SELECT * FROM events" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY ts_ns"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(int(limit))
+        statement = events_statement(ops, source, limit)
         with self._reader(_filter(since, pid, start, end, node)) as reader:
-            result = reader.query(sql, params)
+            result = reader.query(statement.sql, statement.params)
             return to_frame(result.columns, list(result.rows), frame or self.frame)
 
     def explain(self, since: str | float | None = None, pid: int | Sequence[int] | None = None) -> list[Finding]:
@@ -110,8 +110,13 @@ class Trace:
         f = _filter(since, pid)
         return explain_findings(self.path, since_ns=f.since_ns, pids=f.pids)
 
-    def findings(self, since: str | float | None = None, pid: int | Sequence[int] | None = None, *,
-                 frame: FrameKind | None = None) -> Any:  # fmt: skip
+    def findings(
+        self,
+        since: str | float | None = None,
+        pid: int | Sequence[int] | None = None,
+        *,
+        frame: FrameKind | None = None,
+    ) -> Any:
         """``explain()`` flattened to one row per finding (severity, kind, op, pid, p50/p99, lost time, fix)."""
         rows = [finding_row(f) for f in self.explain(since, pid)]
         columns = list(rows[0]) if rows else list(_FINDING_COLUMNS)
@@ -119,18 +124,48 @@ class Trace:
 
     def sessions(self, *, frame: FrameKind | None = None) -> Any:
         """The ``sessions`` table: one row per ``gpuscope trace`` run."""
-        return self.query("SELECT * FROM sessions ORDER BY id", frame=frame)
+        return self.query(ALL_SESSIONS.sql, ALL_SESSIONS.params, frame=frame)
 
 
-_FINDING_COLUMNS = ("id", "severity", "kind", "rule", "summary", "op", "pid", "comm", "count", "p50_ns", "p99_ns",
-                    "lost_ns", "lost_share", "causes", "fix")  # fmt: skip
+_FINDING_COLUMNS = (
+    "id",
+    "severity",
+    "kind",
+    "rule",
+    "summary",
+    "op",
+    "pid",
+    "comm",
+    "count",
+    "p50_ns",
+    "p99_ns",
+    "lost_ns",
+    "lost_share",
+    "causes",
+    "fix",
+)
 
 
 def finding_row(f: Finding) -> dict[str, Any]:
     """One finding as a flat row (``causes`` as the list of cause kinds, strongest first)."""
     s = f.symptom
-    values = (f.id, f.severity.name, f.kind, f.rule, s.summary, s.op, s.pid, s.comm, s.count, s.p50_ns, s.p99_ns,
-              f.lost_ns, round(f.lost_share, 4), ", ".join(c.kind for c in f.causes), f.fix)  # fmt: skip
+    values = (
+        f.id,
+        f.severity.name,
+        f.kind,
+        f.rule,
+        s.summary,
+        s.op,
+        s.pid,
+        s.comm,
+        s.count,
+        s.p50_ns,
+        s.p99_ns,
+        f.lost_ns,
+        round(f.lost_share, 4),
+        ", ".join(c.kind for c in f.causes),
+        f.fix,
+    )
     return dict(zip(_FINDING_COLUMNS, values, strict=True))
 
 

@@ -1,8 +1,12 @@
 """Entry point: an ordered registry of thin subcommands.
 
-Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int``. Errors from the core map to exit codes here; a
-traceback is shown only with ``-vv``.
+Each command module is a ``gpuscope.commands.Command``: ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``. Errors from the core map
+to exit codes here; a traceback is shown only with ``-vv``.
+
+In a pipe whose reader stops early (``gpuscope query ... | head -1``),
+gpuscope stops quietly and exits 141 (128 + SIGPIPE), the status a shell
+reports for ``git log | head`` or ``cat big | head``: nothing on stderr.
 """
 
 from __future__ import annotations
@@ -10,23 +14,51 @@ from __future__ import annotations
 import argparse
 import importlib
 import keyword
+import os
+import signal
 import sqlite3
 import sys
 import traceback
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gpuscope._version import __version__
+from gpuscope.commands import Command
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
 
 COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "demo", "version"]
 
+# The status of a process killed by SIGPIPE, as shells report it.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
-def _load(name: str) -> ModuleType:
-    return importlib.import_module(f"gpuscope.commands.{name}{'_' if keyword.iskeyword(name) else ''}")
+if TYPE_CHECKING:
+    from gpuscope.commands import check, demo, diff, explain, export, import_, merge, query, stacks, trace, version
+
+    # Not run: makes mypy check every command module against the Command protocol.
+    _REGISTERED: tuple[Command, ...] = (
+        trace,
+        explain,
+        stacks,
+        check,
+        query,
+        export,
+        diff,
+        merge,
+        import_,
+        demo,
+        version,
+    )
+
+
+def load_command(name: str) -> Command:
+    """Import the module of command ``name`` (``import`` lives in ``import_``); raises TypeError if it is not a Command."""
+    module = importlib.import_module(f"gpuscope.commands.{name}{'_' if keyword.iskeyword(name) else ''}")
+    if not isinstance(module, Command):
+        raise TypeError(f"{module.__name__} lacks NAME, HELP, add_arguments or run")
+    return module
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser, or with ``only`` just that command's module imported.
+    """Build the full parser, or with ``only`` one that imports just that command's module.
 
     Importing every command pulls in numpy, rich and the analysis code; a
     command line names one command, so start-up imports only that one.
@@ -42,14 +74,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             sub.add_parser(name)
             continue
-        mod = _load(name)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        command = load_command(name)
+        p = sub.add_parser(name, help=command.HELP, description=command.HELP)
+        command.add_arguments(p)
+        p.set_defaults(_run=command.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command line; return the exit status (0 ok, 1 failure, 2 usage, 3 environment, 141 closed pipe)."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            # Output still buffered would otherwise meet a closed pipe at interpreter exit.
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str] | None) -> int:
     words = sys.argv[1:] if argv is None else argv
     only = next((w for w in words if not w.startswith("-")), None)
     parser = build_parser(only if only in COMMANDS else None)
@@ -71,13 +117,23 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # the reader went away: not an error of ours (see main)
     except Exception as exc:  # a bug: still one line, the traceback on request
         if args.verbose >= 2:
             traceback.print_exc()
         print(f"error: internal error: {type(exc).__name__}: {exc} (rerun with -vv for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
-    except BrokenPipeError:
-        return EXIT_FAILURE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush has nowhere to fail (Python's documented way)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # no real file descriptor (an in-process caller's buffer): nothing is flushed at exit
 
 
 def run() -> None:

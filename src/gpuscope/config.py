@@ -2,19 +2,22 @@
 or ``/etc/gpuscope/config.toml``.
 
 Recognised keys: ``node`` (node name stored with every event) and ``db``
-(default database path). Command-line flags win over the file.
+(default recording path). Command-line flags and ``$GPUSCOPE_DB`` win over
+the file; ``resolve_db_path`` is the one place that order is decided.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuscope.errors import UsageError
 
 KNOWN_KEYS = {"node", "db"}
+DEFAULT_DB = "~/.gpuscope/gpuscope.db"
 
 
 def config_paths() -> list[Path]:
@@ -48,7 +51,12 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
 
 
 def load_config() -> dict[str, Any]:
-    """The first config file that exists, validated; {} when there is none."""
+    """Load the first config file that exists, validated; {} when there is none."""
+    return _load_config_file()[1]
+
+
+def _load_config_file() -> tuple[Path | None, dict[str, Any]]:
+    """Find the first config file that exists and validate its keys; ``(None, {})`` when there is none."""
     explicit = bool(os.environ.get("GPUSCOPE_CONFIG"))
     for path in config_paths():
         try:
@@ -73,5 +81,33 @@ def load_config() -> dict[str, Any]:
                 raise UsageError(f"{path}: `{key}` must be a non-empty string")
         if "node" in data and ":" in data["node"]:
             raise UsageError(f"{path}: node name may not contain ':' (it separates node and id in event ids)")
-        return data
-    return {}
+        return path, data
+    return None, {}
+
+
+@dataclass(frozen=True, slots=True)
+class DbPath:
+    """A recording path and where it came from (``--db``, ``$GPUSCOPE_DB``, a config file, the built-in default)."""
+
+    path: Path
+    source: str
+
+
+def resolve_db_path(flag: str | os.PathLike[str] | None = None) -> DbPath:
+    """Decide which recording a command uses: ``--db`` > ``$GPUSCOPE_DB`` > config ``db`` > ``DEFAULT_DB``.
+
+    Args:
+        flag: the ``--db`` value as given (None or empty when it was not).
+
+    Raises UsageError for a malformed config file, which is read only when
+    neither the flag nor the environment decides.
+    """
+    if flag:
+        return DbPath(Path(flag), "--db")
+    env = os.environ.get("GPUSCOPE_DB")
+    if env:
+        return DbPath(Path(env).expanduser(), "$GPUSCOPE_DB")
+    config, data = _load_config_file()
+    if config is not None and "db" in data:
+        return DbPath(Path(data["db"]).expanduser(), f"`db` in {config}")
+    return DbPath(Path(DEFAULT_DB).expanduser(), "the built-in default")

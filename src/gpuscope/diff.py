@@ -23,6 +23,7 @@ from gpuscope.errors import GpuscopeError
 from gpuscope.query.engine import open_reader
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.findings import explain_findings, finding_marker, stored_markers
+from gpuscope.store.events_read import call_chunks
 
 ENTRY_ONLY = 1
 
@@ -106,13 +107,23 @@ class OpDiff:
     def as_dict(self) -> dict[str, Any]:
         r50, r99 = self.p50_ratio, self.p99_ratio
         return {
-            "op": self.op, "change": self.change.value, "count_a": self.count_a, "count_b": self.count_b,
-            "rate_a": round(self.rate_a, 3), "rate_b": round(self.rate_b, 3),
-            "p50_a_ns": self.p50_a, "p50_b_ns": self.p50_b, "p95_a_ns": self.p95_a, "p95_b_ns": self.p95_b,
-            "p99_a_ns": self.p99_a, "p99_b_ns": self.p99_b,
-            "p50_ratio": None if r50 is None else round(r50, 3), "p99_ratio": None if r99 is None else round(r99, 3),
-            "p_value": self.p_value, "prob_slower": None if self.prob_slower is None else round(self.prob_slower, 4),
-        }  # fmt: skip
+            "op": self.op,
+            "change": self.change.value,
+            "count_a": self.count_a,
+            "count_b": self.count_b,
+            "rate_a": round(self.rate_a, 3),
+            "rate_b": round(self.rate_b, 3),
+            "p50_a_ns": self.p50_a,
+            "p50_b_ns": self.p50_b,
+            "p95_a_ns": self.p95_a,
+            "p95_b_ns": self.p95_b,
+            "p99_a_ns": self.p99_a,
+            "p99_b_ns": self.p99_b,
+            "p50_ratio": None if r50 is None else round(r50, 3),
+            "p99_ratio": None if r99 is None else round(r99, 3),
+            "p_value": self.p_value,
+            "prob_slower": None if self.prob_slower is None else round(self.prob_slower, 4),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +152,20 @@ class DiffReport:
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "a": self.a, "b": self.b, "span_a_ns": self.span_a_ns, "span_b_ns": self.span_b_ns,
-            "alpha_per_op": self.alpha_per_op, "ops": [o.as_dict() for o in self.ops], "notes": list(self.notes),
-        }  # fmt: skip
+            "a": self.a,
+            "b": self.b,
+            "span_a_ns": self.span_a_ns,
+            "span_b_ns": self.span_b_ns,
+            "alpha_per_op": self.alpha_per_op,
+            "ops": [o.as_dict() for o in self.ops],
+            "notes": list(self.notes),
+        }
         if self.findings is not None:
-            d["findings"] = {"only_a": list(self.findings.only_a), "only_b": list(self.findings.only_b),
-                             "both": list(self.findings.both)}  # fmt: skip
+            d["findings"] = {
+                "only_a": list(self.findings.only_a),
+                "only_b": list(self.findings.only_b),
+                "both": list(self.findings.both),
+            }
         return d
 
 
@@ -186,11 +205,7 @@ def profile(conn: sqlite3.Connection, label: str, chunk: int = 100_000) -> RunPr
     parts: dict[str, list[np.ndarray]] = {}
     counts: dict[str, int] = {}
     bounds: dict[int, list[int]] = {}
-    cur = conn.execute("SELECT op, session_id, ts_ns, duration_ns, flags FROM events")
-    while True:
-        rows = cur.fetchmany(chunk)
-        if not rows:
-            break
+    for rows in call_chunks(conn, chunk):
         ops = np.array([r[0] or "?" for r in rows], dtype=object)
         arr = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 4)
         for sid in np.unique(arr[:, 0]).tolist():
@@ -218,8 +233,13 @@ def _subsample(x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     return x if len(x) <= n else rng.choice(x, size=n, replace=False)
 
 
-def compare(a: RunProfile, b: RunProfile, options: DiffOptions = DiffOptions(), findings: FindingsDiff | None = None,
-            notes: Iterable[str] = ()) -> DiffReport:  # fmt: skip
+def compare(
+    a: RunProfile,
+    b: RunProfile,
+    options: DiffOptions = DiffOptions(),
+    findings: FindingsDiff | None = None,
+    notes: Iterable[str] = (),
+) -> DiffReport:
     """Compare two profiles op by op; regressions first (largest p50 slowdown first)."""
     rng = np.random.default_rng(options.seed)
     names = sorted(set(a.ops) | set(b.ops))
@@ -239,11 +259,21 @@ def compare(a: RunProfile, b: RunProfile, options: DiffOptions = DiffOptions(), 
                 _subsample(da, options.max_samples, rng), _subsample(db, options.max_samples, rng)
             )
         d = OpDiff(
-            name, Change.UNCHANGED, sa.count, sb.count,
+            name,
+            Change.UNCHANGED,
+            sa.count,
+            sb.count,
             sa.count / (a.span_ns / 1e9) if a.span_ns > 0 else 0.0,
             sb.count / (b.span_ns / 1e9) if b.span_ns > 0 else 0.0,
-            _pct(da, 50), _pct(db, 50), _pct(da, 95), _pct(db, 95), _pct(da, 99), _pct(db, 99), p_value, prob,
-        )  # fmt: skip
+            _pct(da, 50),
+            _pct(db, 50),
+            _pct(da, 95),
+            _pct(db, 95),
+            _pct(da, 99),
+            _pct(db, 99),
+            p_value,
+            prob,
+        )
         diffs.append(_classify(d, sa, sb, alpha, options))
     diffs.sort(key=lambda d: (_ORDER[d.change], -_slowdown(d), -(d.count_a + d.count_b)))
     return DiffReport(a.label, b.label, a.span_ns, b.span_ns, tuple(diffs), alpha, findings, tuple(out_notes))

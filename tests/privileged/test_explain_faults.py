@@ -137,4 +137,4 @@ def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_comm
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["findings"][0]["kind"] == "memory-leak"
-    assert doc["stored"] is True
+    assert doc["stored"] is False  # explain writes findings only with --save-findings

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from gpuscope.analysis.attribution import load_attribution_db, using_attribution
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
 
 from .support import LineReader, gpuscope_cmd
@@ -22,8 +21,7 @@ HOG = "while True: pass"
 
 
 def _explain(db: Path) -> Report:
-    with using_attribution(load_attribution_db(db)):
-        return explain_db(db, ExplainOptions())
+    return explain_db(db, ExplainOptions())  # loads ranks and communicators itself
 
 
 def _ranks(stdout: str) -> dict[int, int]:

@@ -15,21 +15,47 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "gpuscope"
 # The store owns gpuscope's SQL; query/ is the user-SQL surface (guard, filter views); importers/
 # read other tools' schemas.
 SQL_HOMES = ("store", "query", "importers")
+# Statement keywords as SQL is written here: upper case. Prose says "select" or "the sessions table".
 _SQL = re.compile(
-    r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|ATTACH|DETACH|WITH|REPLACE|BEGIN|COMMIT|VACUUM)\b"
-    r"|\b(FROM|INTO|SET|WHERE)\b.*\b(event_log|sessions|processes|stacks|findings|event_aggregates|sqlite_master)\b",
-    re.IGNORECASE,
+    r"\b(SELECT|INSERT|UPDATE|DELETE|PRAGMA|CREATE|DROP|ALTER|ATTACH|DETACH|VACUUM|BEGIN|COMMIT|ROLLBACK)\b"
 )
 
 
-def _sql_literals(path: Path) -> list[tuple[int, str]]:
-    out = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL.search(node.value):
-            # A docstring that talks about a table is prose, not SQL: it has no SQL statement shape.
-            if re.search(r"\b(SELECT|INSERT|UPDATE|DELETE|PRAGMA|CREATE)\b", node.value):
-                out.append((node.lineno, node.value.strip().splitlines()[0][:80]))
+# Text that shows SQL to a person rather than running it: (module, how the string starts).
+SHOWN_NOT_RUN = {
+    ("commands/query.py", "one SELECT statement, e.g."),  # --help example
+    ("demo/render.py", '"SELECT op, count(*) FROM events'),  # the demo's "next:" line
+    ("agent/versions.py", "COMMIT"),  # the build stamp file's name
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+        ):
+            out.add(id(body[0].value))
     return out
+
+
+def _sql_literals(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text())
+    docs = _docstrings(tree)
+    module = str(path.relative_to(SRC)) if path.is_relative_to(SRC) else path.name
+    return [
+        (node.lineno, node.value.strip().splitlines()[0][:80])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docs
+        and _SQL.search(node.value)
+        and not any(module == m and node.value.strip().startswith(start) for m, start in SHOWN_NOT_RUN)
+    ]
 
 
 def _outside_sql_homes() -> list[Path]:

@@ -8,6 +8,10 @@ from gpuscope.agent.identity import parse_cgroup_path, parse_environ, rank_info
 
 CID = "a" * 64
 UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
+SYSTEMD_POD_PATH = (
+    f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
+    f"cri-containerd-{CID}.scope"
+)
 
 
 @pytest.mark.parametrize(
@@ -17,16 +21,12 @@ UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
         (f"/docker/{CID}", CID, "docker", None),
         (f"/system.slice/crio-{CID}.scope", CID, "cri-o", None),
         (f"/machine.slice/libpod-{CID}.scope", CID, "podman", None),
-        (
-            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
-            f"cri-containerd-{CID}.scope",
-            CID, "containerd", UID,
-        ),
+        (SYSTEMD_POD_PATH, CID, "containerd", UID),
         (f"/kubepods/burstable/pod{UID}/{CID}", CID, "containerd", UID),
         (f"/kubepods/besteffort/pod{UID}", None, "kubernetes", UID),
         ("/user.slice/user-1000.slice/session-3.scope", None, None, None),
     ],
-)  # fmt: skip
+)
 def test_container_and_pod_come_from_the_cgroup_path(
     path: str, container: str | None, runtime: str | None, pod: str | None
 ) -> None:

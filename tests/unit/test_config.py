@@ -1,4 +1,4 @@
-"""The config file: node and db, validated with one-line errors."""
+"""The config file: node and db, validated with one-line errors; where the recording path comes from."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.config import load_config
+from gpuscope.config import DEFAULT_DB, DbPath, load_config, resolve_db_path
 from gpuscope.errors import UsageError
+from gpuscope.store.connect import default_db_path
 
 
 def test_node_and_db_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,3 +41,57 @@ def test_a_missing_explicit_config_is_an_error(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("GPUSCOPE_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(UsageError, match="not found"):
         load_config()
+
+
+@pytest.fixture
+def no_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPUSCOPE_DB, no GPUSCOPE_CONFIG, and the default config locations empty."""
+    monkeypatch.delenv("GPUSCOPE_DB", raising=False)
+    monkeypatch.delenv("GPUSCOPE_CONFIG", raising=False)
+    monkeypatch.setattr("gpuscope.config.config_paths", lambda: [tmp_path / "absent.toml"])
+
+
+def _config_with_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str) -> Path:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'db = "{db}"\n')
+    monkeypatch.setenv("GPUSCOPE_CONFIG", str(cfg))
+    monkeypatch.setattr("gpuscope.config.config_paths", lambda: [cfg])
+    return cfg
+
+
+@pytest.mark.usefixtures("no_config_files")
+def test_the_db_flag_wins_over_the_environment_and_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _config_with_db(tmp_path, monkeypatch, "/from/config.db")
+    monkeypatch.setenv("GPUSCOPE_DB", "/from/env.db")
+    assert resolve_db_path("/from/flag.db") == DbPath(Path("/from/flag.db"), "--db")
+
+
+@pytest.mark.usefixtures("no_config_files")
+def test_the_environment_wins_over_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _config_with_db(tmp_path, monkeypatch, "/from/config.db")
+    monkeypatch.setenv("GPUSCOPE_DB", "/from/env.db")
+    assert resolve_db_path(None) == DbPath(Path("/from/env.db"), "$GPUSCOPE_DB")
+
+
+@pytest.mark.usefixtures("no_config_files")
+def test_the_config_file_db_wins_over_the_built_in_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _config_with_db(tmp_path, monkeypatch, "/from/config.db")
+    assert resolve_db_path(None) == DbPath(Path("/from/config.db"), f"`db` in {cfg}")
+
+
+@pytest.mark.usefixtures("no_config_files")
+def test_without_flag_environment_or_config_the_built_in_default_is_used() -> None:
+    assert resolve_db_path(None) == DbPath(Path(DEFAULT_DB).expanduser(), "the built-in default")
+
+
+@pytest.mark.usefixtures("no_config_files")
+def test_the_store_default_path_is_the_resolved_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _config_with_db(tmp_path, monkeypatch, "/from/config.db")
+    assert default_db_path() == Path("/from/config.db")
+
+
+def test_a_db_flag_is_used_without_reading_a_broken_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSCOPE_CONFIG", str(tmp_path / "missing.toml"))
+    assert resolve_db_path("run.db").path == Path("run.db")

@@ -116,7 +116,8 @@ def test_findings_of_the_explain_engine_are_compared_whatever_the_pids(runs: tup
 
 def test_findings_present_in_only_one_run_are_listed(runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     def finding(kind: str, op: str, pid: int) -> Finding:
-        return Finding(kind, kind, Severity.HIGH, Symptom(f"{op} is slow", op=op, pid=pid), (), "fix")
+        symptom = Symptom(f"{op} is slow", op=op, pid=pid)
+        return Finding(rule=kind, kind=kind, severity=Severity.HIGH, symptom=symptom, causes=(), fix="fix")
 
     fake = {
         str(runs[0]): [finding("cpu-preemption", "cudaMalloc", 1)],

@@ -1,14 +1,23 @@
-"""Docs are kept honest by tests: every table, view and column is documented."""
+"""Docs are kept honest by tests: schema, rules, commands and their options are all documented."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
-from gpuscope.cli import COMMANDS
+import pytest
+
+from gpuscope.analysis.rules import RULES
+from gpuscope.cli import COMMANDS, build_parser
 from gpuscope.store.connect import connect_writer
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+# Commands whose guide documents every option (pages written with the option table).
+GUIDES_WITH_EVERY_OPTION = ("trace", "check", "import")
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -41,3 +50,88 @@ def test_every_subcommand_is_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     for name in COMMANDS:
         assert f"gpuscope {name}" in readme, name
+
+
+def _markdown_links(text: str) -> set[str]:
+    return {target.split("#")[0] for target in re.findall(r"\]\(([^)\s]+)\)", text)}
+
+
+def _rule_table_kinds() -> list[str]:
+    text = (DOCS / "explain.md").read_text()
+    catalogue = text.split("## Rule catalogue", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([a-z0-9-]+)` \|", catalogue, flags=re.M)
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _load_cli_reference_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_cli_reference", ROOT / "scripts" / "gen_cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_explain_rule_kind_has_exactly_one_row_in_the_rule_table() -> None:
+    # given the kinds the registry's rules give their findings (a rule's id), and the rows of the docs table
+    kinds = {rule.id for rule in RULES}
+    rows = _rule_table_kinds()
+
+    # then each kind has one row, and no row names a rule that is gone
+    assert sorted(kinds - set(rows)) == [], "rules missing from the table in docs/explain.md"
+    assert sorted(set(rows) - kinds) == [], "rows in docs/explain.md for rules that are not in RULES"
+    assert len(rows) == len(set(rows)), "a rule has two rows in docs/explain.md"
+
+
+def test_the_cli_reference_is_what_gen_cli_reference_writes() -> None:
+    script = _load_cli_reference_script()
+    expected = script.render(script.help_texts())
+    current = (DOCS / "cli.md").read_text()
+    assert current == expected, f"docs/cli.md is out of date with --help: run {script.REGENERATE}"
+
+
+def test_the_cli_reference_has_a_section_for_every_command() -> None:
+    text = (DOCS / "cli.md").read_text()
+    headings = re.findall(r"^## `gpuscope ?(\w*)`$", text, flags=re.M)
+    assert headings == ["", *COMMANDS]
+
+
+def test_every_subcommand_has_a_guide_or_a_cli_reference_section_linked_from_the_readme() -> None:
+    # given the docs pages the README links to
+    linked = _markdown_links((ROOT / "README.md").read_text())
+
+    # then each command's own page is linked, and a command without one is in the linked reference
+    undocumented = []
+    for name in COMMANDS:
+        page = f"docs/{name}.md"
+        if (ROOT / page).exists():
+            if page not in linked:
+                undocumented.append(f"{name}: {page} is not linked from README.md")
+        elif "docs/cli.md" not in linked:
+            undocumented.append(f"{name}: no docs/{name}.md, and docs/cli.md is not linked from README.md")
+    assert not undocumented
+
+
+def test_every_page_the_readme_links_to_exists() -> None:
+    readme = (ROOT / "README.md").read_text()
+    local = {t for t in _markdown_links(readme) if not t.startswith(("http://", "https://"))}
+    assert sorted(t for t in local if not (ROOT / t).exists()) == []
+
+
+@pytest.mark.parametrize("name", GUIDES_WITH_EVERY_OPTION)
+def test_every_option_of_the_command_is_described_in_its_guide(name: str) -> None:
+    # given the command's options (hidden ones aside) and positionals
+    parser = _subparsers()[name]
+    shown = [a for a in parser._actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+    options = [max(a.option_strings, key=len) for a in shown if a.option_strings]
+    positionals = [str(a.metavar or a.dest) for a in shown if not a.option_strings]
+
+    # then the guide names each option in code, and each positional inside a code span
+    guide = (DOCS / f"{name}.md").read_text()
+    missing = [opt for opt in options if not re.search(rf"`{re.escape(opt)}[` ]", guide)]
+    missing += [p for p in positionals if not re.search(rf"`[^`]*\b{re.escape(p)}\b[^`]*`", guide, flags=re.I)]
+    assert not missing, f"options of gpuscope {name} not described in docs/{name}.md"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from gpuscope.model.ops import Op
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.snapshot import LiveWindow, Preemptions
 
 from .analysis.builder import MS, US, Events
-from .analysis.test_rules_nccl import PIDS, _hung_job
+from .analysis.test_rules_nccl import PIDS
+from .analysis.test_rules_nccl_hang import _hung_job
 
 WINDOW = LiveWindow((), 10.0, Preemptions(), 0)
 
@@ -46,8 +48,9 @@ def test_findings_answers_at_once_and_evaluates_on_its_own_thread(tmp_path: Path
 
 def test_rows_are_read_incrementally_and_only_the_horizon_is_kept(tmp_path: Path) -> None:
     db, end = _hung_db(tmp_path)
-    live = ExplainFindings(db, hang_threshold_ns=2_000 * MS, horizon_s=1.0, every_s=0.0,
-                           clock_ns=lambda: end + 500 * MS)  # fmt: skip
+    live = ExplainFindings(
+        db, hang_threshold_ns=2_000 * MS, horizon_s=1.0, every_s=0.0, clock_ns=lambda: end + 500 * MS
+    )
     live.run_once()
     n_before = len(live._cols[0])
     # rank 2 comes back: a new row after the first look
@@ -73,3 +76,20 @@ def test_a_backlog_larger_than_the_cap_is_skipped_and_the_buffer_starts_afresh(t
     assert len(live._cols[0]) == 100 and live.skipped_rows > 0
     # the newest rows alone: no init calls, rank 2 absent from them, so no claim about it
     assert [f for f in found if f.kind == "nccl-hang" and f.symptom.pid == PIDS[2]] == []
+
+
+def test_a_hung_rank_is_named_by_the_rank_the_recording_holds_for_it(tmp_path: Path) -> None:
+    # given a hung job whose communicator inits are not in the rows, and whose ranks the processes table holds
+    ev = Events()
+    end = _hung_job(ev)
+    ev.rows = [r for r in ev.rows if r[4] != int(Op.ncclCommInitRank)]
+    db = ev.to_db(tmp_path / "live.db")
+    conn = sqlite3.connect(db)
+    conn.executemany("UPDATE processes SET rank = ? WHERE pid = ?", [(r, pid) for r, pid in PIDS.items()])
+    conn.commit()
+    conn.close()
+    live = ExplainFindings(db, hang_threshold_ns=2_000 * MS, every_s=0.0, clock_ns=lambda: end + 10_000 * MS)
+    # when
+    found = live.run_once()
+    # then
+    assert [(f.kind, f.symptom.pid, f.symptom.extra["rank"]) for f in found] == [("nccl-hang", PIDS[2], 2)]

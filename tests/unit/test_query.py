@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 import time
@@ -12,8 +13,16 @@ import numpy as np
 import pytest
 
 from gpuscope.bpf.wire import EVENT_DTYPE
+from gpuscope.errors import UsageError
 from gpuscope.model.ops import Op
-from gpuscope.query import EventFilter, QueryRefusedError, QuerySyntaxError, QueryTimeoutError, open_reader
+from gpuscope.query import (
+    EventFilter,
+    QueryRefusedError,
+    QuerySyntaxError,
+    QueryTimeoutError,
+    TimePoint,
+    open_reader,
+)
 from gpuscope.query.output import OutputFormat, write_rows
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
@@ -186,3 +195,39 @@ def test_json_output_of_no_rows_is_an_empty_array_and_duplicate_columns_keep_the
     out = io.StringIO()
     write_rows(["a", "a"], [(1, b"\x01")], OutputFormat.JSON, out)
     assert json.loads(out.getvalue()) == [{"a": 1, "a_2": "01"}]
+
+
+@pytest.mark.parametrize(
+    ("text", "offset_ns"),
+    [("90s", 90_000_000_000), ("2m", 120_000_000_000), ("1.5", 1_500_000_000), ("250ms", 250_000_000)],
+)
+def test_a_duration_is_an_offset_from_the_recording_start(text: str, offset_ns: int) -> None:
+    assert TimePoint.parse(text) == TimePoint(offset_ns=offset_ns)
+
+
+@pytest.mark.parametrize(
+    "text", ["2023-11-14T22:13:20.000123Z", "2023-11-14T22:13:20.000123+00:00", "2023-11-15T00:13:20.000123+02:00"]
+)
+def test_an_iso_8601_time_is_an_exact_wall_clock_instant(text: str) -> None:
+    assert TimePoint.parse(text) == TimePoint(wall_ns=WALL0 + 123_000)
+
+
+def test_an_iso_8601_time_without_a_zone_is_local_time() -> None:
+    local = dt.datetime.fromtimestamp(WALL0 // 1_000_000_000)
+    assert TimePoint.parse(local.isoformat()) == TimePoint(wall_ns=WALL0)
+
+
+@pytest.mark.parametrize("text", ["-5s", "nan", "inf", "soon"])
+def test_negative_infinite_or_unreadable_times_are_usage_errors_naming_the_flag(text: str) -> None:
+    with pytest.raises(UsageError, match="--from: cannot read time"):
+        TimePoint.parse(text, "--from")
+
+
+def test_iso_8601_bounds_filter_query_rows_like_the_offsets_they_name(db: Path) -> None:
+    by_offset = EventFilter.from_options(start="100ms", end="199ms")
+    by_time = EventFilter.from_options(start="2023-11-14T22:13:20.100Z", end="2023-11-14T22:13:20.199Z")
+    counts = []
+    for f in (by_offset, by_time):
+        with open_reader(db, event_filter=f) as reader:
+            counts.append(next(reader.query("SELECT count(*) FROM events").rows))
+    assert counts[0] == counts[1] == (400,)

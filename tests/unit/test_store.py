@@ -13,9 +13,9 @@ from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.model.ops import Op
 from gpuscope.recording import open_recording
 from gpuscope.store.connect import connect_reader, connect_writer
-from tests.shared_fixtures import ingero_fixture
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from tests.shared_fixtures import ingero_fixture
 
 
 def _session(conn: sqlite3.Connection) -> int:

@@ -8,7 +8,6 @@ counters, the session row and library discovery for new target processes.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -39,10 +38,27 @@ from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
 from gpuscope.stacks.collector import StackCollector
-from gpuscope.store.aggregates import BUCKET_NS, INSERT_AGGREGATES, Aggregator
+from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.processes_write import (
+    NcclComm,
+    ProcessRow,
+    insert_cgroup,
+    insert_exec,
+    insert_nccl_comms,
+    insert_process,
+    set_process_cmdline,
+    set_process_ranks,
+)
 from gpuscope.store.retention import DEFAULT_MAX_DB, build_indexes, enforce_cap
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import (
+    SessionCounts,
+    SessionInfo,
+    close_session,
+    create_session,
+    update_session_counts,
+)
+from gpuscope.store.writer import EventWriter
 
 POLL_INTERVAL_S = 0.01
 TICK_INTERVAL_S = 1.0
@@ -240,17 +256,10 @@ class TraceSession:
                 argv = rec.payload.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
                 if self.stacks is not None:
                     self.stacks.note_exec(rec.pid, rec.payload.split(b"\0", 1)[0].decode("utf-8", "replace"))
-                self.writer.call(
-                    "INSERT INTO execs(session_id, ts_ns, pid, tid, argv) VALUES (?, ?, ?, ?, ?)",
-                    (self.session_id, rec.ts_ns, rec.pid, rec.tid, argv),
-                )
+                self.writer.write(insert_exec, self.session_id, ts_ns=rec.ts_ns, pid=rec.pid, tid=rec.tid, argv=argv)
                 # exec replaced the program: its argv is the command line now
                 # (and a short-lived process may be gone before /proc is read).
-                self.writer.call(
-                    "INSERT INTO processes(session_id, pid, cmdline, first_seen_ns) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(session_id, pid) DO UPDATE SET cmdline = excluded.cmdline",
-                    (self.session_id, rec.pid, argv, time.time_ns()),
-                )
+                self.writer.write(set_process_cmdline, self.session_id, rec.pid, argv, time.time_ns())
         if self.stacks is not None:
             for att in self.tracer.attached.values():
                 self.stacks.note_library(att.library.path)
@@ -285,19 +294,26 @@ class TraceSession:
     def _save_counters(
         self, counters: dict[str, int], final: bool = False, libraries: list[AttachedLibrary] | None = None
     ) -> None:
-        sql = "UPDATE sessions SET events_recorded = ?, events_dropped = ?, drops = ?, targets = ?, libraries = ?"
-        params: list[object] = [
-            self.stats.events,
-            counters["dropped"],
-            json.dumps(counters, sort_keys=True),
-            json.dumps(self.targets),
-            json.dumps([{"path": a.library.path, "kind": a.library.kind, "version": a.library.version,
-                         "probes": a.probes} for a in (libraries if libraries is not None else self.attached)]),
-        ]  # fmt: skip
+        counts = SessionCounts(
+            events_recorded=self.stats.events,
+            events_dropped=counters["dropped"],
+            drops=dict(counters),
+            targets=tuple(self.targets),
+            libraries=tuple(
+                {"path": a.library.path, "kind": a.library.kind, "version": a.library.version, "probes": a.probes}
+                for a in (libraries if libraries is not None else self.attached)
+            ),
+        )
         if final:
-            sql += ", stopped_wall_ns = ?, stopped_mono_ns = ?"
-            params += [time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC)]
-        self.writer.call(sql + " WHERE id = ?", (*params, self.session_id))
+            self.writer.write(
+                close_session,
+                self.session_id,
+                counts,
+                stopped_wall_ns=time.time_ns(),
+                stopped_mono_ns=time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+            )
+        else:
+            self.writer.write(update_session_counts, self.session_id, counts)
 
     def _note_process(self, pid: int, refresh: bool = False, traced: bool = True) -> None:
         """Record who a process is (command, cgroups, container, rank) while /proc has it."""
@@ -316,15 +332,18 @@ class TraceSession:
         cgroups = cgroups_of(pid, env)
         v2 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v2"), None)
         v1 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v1:memory"), None)
-        self.writer.call(
-            f"INSERT OR {'REPLACE' if refresh else 'IGNORE'} INTO processes(session_id, pid, comm, cmdline, exe, "
-            "cgroup_id, cgroup_path, "
-            "first_seen_ns, cgroup_v1_id, rank, local_rank, world_size, launcher, slurm_job_id, slurm_step_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (self.session_id, pid, info.comm, info.cmdline, info.exe, v2, info.cgroup_path, time.time_ns(), v1,
-             ranks.rank, ranks.local_rank, ranks.world_size, ranks.launcher, ranks.slurm_job_id,
-             ranks.slurm_step_id),
-        )  # fmt: skip
+        row = ProcessRow(
+            pid,
+            time.time_ns(),
+            comm=info.comm,
+            cmdline=info.cmdline,
+            exe=info.exe,
+            cgroup_id=v2,
+            cgroup_path=info.cgroup_path,
+            cgroup_v1_id=v1,
+            ranks=ranks,
+        )
+        self.writer.write(insert_process, self.session_id, row, replace=refresh)
         for c in cgroups:
             self._insert_cgroup(c)
 
@@ -337,14 +356,7 @@ class TraceSession:
             return
         # An upsert: the process may be gone before /proc was read, so the
         # row may not exist yet.
-        self.writer.call(
-            "INSERT INTO processes(session_id, pid, first_seen_ns, rank, local_rank, world_size, launcher, "
-            "slurm_job_id, slurm_step_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, pid) DO UPDATE "
-            "SET rank = excluded.rank, local_rank = excluded.local_rank, world_size = excluded.world_size, "
-            "launcher = excluded.launcher, slurm_job_id = excluded.slurm_job_id, slurm_step_id = excluded.slurm_step_id",
-            (self.session_id, pid, time.time_ns(), ranks.rank, ranks.local_rank, ranks.world_size, ranks.launcher,
-             ranks.slurm_job_id, ranks.slurm_step_id),
-        )  # fmt: skip
+        self.writer.write(set_process_ranks, self.session_id, pid, ranks, time.time_ns())
 
     def _note_preemptors(self, ev: np.ndarray) -> None:
         """Name the processes that take the CPU from traced threads (they are not targets)."""
@@ -376,29 +388,25 @@ class TraceSession:
         if (c.cgroup_id, c.hierarchy) in self._cgroups_seen:
             return
         self._cgroups_seen.add((c.cgroup_id, c.hierarchy))
-        self.writer.call(
-            "INSERT OR IGNORE INTO cgroups(cgroup_id, hierarchy, path, container_id, runtime, pod_uid, pod_name, "
-            "pod_namespace, slurm_job_id, slurm_step_id, ecs_task_id, first_seen_ns) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (c.cgroup_id, c.hierarchy, c.path, c.container_id, c.runtime, c.pod_uid, c.pod_name,
-             c.pod_namespace, c.slurm_job_id, c.slurm_step_id, c.ecs_task_id, time.time_ns()),
-        )  # fmt: skip
+        self.writer.write(insert_cgroup, c, time.time_ns())
 
     def _note_communicators(self, ev: np.ndarray) -> None:
         """Remember each NCCL communicator's rank and size, joined to its calls in SQL."""
         sel = ((ev["op"] == Op.ncclCommInitRank) | (ev["op"] == Op.ncclCommInitRankConfig)) & (ev["ret"] == 0)
         if not sel.any():
             return
-        rows = [
-            (self.session_id, int(r["pid"]), int(np.int64(r["handle"].view(np.int64))),
-             int(r["stream"].view(np.int64)), int(r["arg0"]), int(r["arg1"]), int(r["ts_ns"]))
+        comms = [
+            NcclComm(
+                pid=int(r["pid"]),
+                comm_handle=int(np.int64(r["handle"].view(np.int64))),
+                comm_hash=int(r["stream"].view(np.int64)),
+                rank=int(r["arg0"]),
+                nranks=int(r["arg1"]),
+                ts_ns=int(r["ts_ns"]),
+            )
             for r in ev[sel]
-        ]  # fmt: skip
-        self.writer.call(
-            "INSERT OR IGNORE INTO nccl_comms(session_id, pid, comm_handle, comm_hash, rank, nranks, ts_ns) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+        ]
+        self.writer.write(insert_nccl_comms, self.session_id, comms)
 
     def _flush_page_allocs(self) -> None:
         """Turn the kernel's exact per-process page counters into mm_page_alloc rows."""
@@ -428,13 +436,12 @@ class TraceSession:
     def _enforce_cap(self) -> None:
         """Queue the --max-db check on the writer thread (the only one that writes)."""
         if self.max_db_bytes > 0:
-            path, cap = self.db_path, self.max_db_bytes
-            self.writer.call_fn(lambda conn: enforce_cap(conn, path, cap))
+            self.writer.call_fn(enforce_cap, self.db_path, self.max_db_bytes)
 
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)
         if rows:
-            self.writer.call(INSERT_AGGREGATES, rows)
+            self.writer.write(insert_aggregates, rows)
 
     def _comm_of(self, pid: int) -> str:
         if pid == 0:

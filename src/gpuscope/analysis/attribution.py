@@ -1,28 +1,28 @@
 """Who a process is, for rules that name ranks, communicators and containers.
 
 The attribution tables (``processes``, ``nccl_comms``, ``cgroups``) are not
-part of the event frame. A caller that has the database loads them with
-``load_attribution`` and makes them visible to the rules for the duration of
-an analysis with ``using_attribution`` (or sets ``ctx.attribution``). Rules
-read them through ``attribution_of(ctx)``, which always adds what the frame
-itself holds: the rank, size and unique-id hash of every communicator whose
-``ncclCommInitRank`` lies in the window.
+part of the event frame. A caller that has the recording loads them with
+``load_attribution`` and passes them to the analysis, which carries them in
+its ``Context``. Rules read them through ``attribution_of(ctx)``, which adds
+what the frame itself holds: the rank, size and unique-id hash of every
+communicator whose ``ncclCommInitRank`` lies in the window.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuscope.analysis.context import Context
 from gpuscope.model.ops import Op
-from gpuscope.recording import open_recording
+from gpuscope.store.attribution import cgroup_rows, communicator_rows, process_ranks
+
+if TYPE_CHECKING:
+    # For annotations only: context.py imports this module at run time (a Context carries an Attribution).
+    from gpuscope.analysis.context import Context
 
 _INIT_OPS = (int(Op.ncclCommInitRank), int(Op.ncclCommInitRankConfig))
 
@@ -66,12 +66,14 @@ class Communicator:
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
+    """What is known of a recording's processes beyond their events: ranks, containers, communicators."""
+
     ranks: Mapping[int, int] = field(default_factory=dict)  # pid -> process rank (RANK and equivalents)
     containers: Mapping[int, Container] = field(default_factory=dict)  # cgroup id (v2 or v1) -> container
     communicators: Mapping[tuple[int, int], Communicator] = field(default_factory=dict)  # (pid, comm handle)
 
     def merged(self, other: Attribution) -> Attribution:
-        """This attribution with ``other``'s entries added where this one has none."""
+        """Return this attribution with ``other``'s entries added where this one has none."""
         return Attribution(
             {**other.ranks, **self.ranks},
             {**other.containers, **self.containers},
@@ -79,61 +81,25 @@ class Attribution:
         )
 
     def container(self, cgroup_id: int | None) -> Container | None:
+        """Return the container a cgroup id names (None for an unknown or absent id)."""
         return self.containers.get(int(cgroup_id)) if cgroup_id else None
 
 
 EMPTY = Attribution()
-_CURRENT: ContextVar[Attribution | None] = ContextVar("gpuscope_attribution", default=None)
 
 
 def load_attribution(conn: sqlite3.Connection) -> Attribution:
-    """Read ranks, communicators and containers from a database (tables a database lacks are skipped)."""
-    ranks: dict[int, int] = {}
-    containers: dict[int, Container] = {}
-    comms: dict[tuple[int, int], Communicator] = {}
-    try:
-        for pid, rank in conn.execute("SELECT pid, rank FROM processes WHERE rank IS NOT NULL ORDER BY session_id"):
-            ranks[int(pid)] = int(rank)
-    except sqlite3.OperationalError:
-        pass  # a database from before migration 3
-    try:
-        rows = conn.execute(
-            "SELECT cgroup_id, path, container_id, runtime, pod_name, pod_namespace, slurm_job_id FROM cgroups "
-            "ORDER BY hierarchy DESC"  # v2 last: it wins where both name an id
-        ).fetchall()
-        for cg, path, cid, runtime, pod, ns, job in rows:
-            containers[int(cg)] = Container(int(cg), str(path or ""), cid, runtime, pod, ns, job)
-        for pid, handle, h, rank, nranks in conn.execute(
-            "SELECT pid, comm_handle, comm_hash, rank, nranks FROM nccl_comms ORDER BY ts_ns"
-        ):
-            comms[(int(pid), int(handle))] = Communicator(int(h), int(rank), int(nranks))
-    except sqlite3.OperationalError:
-        pass
-    return Attribution(ranks, containers, comms)
-
-
-def load_attribution_db(path: str | os.PathLike[str]) -> Attribution:
-    """``load_attribution`` through a read-only connection; EMPTY when the file cannot be read."""
-    try:
-        conn = open_recording(path)
-    except Exception:
-        return EMPTY
-    try:
-        return load_attribution(conn)
-    except sqlite3.DatabaseError:
-        return EMPTY
-    finally:
-        conn.close()
-
-
-@contextmanager
-def using_attribution(attribution: Attribution) -> Iterator[None]:
-    """Make ``attribution`` visible to the rules evaluated inside the block (this thread/task only)."""
-    token = _CURRENT.set(attribution)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+    """Read ranks, communicators and containers from a recording (a recording without the tables has none)."""
+    containers = {
+        r.cgroup_id: Container(
+            r.cgroup_id, r.path, r.container_id, r.runtime, r.pod_name, r.pod_namespace, r.slurm_job_id
+        )
+        for r in cgroup_rows(conn)
+    }
+    communicators = {
+        (r.pid, r.comm_handle): Communicator(r.comm_hash, r.rank, r.nranks) for r in communicator_rows(conn)
+    }
+    return Attribution(process_ranks(conn), containers, communicators)
 
 
 def from_frame(ctx: Context) -> Attribution:
@@ -148,7 +114,5 @@ def from_frame(ctx: Context) -> Attribution:
 
 
 def attribution_of(ctx: Context) -> Attribution:
-    """What is known about the window's processes: set on the context, in scope, and in the frame."""
-    attached = getattr(ctx, "attribution", None)
-    base = attached if isinstance(attached, Attribution) else (_CURRENT.get() or EMPTY)
-    return base.merged(from_frame(ctx))
+    """Return what is known of the window's processes: what the context carries, then what the frame holds."""
+    return ctx.attribution.merged(from_frame(ctx))

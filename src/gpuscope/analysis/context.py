@@ -6,6 +6,7 @@ from functools import cached_property
 
 import numpy as np
 
+from gpuscope.analysis.attribution import EMPTY, Attribution
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.analysis.stats import hist_pct, pct
@@ -27,13 +28,23 @@ class Context:
     and a sample): their counts and percentiles must come from ``aggregates``.
     ``frees_recorded`` is False and ``pids_without_frees`` names processes
     when the recorder never saw cudaFree (Ingero imports).
+    ``attribution``: ranks, communicators and containers read from the
+    recording's tables (rules read them with ``attribution_of``, which adds
+    the communicators initialised in the window).
     """
 
     def __init__(
-        self, frame: EventFrame, window: Window, pids: tuple[int, ...] = (), *,
-        aggregates: Aggregates | None = None, thinned: frozenset[tuple[int, int]] = frozenset(),
-        frees_recorded: bool = True, pids_without_frees: frozenset[int] = frozenset(),
-    ) -> None:  # fmt: skip
+        self,
+        frame: EventFrame,
+        window: Window,
+        pids: tuple[int, ...] = (),
+        *,
+        aggregates: Aggregates | None = None,
+        thinned: frozenset[tuple[int, int]] = frozenset(),
+        frees_recorded: bool = True,
+        pids_without_frees: frozenset[int] = frozenset(),
+        attribution: Attribution = EMPTY,
+    ) -> None:
         self.frame = frame
         self.window = window
         self.pid_filter = pids
@@ -41,6 +52,7 @@ class Context:
         self.thinned = thinned
         self.frees_recorded = frees_recorded
         self.pids_without_frees = pids_without_frees
+        self.attribution = attribution
         self._groups: dict[tuple[int, bool], list[tuple[int, int, np.ndarray]]] = {}
 
     def op_summary(self, pid: int, op: int) -> tuple[int, int, int, int, int] | None:

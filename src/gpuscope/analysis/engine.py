@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gpuscope.analysis.attribution import load_attribution, using_attribution
+from gpuscope.analysis.attribution import EMPTY, Attribution, load_attribution
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import (
     BUCKET_NS,
@@ -41,7 +41,10 @@ from gpuscope.recording import open_recording
 class ExplainOptions:
     """What to analyse. ``since_ns`` counts back from the END of the recording, not from now.
 
-    ``from_ns``/``to_ns`` are offsets from the start of the recording.
+    ``from_ns``/``to_ns`` are offsets from the start of the recording (its
+    first event); ``from_wall_ns``/``to_wall_ns`` are Unix times (ns), turned
+    into the recording's clock by ``resolve_window``. Give at most one of
+    each pair.
     """
 
     since_ns: int | None = None
@@ -49,6 +52,8 @@ class ExplainOptions:
     to_ns: int | None = None
     pids: tuple[int, ...] = ()
     min_severity: Severity = Severity.LOW
+    from_wall_ns: int | None = None
+    to_wall_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +81,23 @@ class Report:
 
 
 def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
+    """Resolve the analysed interval, in the recording's monotonic clock, within the recording's bounds.
+
+    Wall-clock bounds use the wall-clock offset of the last session (the one
+    ``Window.as_dict`` reports ``start_wall_ns`` with).
+    """
     lo, hi, offset, sessions = recording_bounds(conn)
     start, end = lo, hi
     if opts.since_ns is not None:
         start = max(lo, hi - opts.since_ns)
     if opts.from_ns is not None:
         start = lo + opts.from_ns
+    if opts.from_wall_ns is not None:
+        start = max(lo, opts.from_wall_ns - offset)
     if opts.to_ns is not None:
         end = min(hi, lo + opts.to_ns)
+    if opts.to_wall_ns is not None:
+        end = min(hi, opts.to_wall_ns - offset)
     return Window(start, max(start, end), lo, hi, offset, sessions)
 
 
@@ -116,17 +130,36 @@ def _rank_consequences(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, pids: tuple[int, ...] = (),
-            min_severity: Severity = Severity.LOW, *, aggregates: Aggregates | None = None,
-            thinned: frozenset[tuple[int, int]] = frozenset(), frees_recorded: bool = True,
-            pids_without_frees: frozenset[int] = frozenset()) -> Report:  # fmt: skip
+def analyse(
+    frame: EventFrame,
+    window: Window,
+    rules: tuple[Rule, ...] = RULES,
+    pids: tuple[int, ...] = (),
+    min_severity: Severity = Severity.LOW,
+    *,
+    aggregates: Aggregates | None = None,
+    thinned: frozenset[tuple[int, int]] = frozenset(),
+    frees_recorded: bool = True,
+    pids_without_frees: frozenset[int] = frozenset(),
+    attribution: Attribution = EMPTY,
+) -> Report:
     """Evaluate every rule and rank findings: severity, then time lost.
 
     With ``aggregates`` the stats (counts, percentiles, shares, rates) and the
     window's event count come from them; otherwise from the rows.
+    ``attribution`` (ranks, communicators, containers; ``load_attribution``)
+    lets the rules name who a process is; without it they name pids.
     """
-    ctx = Context(frame, window, pids, aggregates=aggregates, thinned=thinned, frees_recorded=frees_recorded,
-                  pids_without_frees=pids_without_frees)  # fmt: skip
+    ctx = Context(
+        frame,
+        window,
+        pids,
+        aggregates=aggregates,
+        thinned=thinned,
+        frees_recorded=frees_recorded,
+        pids_without_frees=pids_without_frees,
+        attribution=attribution,
+    )
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule.evaluate(ctx))
@@ -148,10 +181,14 @@ def analyse(frame: EventFrame, window: Window, rules: tuple[Rule, ...] = RULES, 
             m = c[frame.pid[c] == p]
             per_process.extend(op_stats(frame.op[m], frame.dur[m], ctx.pid_span_ns(p), pid=p))
         n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
-    w = Window(window.start_ns, window.end_ns, window.recording_start_ns, window.recording_end_ns,
-               window.wall_offset_ns, window.session_ids, n)  # fmt: skip
-    return Report(w, tuple(findings), tuple(stats), tuple(per_process), notes=_stateless_note(ctx),
-                  stats_from="events" if aggregates is None else "aggregates")  # fmt: skip
+    return Report(
+        replace(window, events=n),
+        tuple(findings),
+        tuple(stats),
+        tuple(per_process),
+        notes=_stateless_note(ctx),
+        stats_from="events" if aggregates is None else "aggregates",
+    )
 
 
 def _span_ns(ctx: Context, aggregates: Aggregates, pid: int) -> int:
@@ -217,10 +254,17 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             raise DatabaseError(
                 f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
             ) from None
-        with using_attribution(attribution):
-            report = analyse(frame, window, pids=opts.pids, min_severity=opts.min_severity, aggregates=aggregates,
-                             thinned=frozenset(thin), frees_recorded=no_frees is not None,
-                             pids_without_frees=no_frees or frozenset())  # fmt: skip
+        report = analyse(
+            frame,
+            window,
+            pids=opts.pids,
+            min_severity=opts.min_severity,
+            aggregates=aggregates,
+            thinned=frozenset(thin),
+            frees_recorded=no_frees is not None,
+            pids_without_frees=no_frees or frozenset(),
+            attribution=attribution,
+        )
         return _with_call_sites(conn, report)
     finally:
         conn.close()

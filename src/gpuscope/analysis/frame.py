@@ -1,11 +1,12 @@
 """Load stored events and their exact aggregates into column arrays, no Python loop per event.
 
 The analysis never touches SQLite rows one by one: ``load_frame`` fills numpy
-columns from a single query over ``event_log`` (the table, not the ``events``
-view, so no join per row), restricted to the analysis window.
-``load_aggregates`` reads ``event_aggregates`` (exact per-second counts of
+columns from the chunks of a single query over ``event_log`` (the table, not
+the ``events`` view, so no join per row), restricted to the analysis window.
+``load_aggregates`` decodes ``event_aggregates`` (exact per-second counts of
 every event, stored as a row or not): counts, rates and percentiles come from
 there when a recording has them, so they do not depend on the storage mode.
+The SQL behind both lives in ``gpuscope.store``; decoding the rows is done here.
 """
 
 from __future__ import annotations
@@ -20,22 +21,18 @@ import numpy as np
 from gpuscope.model.latency import NBUCKETS
 from gpuscope.model.ops import OPS, Op, OpKind, Source
 from gpuscope.model.policy import SAMPLE_EVERY
-
-_CHUNK = 262_144
-# Fewer Python objects per row is what makes loading fast: tid, pid and op are
-# packed into one integer (tid < 2**22, pid < 2**22, op < 256), and columns an
-# op's rules never read are selected as 0 (a cached small int).
-_NEEDS_DETAIL = "op_id >= 128 OR op_id IN ({ops})"
-_SELECT_TMPL = (
-    "ts_ns, duration_ns, (tid << 30) | (pid << 8) | op_id, "
-    "CASE WHEN {detail} THEN cgroup_id ELSE 0 END, "
-    "CASE WHEN {detail} THEN bytes ELSE 0 END, "
-    "CASE WHEN {detail} THEN handle ELSE 0 END, "
-    "CASE WHEN op_id >= 128 THEN stream ELSE 0 END, "
-    "CASE WHEN {detail} THEN arg0 ELSE 0 END, "
-    "CASE WHEN op_id >= 128 THEN arg1 ELSE 0 END"
+from gpuscope.store.aggregates_read import aggregate_rows, aggregates_cover_recording
+from gpuscope.store.events_read import (
+    FRAME_ROW_WIDTH,
+    PACKED_PID_SHIFT,
+    PACKED_TID_SHIFT,
+    event_id_span,
+    event_span,
+    frame_row_chunks,
 )
-_NCOLS = 9
+from gpuscope.store.processes_read import latest_event_comm, pids_of_sessions, process_rows
+from gpuscope.store.sessions_read import session_flags, session_wall_offsets
+
 # One row in this many of a thinned op is read: the sample selective storage keeps.
 THIN_SAMPLE = SAMPLE_EVERY
 
@@ -128,30 +125,26 @@ LAUNCH_OPS = ops_of(OpKind.LAUNCH)
 ALLOC_OPS = frozenset({int(Op.cudaMalloc), int(Op.cuMemAlloc), int(Op.cudaMallocManaged), int(Op.cuMemAllocManaged)})
 FREE_OPS = frozenset({int(Op.cudaFree), int(Op.cuMemFree)})
 GPU_WORK = SYNC_OPS | COPY_OPS | LAUNCH_OPS | ops_of(OpKind.SET)
+# GPU ops whose rules read their detail columns (cgroup, bytes, handle, arg0); others load them as 0.
 _DETAIL_OPS = COPY_OPS | LAUNCH_OPS | ALLOC_OPS | FREE_OPS | ops_of(OpKind.ALLOC, OpKind.FREE, OpKind.SET)
-_SELECT = _SELECT_TMPL.format(detail=_NEEDS_DETAIL.format(ops=",".join(map(str, sorted(_DETAIL_OPS)))))
 
 
 def recording_bounds(conn: sqlite3.Connection) -> tuple[int, int, int, tuple[int, ...]]:
     """(first ts, last end, wall offset, session ids) of everything recorded."""
-    # Both through the ts index: the last end is among the calls that started in the final minute.
-    lo, last = conn.execute("SELECT min(ts_ns), max(ts_ns) FROM event_log").fetchone()
-    hi = None
-    if last is not None:
-        (hi,) = conn.execute(
-            "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(last) - 60_000_000_000,)
-        ).fetchone()
-    sessions = conn.execute("SELECT id, started_wall_ns - started_mono_ns FROM sessions ORDER BY id").fetchall()
-    offset = int(sessions[-1][1]) if sessions else 0
-    if lo is None:
-        return 0, 0, offset, tuple(int(s[0]) for s in sessions)
-    return int(lo), int(hi if hi is not None else lo), offset, tuple(int(s[0]) for s in sessions)
+    span = event_span(conn)
+    sessions = session_wall_offsets(conn)
+    offset = sessions[-1][1] if sessions else 0
+    lo, hi = span if span is not None else (0, 0)
+    return lo, hi, offset, tuple(sid for sid, _ in sessions)
 
 
 def load_frame(
-    conn: sqlite3.Connection, start_ns: int, end_ns: int, pids: tuple[int, ...] = (),
+    conn: sqlite3.Connection,
+    start_ns: int,
+    end_ns: int,
+    pids: tuple[int, ...] = (),
     thin: dict[tuple[int, int], int] | None = None,
-) -> EventFrame:  # fmt: skip
+) -> EventFrame:
     """Every event that overlaps [start_ns, end_ns] (optionally of some pids), as columns.
 
     Host events of other processes are always kept when ``pids`` is given:
@@ -162,35 +155,18 @@ def load_frame(
     only calls slower than it and one row in ``THIN_SAMPLE`` are read, the
     shape selective storage gives them (their counts come from aggregates).
     """
-    where = "ts_ns <= ? AND ts_ns + duration_ns >= ?"
-    params: list[int] = [end_ns, start_ns]
-    if pids:
-        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
-        params += list(pids)
-    if thin:
-        # A CASE over a few (pid, op) keys is evaluated in C per row: far cheaper than returning the row.
-        cases = " ".join(f"WHEN {(p << 16) | o} THEN {int(t)}" for (p, o), t in sorted(thin.items()))
-        ops = ",".join(str(o) for o in sorted({o for _, o in thin}))
-        # Also the first of a run of thinned calls (the row after any other op,
-        # such as a sync): selective storage keeps it, and the gap rules measure
-        # GPU idle time from a sync to the next launch or copy.
-        where += (f" AND (op_id NOT IN ({ops}) OR id % {THIN_SAMPLE} = 0 "
-                  f"OR duration_ns > CASE (pid << 16) | op_id {cases} ELSE -1 END "
-                  f"OR (SELECT q.op_id FROM event_log q WHERE q.id = event_log.id - 1) NOT IN ({ops}))")  # fmt: skip
     # Upper bound on the rows, from the rowid range (no scan); np.empty only touches the pages it fills.
-    lo_id, hi_id = conn.execute("SELECT min(rowid), max(rowid) FROM event_log").fetchone()
-    cap = 0 if lo_id is None else int(hi_id) - int(lo_id) + 1
-    raw = [np.empty(cap, dtype=np.int64) for _ in range(_NCOLS)]
-    cur = conn.execute(f"SELECT {_SELECT} FROM event_log WHERE {where}", params)
+    cap = event_id_span(conn)
+    raw = [np.empty(cap, dtype=np.int64) for _ in range(FRAME_ROW_WIDTH)]
+    chunks = frame_row_chunks(
+        conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
+    )
     n = 0
-    while True:
-        rows = cur.fetchmany(_CHUNK)
-        if not rows:
-            break
+    for rows in chunks:
         k = min(len(rows), cap - n)  # rows appended after the bound was read are left for the next run
-        flat = np.fromiter(itertools.chain.from_iterable(rows[:k]), dtype=np.int64, count=k * _NCOLS)
-        block = flat.reshape(-1, _NCOLS)
-        for j in range(_NCOLS):
+        flat = np.fromiter(itertools.chain.from_iterable(rows[:k]), dtype=np.int64, count=k * FRAME_ROW_WIDTH)
+        block = flat.reshape(-1, FRAME_ROW_WIDTH)
+        for j in range(FRAME_ROW_WIDTH):
             raw[j][n : n + k] = block[:, j]
         n += k
         if n >= cap:
@@ -202,7 +178,8 @@ def load_frame(
         order = np.argsort(ts, kind="stable")
         raw = [r[order] for r in raw]
     packed = raw[2]
-    cols = [raw[0], raw[1], (packed >> 8) & 0x3FFFFF, packed >> 30, packed & 0xFF, *raw[3:]]
+    pid_of = (packed >> PACKED_PID_SHIFT) & 0x3FFFFF
+    cols = [raw[0], raw[1], pid_of, packed >> PACKED_TID_SHIFT, packed & 0xFF, *raw[3:]]
     del raw, packed
     comms, cgroups = _process_names(conn, np.unique(cols[2]).tolist())
     return EventFrame.from_columns(cols, comms, cgroups)
@@ -211,22 +188,18 @@ def load_frame(
 def _process_names(conn: sqlite3.Connection, pids: list[int]) -> tuple[dict[int, str], dict[int, int]]:
     comms: dict[int, str] = {}
     cgroups: dict[int, int] = {}
-    for pid, comm, cg in conn.execute("SELECT pid, comm, cgroup_id FROM processes ORDER BY session_id"):
+    for pid, comm, cg in process_rows(conn):
         if comm:
-            comms[int(pid)] = str(comm)
+            comms[pid] = str(comm)
         if cg:
-            cgroups[int(pid)] = int(cg)
-    # The latest comm an event of the process carried, when the processes table lacks it:
-    # scanned from the newest row back, so it stops at the first hit.
+            cgroups[pid] = int(cg)
+    # The latest comm an event of the process carried, when the processes table lacks it.
     for pid in pids:
         if pid in comms:
             continue
-        row = conn.execute(
-            "SELECT c.comm FROM event_log e JOIN comms c ON c.id = e.comm_id WHERE e.pid = ? ORDER BY e.id DESC LIMIT 1",
-            (pid,),
-        ).fetchone()
-        if row:
-            comms[pid] = str(row[0])
+        comm = latest_event_comm(conn, pid)
+        if comm is not None:
+            comms[pid] = comm
     return comms, cgroups
 
 
@@ -304,28 +277,9 @@ def load_aggregates(
     ``event_aggregates`` (older files, imported recordings) or when a session
     with events has no aggregates (counts would miss its events).
     """
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "event_aggregates" not in names:
+    if not aggregates_cover_recording(conn):
         return None
-    covered = {int(r[0]) for r in conn.execute("SELECT DISTINCT session_id FROM event_aggregates")}
-    if not covered:
-        return None
-    for (sid,) in conn.execute("SELECT id FROM sessions").fetchall():
-        if (
-            int(sid) not in covered
-            and conn.execute("SELECT 1 FROM event_log WHERE session_id = ? LIMIT 1", (sid,)).fetchone()
-        ):
-            return None
-    where = "bucket_ns > ? AND bucket_ns <= ?"
-    params: list[int] = [start_ns - BUCKET_NS, end_ns]
-    if pids:
-        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
-        params += list(pids)
-    rows = conn.execute(
-        "SELECT bucket_ns, pid, op_id, count, stored, sum_duration_ns, min_duration_ns, max_duration_ns, sum_bytes, "
-        f"histogram FROM event_aggregates WHERE {where}",
-        params,
-    ).fetchall()
+    rows = aggregate_rows(conn, start_ns - BUCKET_NS, end_ns, pids)
     n = len(rows)
     cols = np.array([r[:9] for r in rows], dtype=np.int64).reshape(n, 9)
     blobs: dict[tuple[int, int], list[bytes]] = {}
@@ -350,18 +304,14 @@ def pids_without_frees(conn: sqlite3.Connection) -> frozenset[int] | None:
     silent for these. None when every session is such an import.
     """
     imported: list[int] = []
-    rows = conn.execute("SELECT id, flags FROM sessions").fetchall()
+    rows = session_flags(conn)
     for sid, raw in rows:
         try:
             doc = json.loads(raw) if raw else {}
         except (TypeError, ValueError):
             doc = {}
         if isinstance(doc, dict) and doc.get("imported_from") == "ingero":
-            imported.append(int(sid))
+            imported.append(sid)
     if rows and len(imported) == len(rows):
         return None
-    if not imported:
-        return frozenset()
-    marks = ",".join("?" * len(imported))
-    rows = conn.execute(f"SELECT pid FROM processes WHERE session_id IN ({marks})", imported).fetchall()
-    return frozenset(int(r[0]) for r in rows)
+    return pids_of_sessions(conn, imported)

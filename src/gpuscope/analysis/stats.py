@@ -35,10 +35,17 @@ class OpStats:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "op": self.op, "pid": self.pid, "count": self.count, "total_ns": self.total_ns,
-            "p50_ns": self.p50_ns, "p95_ns": self.p95_ns, "p99_ns": self.p99_ns, "max_ns": self.max_ns,
-            "time_share": round(self.time_share, 4), "rate_per_s": round(self.rate_per_s, 2),
-        }  # fmt: skip
+            "op": self.op,
+            "pid": self.pid,
+            "count": self.count,
+            "total_ns": self.total_ns,
+            "p50_ns": self.p50_ns,
+            "p95_ns": self.p95_ns,
+            "p99_ns": self.p99_ns,
+            "max_ns": self.max_ns,
+            "time_share": round(self.time_share, 4),
+            "rate_per_s": round(self.rate_per_s, 2),
+        }
 
 
 def op_stats(op_ids: np.ndarray, durs: np.ndarray, wall_ns: int, pid: int | None = None) -> list[OpStats]:
@@ -121,8 +128,17 @@ def effect_size(dur: np.ndarray, affected: np.ndarray, cause_ns: np.ndarray) -> 
     excess = np.maximum(dur - p50_all, 0)
     explained = int(np.minimum(cause_ns, excess)[affected].sum())
     total_excess = int(excess.sum())
-    return Effect(n_aff, n - n_aff, aff_p50, un_p50, float(ratio), k, overlapped,
-                  explained / total_excess if total_excess else 0.0, explained)  # fmt: skip
+    return Effect(
+        affected_calls=n_aff,
+        unaffected_calls=n - n_aff,
+        affected_p50_ns=aff_p50,
+        unaffected_p50_ns=un_p50,
+        p50_ratio=float(ratio),
+        slowest_n=k,
+        slowest_overlapped=overlapped,
+        excess_share=explained / total_excess if total_excess else 0.0,
+        explained_ns=explained,
+    )
 
 
 # A cause is reported only when its effect is measurable: thresholds of docs/explain.md.

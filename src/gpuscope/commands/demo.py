@@ -26,21 +26,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "scenario", nargs="?", metavar="NAME", help=f"one scenario: {', '.join(REGISTRY.names())} (default: all)"
     )
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--live", dest="mode", action="store_const", const=DemoMode.LIVE,
-                      help="real processes on the bundled stand-in CUDA library, traced with eBPF (default as root)")  # fmt: skip
-    mode.add_argument("--synthetic", "--no-gpu", dest="mode", action="store_const", const=DemoMode.SYNTHETIC,
-                      help="generated events through the same store and analysis; no root needed")  # fmt: skip
-    mode.add_argument("--gpu", dest="mode", action="store_const", const=DemoMode.GPU,
-                      help="small PyTorch workloads on the real GPU (needs an NVIDIA GPU and PyTorch)")  # fmt: skip
-    p.add_argument("--db", help="keep the data in this database (default: a fresh temporary one, path printed)")
-    p.add_argument("--scale", type=float, default=1.0, metavar="F",
-                   help="multiply each scenario's length (e.g. 0.4 for a quick run; default 1)")  # fmt: skip
+    mode.add_argument(
+        "--live",
+        dest="mode",
+        action="store_const",
+        const=DemoMode.LIVE,
+        help="real processes on the bundled stand-in CUDA library, traced with eBPF (default as root)",
+    )
+    mode.add_argument(
+        "--synthetic",
+        "--no-gpu",
+        dest="mode",
+        action="store_const",
+        const=DemoMode.SYNTHETIC,
+        help="generated events through the same store and analysis; no root needed",
+    )
+    mode.add_argument(
+        "--gpu",
+        dest="mode",
+        action="store_const",
+        const=DemoMode.GPU,
+        help="small PyTorch workloads on the real GPU (needs an NVIDIA GPU and PyTorch)",
+    )
+    # Not the shared --db: six scenarios must not land in the user's recording unless it is named.
+    p.add_argument(
+        "--db", metavar="PATH", help="keep the data in this database (default: a fresh temporary one, path printed)"
+    )
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="multiply each scenario's length (e.g. 0.4 for a quick run; default 1)",
+    )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[name]}"), BarColumn(),
-                    TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True)  # fmt: skip
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]{task.fields[name]}"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+    )
+    return Progress(*columns, console=console, transient=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,11 +86,14 @@ def run(args: argparse.Namespace) -> int:
     if mode is None or mode is DemoMode.LIVE:
         ok, why = ebpf_usable()
         if not ok and mode is DemoMode.LIVE:
-            raise PermissionDeniedError(f"--live needs eBPF: {why}",
-                                        remedy="run as root (sudo gpuscope demo), or `gpuscope demo --synthetic`")  # fmt: skip
+            raise PermissionDeniedError(
+                f"--live needs eBPF: {why}", remedy="run as root (sudo gpuscope demo), or `gpuscope demo --synthetic`"
+            )
         if not ok:
-            print(f"eBPF is not usable here ({why}): running the synthetic demo (same store, same analysis)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"eBPF is not usable here ({why}): running the synthetic demo (same store, same analysis)",
+                file=sys.stderr,
+            )
         mode = DemoMode.LIVE if ok else DemoMode.SYNTHETIC
     db = Path(args.db).expanduser() if args.db else default_db()
     print(header(mode, detect_gpu(), str(db), str(STANDIN_DIR / "libcudart.so.12")))

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from gpuscope.commands._filters import add_filter_options, filter_from_args
-from gpuscope.diff import Change, DiffOptions, DiffReport, diff_databases
+from gpuscope.commands._options import add_filter_options, filter_from_args
+from gpuscope.diff import Change, DiffOptions, DiffReport, OpDiff, diff_databases
 from gpuscope.model.units import fmt_count, fmt_ns
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.query.output import write_table
@@ -15,8 +15,23 @@ from gpuscope.query.output import write_table
 NAME = "diff"
 HELP = "compare two recordings: per-op counts, rates, p50/p95/p99, significant regressions first"
 
-_COLUMNS = ["op", "change", "calls_a", "calls_b", "rate_a", "rate_b", "p50_a", "p50_b", "p50_x", "p95_a", "p95_b",
-            "p99_a", "p99_b", "p99_x", "p_value"]  # fmt: skip
+_COLUMNS = [
+    "op",
+    "change",
+    "calls_a",
+    "calls_b",
+    "rate_a",
+    "rate_b",
+    "p50_a",
+    "p50_b",
+    "p50_x",
+    "p95_a",
+    "p95_b",
+    "p99_a",
+    "p99_b",
+    "p99_x",
+    "p_value",
+]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,15 +68,30 @@ def _x(r: float | None) -> str:
     return "" if r is None else f"{r:.2f}x"
 
 
+def _table_row(o: OpDiff) -> list[str]:
+    return [
+        o.op,
+        o.change.value,
+        fmt_count(o.count_a),
+        fmt_count(o.count_b),
+        f"{o.rate_a:.1f}/s",
+        f"{o.rate_b:.1f}/s",
+        fmt_ns(o.p50_a),
+        fmt_ns(o.p50_b),
+        _x(o.p50_ratio),
+        fmt_ns(o.p95_a),
+        fmt_ns(o.p95_b),
+        fmt_ns(o.p99_a),
+        fmt_ns(o.p99_b),
+        _x(o.p99_ratio),
+        "" if o.p_value is None else f"{o.p_value:.1e}",
+    ]
+
+
 def render(report: DiffReport) -> None:
     out = sys.stdout
     out.write(f"A: {report.a} ({fmt_ns(report.span_a_ns)})\nB: {report.b} ({fmt_ns(report.span_b_ns)})\n\n")
-    rows = [
-        [o.op, o.change.value, fmt_count(o.count_a), fmt_count(o.count_b), f"{o.rate_a:.1f}/s", f"{o.rate_b:.1f}/s",
-         fmt_ns(o.p50_a), fmt_ns(o.p50_b), _x(o.p50_ratio), fmt_ns(o.p95_a), fmt_ns(o.p95_b), fmt_ns(o.p99_a),
-         fmt_ns(o.p99_b), _x(o.p99_ratio), "" if o.p_value is None else f"{o.p_value:.1e}"]
-        for o in report.ops
-    ]  # fmt: skip
+    rows = [_table_row(o) for o in report.ops]
     write_table(_COLUMNS, rows, out)
     reg = report.regressions
     out.write("\n")

@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from gpuscope.commands._filters import add_filter_options, filter_from_args
+from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, filter_from_args
 from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, ExportOptions
 from gpuscope.model.units import fmt_count, parse_duration_s
 from gpuscope.query.engine import open_reader
-from gpuscope.store.connect import default_db_path
 
 NAME = "export"
 HELP = "export a recording for ui.perfetto.dev / chrome://tracing (see docs/export.md)"
@@ -31,7 +30,7 @@ _NOT_BUILT = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="perfetto", help=f"output format: {', '.join(EXPORTERS)} (default perfetto)")
     p.add_argument("-o", "--output", required=True, help="file to write ('-' for stdout)")
-    p.add_argument("--db", help=f"database path (default $GPUSCOPE_DB or {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--max-events", type=int, metavar="N", help="keep only the first N events by time")
     p.add_argument(
         "--explain",
@@ -60,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
     options = ExportOptions(max_events=args.max_events, counter_interval_ns=max(1, interval_ns), explain=args.explain)
     to_stdout = args.output == "-"
     with contextlib.ExitStack() as stack:
-        reader = stack.enter_context(
-            open_reader(args.db or default_db_path(), event_filter=filter_from_args(args), timeout_s=0)
-        )
+        reader = stack.enter_context(open_reader(db_from_args(args), event_filter=filter_from_args(args), timeout_s=0))
         out: TextIO = sys.stdout
         if not to_stdout:
             try:

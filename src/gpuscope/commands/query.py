@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuscope.commands._filters import add_filter_options, filter_from_args, timeout_from_args
+from gpuscope.commands._options import (
+    add_db_option,
+    add_filter_options,
+    db_from_args,
+    filter_from_args,
+    timeout_from_args,
+)
 from gpuscope.query import add_output_options, chosen_format, run_query, write_rows
-from gpuscope.store.connect import default_db_path
 
 NAME = "query"
 HELP = "run read-only SQL on a recording (views: events, cuda_calls, sched_switches; see docs/query.md)"
@@ -15,7 +20,7 @@ HELP = "run read-only SQL on a recording (views: events, cuda_calls, sched_switc
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", help='one SELECT statement, e.g. "SELECT op, count(*) FROM events GROUP BY op"')
-    p.add_argument("--db", help=f"database path (default $GPUSCOPE_DB or {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--timeout", default="5s", help="stop the query after this long (default 5s; 0 = no limit)")
     add_filter_options(p)
     add_output_options(p)
@@ -23,11 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     reader, result = run_query(
-        args.db or default_db_path(),
-        args.sql,
-        event_filter=filter_from_args(args),
-        timeout_s=timeout_from_args(args.timeout),
+        db_from_args(args), args.sql, event_filter=filter_from_args(args), timeout_s=timeout_from_args(args.timeout)
     )
     with reader:
-        write_rows(result.columns, result.rows, chosen_format(args.output, sys.stdout), sys.stdout)
+        try:
+            write_rows(result.columns, result.rows, chosen_format(args.output, sys.stdout), sys.stdout)
+        finally:
+            # Stopped early (a closed pipe): end the row stream while its connection is open, not at exit.
+            close = getattr(result.rows, "close", None)
+            if close is not None:
+                close()
     return 0

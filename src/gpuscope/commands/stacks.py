@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpuscope.commands._options import add_db_option, db_from_args
 from gpuscope.errors import UsageError
 from gpuscope.model.units import parse_duration_s
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.recording import open_recording
 from gpuscope.stacks.report import top_stacks
-from gpuscope.store.connect import default_db_path
 
 NAME = "stacks"
 HELP = "who made the CUDA calls: distinct call stacks (native frames and Python lines), most calls first"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", help=f"database path (default $GPUSCOPE_DB or {default_db_path()})")
+    add_db_option(p)
     p.add_argument("--op", help="only calls of this API (e.g. cudaMalloc)")
     p.add_argument("--pid", type=int, help="only this process")
     p.add_argument("--min-duration", metavar="DURATION", help="only calls at least this long (e.g. 1ms)")
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             min_ns = int(parse_duration_s(args.min_duration) * 1e9)
         except ValueError:
             raise UsageError(f"--min-duration {args.min_duration}: not a duration (e.g. 500us, 2ms)") from None
-    conn = open_recording(args.db or default_db_path())
+    conn = open_recording(db_from_args(args))
     try:
         stacks = top_stacks(conn, op=args.op, pid=args.pid, min_duration_ns=min_ns, limit=args.limit)
     finally:
@@ -42,14 +42,25 @@ def run(args: argparse.Namespace) -> int:
         if not stacks:
             print("no stacks recorded (traced with --no-stack, or no CUDA call matched)", file=sys.stderr)
         for s in stacks:
-            print(f"{s.calls} calls ({s.share:.0%}) of {s.op}, {s.total_duration_ns / 1e6:.3f} ms total"
-                  + (f"  [{s.marker}]" if s.marker else ""))  # fmt: skip
+            marker = f"  [{s.marker}]" if s.marker else ""
+            print(f"{s.calls} calls ({s.share:.0%}) of {s.op}, {s.total_duration_ns / 1e6:.3f} ms total{marker}")
             for f in s.frames:
                 print(f"    {f.render()}")
             print()
         return 0
     cols = ["stack_hash", "op", "calls", "share", "total_duration_ns", "call_site", "frames", "marker"]
-    rows = [(s.stack_hash, s.op, s.calls, round(s.share, 4), s.total_duration_ns, s.call_site,
-             [f.render() for f in s.frames], s.marker) for s in stacks]  # fmt: skip
+    rows = [
+        (
+            s.stack_hash,
+            s.op,
+            s.calls,
+            round(s.share, 4),
+            s.total_duration_ns,
+            s.call_site,
+            [f.render() for f in s.frames],
+            s.marker,
+        )
+        for s in stacks
+    ]
     write_rows(cols, rows, fmt, sys.stdout)
     return 0

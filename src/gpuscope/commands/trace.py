@@ -5,19 +5,18 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
-from types import FrameType
 
+from gpuscope.agent.launch import StopSignals, finish, launch_held
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
+from gpuscope.commands._options import add_db_option, db_from_args
 from gpuscope.config import load_config
 from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
 from gpuscope.model.units import parse_duration_s, parse_size
 from gpuscope.render.summary import render_summary
 from gpuscope.stacks.policy import parse_overrides, stack_policy
-from gpuscope.store.connect import default_db_path
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.findings import builtin_findings
 from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
@@ -34,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-d", "--duration", help="stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits"
     )
-    p.add_argument("--db", help=f"database path (default $GPUSCOPE_DB or {default_db_path()})")
+    add_db_option(p, purpose="the recording to write; one that exists gets a new session")
     p.add_argument("--node", help="node name stored with every event (default: hostname)")
     p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
     p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
@@ -90,105 +89,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
-class _Stop:
-    def __init__(self) -> None:
-        self.requested = False
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.requested = True
-
-
-# Wait for the go-ahead on the pipe, then exec the command in the same pid.
-_TRAMPOLINE = (
-    "import os, sys\n"
-    "fd = int(sys.argv[1])\n"
-    "os.read(fd, 1)\n"
-    "os.close(fd)\n"
-    "try:\n"
-    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
-    "except OSError as e:\n"
-    "    sys.stderr.write(f'gpuscope: cannot run {sys.argv[2]}: {e.strerror}\\n')\n"
-    "    sys.exit(127)\n"
-)
-
-
-def _launch(command: list[str], session: TraceSession) -> subprocess.Popen[bytes]:
-    """Start the command held at a pipe read, make it a target, then release it.
-
-    The trampoline keeps the pid across exec, so the process is a target
-    (and its uprobes fire) from its very first instruction of the real command.
-    """
-    r, w = os.pipe()
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _TRAMPOLINE, str(r), *command],
-            pass_fds=(r,),
-        )
-    except OSError as exc:
-        raise UsageError(f"cannot launch {command[0]}: {exc.strerror}") from None
-    finally:
-        os.close(r)
-    try:
-        session.add_target(proc.pid, before_exec=True)
-    finally:
-        os.write(w, b"\n")
-        os.close(w)
-    return proc
-
-
 def run(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     for pid in args.pid:
         if not os.path.exists(f"/proc/{pid}"):
             raise ProcessNotFoundError(f"no process with pid {pid}")
     for lib in args.lib:
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
-    ring = parse_size(args.ring_size)
-    if ring < 4096 or ring & (ring - 1):
-        raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
     duration = parse_duration_s(args.duration) if args.duration else None
-    try:
-        hang_threshold_ns = int(parse_duration_s(args.hang_threshold) * 1e9)
-    except ValueError:
-        raise UsageError(f"--hang-threshold {args.hang_threshold}: not a duration (e.g. 30s, 2m)") from None
-    opts = TraceOptions(
-        filter_targets=bool(args.pid or command),
-        entry_only=args.entry_only,
-        host=not args.no_host,
-        wakeups=not args.no_wakeups,
-        ring_bytes=ring,
-        force_classic_uprobes=args.classic_uprobes,
-        io=not args.no_io,
-        tcp=not args.no_tcp,
-        memory=not args.no_memory,
-        stacks=(2 if args.python_stack else 1) if args.stack else 0,
-        stack_policy=stack_policy(overrides=parse_overrides(args.stack_every)),
-    )
-    try:
-        max_db = parse_size(args.max_db)
-    except ValueError:
-        raise UsageError(f"--max-db {args.max_db}: not a size (examples: 500m, 10g, 0)") from None
-    if 0 < max_db < (1 << 20):
-        raise UsageError(f"--max-db {args.max_db}: too small (at least 1m, or 0 for no cap)")
-    config = load_config()
-    db = args.db or os.environ.get("GPUSCOPE_DB") or config.get("db") or default_db_path()
-    node = args.node or config.get("node")
-    if node is not None and (":" in node or not node.strip()):
-        raise UsageError(f"--node {node!r}: a node name must be non-empty and may not contain ':'")
-    session = TraceSession(
-        opts,
-        db,
-        node=node,
-        argv=sys.argv,
-        record_all=args.record_all,
-        max_db_bytes=max_db,
-        keep_first_s=parse_duration_s(args.keep_first),
-        libraries=args.lib,
-        command=command or None,
-    )
+    hang_threshold_ns = _duration_ns("--hang-threshold", args.hang_threshold, "e.g. 30s, 2m")
+    session = _session(args, command)
     try:
         for pid in args.pid:
             session.add_target(pid)
@@ -199,38 +110,23 @@ def run(args: argparse.Namespace) -> int:
         # Explain rules over the recent recording, beside the built-in live findings.
         explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
         live = LiveOutput(session, mode, _target_text(command, args.pid), findings=[*builtin_findings(), explain])
-        proc = _launch(command, session) if command else None
-        stop = _Stop()
-        old_int = signal.signal(signal.SIGINT, stop)
-        old_term = signal.signal(signal.SIGTERM, stop)
+        proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True)) if command else None
         deadline = time.monotonic() + duration if duration else None
+        with StopSignals() as stop:
 
-        def should_stop() -> bool:
-            if stop.requested:
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return True
-            return proc is not None and proc.poll() is not None
+            def should_stop() -> bool:
+                if stop.requested or (deadline is not None and time.monotonic() >= deadline):
+                    return True
+                return proc is not None and proc.poll() is not None
 
-        try:
-            with live:
-                session.run(should_stop, live.on_tick)
-        finally:
-            # An evaluation still running on its thread would be torn down
-            # mid-numpy at interpreter exit (abort): let it finish first.
-            explain.close()
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
-        exit_code = 0
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            rc = proc.wait()
-            exit_code = rc if rc >= 0 else 128 - rc
+            try:
+                with live:
+                    session.run(should_stop, live.on_tick)
+            finally:
+                # An evaluation still running on its thread would be torn down
+                # mid-numpy at interpreter exit (abort): let it finish first.
+                explain.close()
+        exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
     except BaseException:
         session.finish()
         raise
@@ -245,6 +141,62 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next", file=out)
     return exit_code
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    return command[1:] if command and command[0] == "--" else command
+
+
+def _duration_ns(flag: str, text: str, examples: str) -> int:
+    try:
+        return int(parse_duration_s(text) * 1e9)
+    except ValueError:
+        raise UsageError(f"{flag} {text}: not a duration ({examples})") from None
+
+
+def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions:
+    ring = parse_size(args.ring_size)
+    if ring < 4096 or ring & (ring - 1):
+        raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
+    return TraceOptions(
+        filter_targets=bool(args.pid or command),
+        entry_only=args.entry_only,
+        host=not args.no_host,
+        wakeups=not args.no_wakeups,
+        ring_bytes=ring,
+        force_classic_uprobes=args.classic_uprobes,
+        io=not args.no_io,
+        tcp=not args.no_tcp,
+        memory=not args.no_memory,
+        stacks=(2 if args.python_stack else 1) if args.stack else 0,
+        stack_policy=stack_policy(overrides=parse_overrides(args.stack_every)),
+    )
+
+
+def _session(args: argparse.Namespace, command: list[str]) -> TraceSession:
+    """Open the recording and load the probes (nothing is attached to a process yet)."""
+    opts = _trace_options(args, command)
+    try:
+        max_db = parse_size(args.max_db)
+    except ValueError:
+        raise UsageError(f"--max-db {args.max_db}: not a size (examples: 500m, 10g, 0)") from None
+    if 0 < max_db < (1 << 20):
+        raise UsageError(f"--max-db {args.max_db}: too small (at least 1m, or 0 for no cap)")
+    node = args.node or load_config().get("node")
+    if node is not None and (":" in node or not node.strip()):
+        raise UsageError(f"--node {node!r}: a node name must be non-empty and may not contain ':'")
+    return TraceSession(
+        opts,
+        db_from_args(args),
+        node=node,
+        argv=sys.argv,
+        record_all=args.record_all,
+        max_db_bytes=max_db,
+        keep_first_s=parse_duration_s(args.keep_first),
+        libraries=args.lib,
+        command=command or None,
+    )
 
 
 def _target_text(command: list[str], pids: list[int]) -> str:

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,9 +21,11 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuscope.agent.launch import launch_held
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
+from gpuscope.store.processes_write import ProcessRow, insert_processes
 from gpuscope.tui.findings import builtin_findings
 from gpuscope.tui.snapshot import LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.source import SessionSource
@@ -71,19 +72,15 @@ def build_workloads(out: Path, standin_dir: Path = STANDIN_DIR) -> Workloads:
         raise StandinMissingError(f"no stand-in CUDA library in {standin_dir}")
     out.mkdir(parents=True, exist_ok=True)
     workload, hog = out / "demo_workload", out / "cpu_hog"
+    link = [f"-L{standin_dir}", "-l:libcudart.so.12", f"-Wl,-rpath,{standin_dir}"]
     for cmd in (
-        [cc, "-O1", "-fno-omit-frame-pointer", "-o", str(workload), str(WORKLOADS_DIR / "demo_workload.c"),
-         f"-L{standin_dir}", "-l:libcudart.so.12", f"-Wl,-rpath,{standin_dir}"],
+        [cc, "-O1", "-fno-omit-frame-pointer", "-o", str(workload), str(WORKLOADS_DIR / "demo_workload.c"), *link],
         [cc, "-O1", "-o", str(hog), str(WORKLOADS_DIR / "cpu_hog.c")],
-    ):  # fmt: skip
+    ):
         p = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if p.returncode != 0:
             raise GpuscopeError(f"cannot build the demo workload: {p.stderr.strip()[:500]}")
     return Workloads(workload, hog, standin_dir)
-
-
-# Wait for the go-ahead on the pipe, then exec the command in the same pid (like `gpuscope trace -- CMD`).
-_HOLD = "import os, sys\nfd = int(sys.argv[1])\nos.read(fd, 1)\nos.close(fd)\nos.execvp(sys.argv[2], sys.argv[2:])\n"
 
 
 class LiveRun:
@@ -94,8 +91,14 @@ class LiveRun:
     fraction of the expected run time spent.
     """
 
-    def __init__(self, session: TraceSession, programs: Workloads, workdir: Path, expected_s: float,
-                 progress: Progress | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        session: TraceSession,
+        programs: Workloads,
+        workdir: Path,
+        expected_s: float,
+        progress: Progress | None = None,
+    ) -> None:
         self.session = session
         self.programs = programs
         self.workdir = workdir
@@ -123,9 +126,17 @@ class LiveRun:
             argv = ["chrt", "-f", "1", *argv]
         return argv
 
-    def workload(self, mode: str, n: int, arg: str | None = None, *, name: str = "trainer",
-                 latency: dict[str, str] | None = None, cpu: int | None = None,
-                 realtime: bool = False) -> subprocess.Popen[bytes]:  # fmt: skip
+    def workload(
+        self,
+        mode: str,
+        n: int,
+        arg: str | None = None,
+        *,
+        name: str = "trainer",
+        latency: dict[str, str] | None = None,
+        cpu: int | None = None,
+        realtime: bool = False,
+    ) -> subprocess.Popen[bytes]:
         """Start a traced workload (see workloads/demo_workload.c for the modes).
 
         ``realtime`` runs it SCHED_FIFO where possible, so a busy machine's own
@@ -136,35 +147,26 @@ class LiveRun:
         env = dict(os.environ)
         env.pop("GPUSCOPE_STANDIN_RESULT", None)
         env["GPUSCOPE_STANDIN_LATENCY"] = ",".join(f"{k}={v}" for k, v in (latency or {}).items())
-        r, w = os.pipe()
-        try:
-            proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(r), *argv], pass_fds=(r,), env=env,
-                                    stdout=subprocess.DEVNULL)  # fmt: skip
-        finally:
-            os.close(r)
-        try:
-            self.session.add_target(proc.pid, before_exec=True)
-        finally:
-            os.write(w, b"\n")
-            os.close(w)
+        proc = launch_held(
+            argv, lambda pid: self.session.add_target(pid, before_exec=True), env=env, stdout=subprocess.DEVNULL
+        )
         self.targets.append(proc)
         return proc
 
     @contextmanager
-    def hogs(self, count: int, *, cpu: int | None = 0, busy_us: int = 0, idle_us: int = 0,
-             name: str = "cpu_hog") -> Iterator[list[int]]:  # fmt: skip
+    def hogs(
+        self, count: int, *, cpu: int | None = 0, busy_us: int = 0, idle_us: int = 0, name: str = "cpu_hog"
+    ) -> Iterator[list[int]]:
         """Run ``count`` CPU hogs (untraced) for the body of the ``with``; yields their pids."""
         exe = self._named(self.programs.hog, name)
         extra = [str(busy_us), str(idle_us)] if busy_us and idle_us else []
         procs = [subprocess.Popen(self._wrap([str(exe), *extra], cpu, False)) for _ in range(count)]
         self.others.extend(procs)
         # A trace names untraced preemptors by pid only; the demo knows who it started, so it says.
-        self.session.writer.call(
-            "INSERT OR IGNORE INTO processes(session_id, pid, comm, cmdline, exe, first_seen_ns) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [(self.session.session_id, p.pid, name, " ".join([str(exe), *extra]), str(exe), time.time_ns())
-             for p in procs],
-        )  # fmt: skip
+        cmdline = " ".join([str(exe), *extra])
+        seen_ns = time.time_ns()
+        named = [ProcessRow(p.pid, seen_ns, comm=name, cmdline=cmdline, exe=str(exe)) for p in procs]
+        self.session.writer.write(insert_processes, self.session.session_id, named)
         try:
             yield [p.pid for p in procs]
         finally:
@@ -209,9 +211,17 @@ def _kill(p: subprocess.Popen[bytes]) -> None:
         p.wait(timeout=10)
 
 
-def record_live(db: Path, programs: Workloads, workdir: Path, body: Callable[[LiveRun], None], *,
-                expected_s: float, argv: list[str], progress: Progress | None = None,
-                snapshots: Callable[[LiveSnapshot], None] | None = None) -> dict[str, int]:  # fmt: skip
+def record_live(
+    db: Path,
+    programs: Workloads,
+    workdir: Path,
+    body: Callable[[LiveRun], None],
+    *,
+    expected_s: float,
+    argv: list[str],
+    progress: Progress | None = None,
+    snapshots: Callable[[LiveSnapshot], None] | None = None,
+) -> dict[str, int]:
     """Trace what ``body`` runs into ``db`` (every event stored); return the kernel counters.
 
     ``snapshots`` hears the live view's snapshot once a second (what `gpuscope trace` shows).

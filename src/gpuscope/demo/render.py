@@ -9,6 +9,7 @@ from gpuscope.demo.gpu import GpuInfo
 from gpuscope.demo.runner import DemoMode, DemoResult
 from gpuscope.demo.scenario import Scenario
 from gpuscope.model.units import fmt_ns
+from gpuscope.store.events_read import COUNT_BY_OP
 
 _MODE_TEXT = {
     DemoMode.LIVE: "live: real processes on the stand-in CUDA library, traced with eBPF",
@@ -18,45 +19,56 @@ _MODE_TEXT = {
 
 
 def header(mode: DemoMode, gpu: GpuInfo | None, db: str, standin: str | None) -> str:
+    """Describe the run before the first scenario: mode, device, kernel and database."""
     if gpu is not None and mode is DemoMode.GPU:
         device = f"GPU: {gpu.describe()}"
     elif gpu is not None:
         device = f"GPU: {gpu.describe()} (not used in this mode: add --gpu for the PyTorch versions)"
     else:
         device = "no GPU: stand-in CUDA library" + (f" ({standin})" if standin and mode is DemoMode.LIVE else "")
-    return "\n".join((
+    lines = [
         f"gpuscope demo · {_MODE_TEXT[mode]}",
         f"  {device}",
         f"  kernel {platform.release()} · database {db}",
-    ))  # fmt: skip
+    ]
+    return "\n".join(lines)
 
 
 def banner(scenario: Scenario, index: int, total: int, width: int = 100) -> str:
+    """Title a scenario with a rule across the terminal, and wrap its story under it."""
     title = f"━━ {index}/{total} {scenario.name}: {scenario.title} "
     story = textwrap.fill(scenario.story, width=min(width, 100), initial_indent="   ", subsequent_indent="   ")
     return f"{title}{'━' * max(0, min(width, 100) - len(title))}\n{story}"
 
 
 def verdict(result: DemoResult) -> str:
+    """Say in one line whether a scenario's top finding was the expected one."""
     mark = "✓" if result.as_expected else "✗"
     top = result.top_kind or "no finding"
-    return (f"{mark} top finding: {top} (expected {result.scenario.expected_kind}) · {result.events:,} events · "
-            f"session {result.session_id} · {fmt_ns(result.elapsed_s * 1e9)}")  # fmt: skip
+    return (
+        f"{mark} top finding: {top} (expected {result.scenario.expected_kind}) · {result.events:,} events · "
+        f"session {result.session_id} · {fmt_ns(result.elapsed_s * 1e9)}"
+    )
 
 
 def summary(results: list[DemoResult]) -> str:
+    """Tabulate every scenario's outcome."""
     lines = ["Summary", f"  {'scenario':<20} {'top finding':<18} {'expected':<18} {'events':>9} {'time':>9}"]
     for r in results:
         mark = "✓" if r.as_expected else "✗"
-        lines.append(f"{mark} {r.scenario.name:<20} {(r.top_kind or '-'):<18} {r.scenario.expected_kind:<18} "
-                     f"{r.events:>9,} {fmt_ns(r.elapsed_s * 1e9):>9}")  # fmt: skip
+        lines.append(
+            f"{mark} {r.scenario.name:<20} {(r.top_kind or '-'):<18} {r.scenario.expected_kind:<18} "
+            f"{r.events:>9,} {fmt_ns(r.elapsed_s * 1e9):>9}"
+        )
     return "\n".join(lines)
 
 
 def next_steps(db: str, session_ids: list[int]) -> str:
-    return "\n".join((
+    """Point at what to run next on the recording the demo kept."""
+    lines = [
         f"data kept in {db} ({len(session_ids)} session(s)). Next:",
         f"  gpuscope explain --db {db}            # the last scenario again (or --from/--to for another)",
-        f"  gpuscope query --db {db} \"SELECT op, count(*) FROM events GROUP BY op\"",
+        f'  gpuscope query --db {db} "{COUNT_BY_OP}"',
         "  sudo gpuscope trace -- python train.py    # your own workload",
-    ))  # fmt: skip
+    ]
+    return "\n".join(lines)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -12,13 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gpuscope.agent.launch import launch_held
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
 from gpuscope.demo.gpu import NoGpuError, detect_gpu, script_path, torch_cuda
 from gpuscope.demo.live import LiveRun, Progress, Workloads, build_workloads, record_live
 from gpuscope.demo.scenario import Scenario
 from gpuscope.demo.synthetic import SyntheticRecording
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
+from gpuscope.recording import open_recording
 from gpuscope.store.findings import save_findings
+from gpuscope.store.sessions_read import last_session, session_offsets
 from gpuscope.tui.snapshot import LiveSnapshot
 
 
@@ -66,14 +68,11 @@ def default_db() -> Path:
 
 
 def _last_session(db: Path) -> tuple[int, int]:
-    from gpuscope.recording import open_recording
-
     conn = open_recording(db)
     try:
-        row = conn.execute("SELECT id, events_recorded FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
+        return last_session(conn) or (0, 0)
     finally:
         conn.close()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
 class DemoRunner:
@@ -93,8 +92,13 @@ class DemoRunner:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpuscope-demo-work-"))
         self._programs: Workloads | None = None
 
-    def run(self, scenario: Scenario, mode: DemoMode, progress: Progress | None = None,
-            snapshots: Callable[[LiveSnapshot], None] | None = None) -> DemoResult:  # fmt: skip
+    def run(
+        self,
+        scenario: Scenario,
+        mode: DemoMode,
+        progress: Progress | None = None,
+        snapshots: Callable[[LiveSnapshot], None] | None = None,
+    ) -> DemoResult:
         """Record the scenario, then explain exactly that session's window.
 
         ``snapshots`` (live mode) hears the live view's snapshot once a second.
@@ -115,8 +119,17 @@ class DemoRunner:
             def body(run: LiveRun) -> None:
                 scenario.live(run, self.scale)
 
-            record_live(self.db, programs, self.workdir, body, expected_s=scenario.live_seconds * self.scale + 0.5,
-                        argv=argv, progress=progress, snapshots=snapshots)  # fmt: skip
+            expected_s = scenario.live_seconds * self.scale + 0.5
+            record_live(
+                self.db,
+                programs,
+                self.workdir,
+                body,
+                expected_s=expected_s,
+                argv=argv,
+                progress=progress,
+                snapshots=snapshots,
+            )
         else:
             self._run_gpu(scenario, argv, progress)
         if progress:
@@ -125,8 +138,10 @@ class DemoRunner:
         report = explain_db(self.db, _session_window(self.db, session_id))
         if report.findings:
             # The demo's own recording: keep its findings, as `explain --save-findings` would.
-            save_findings(self.db, report.findings, session_id=session_id, window_start_ns=report.window.start_ns,
-                          window_end_ns=report.window.end_ns)  # fmt: skip
+            w = report.window
+            save_findings(
+                self.db, report.findings, session_id=session_id, window_start_ns=w.start_ns, window_end_ns=w.end_ns
+            )
             report = replace(report, stored=True)
         return DemoResult(scenario, mode, self.db, session_id, events, time.monotonic() - t0, report)
 
@@ -142,12 +157,12 @@ class DemoRunner:
         from gpuscope.agent.tracer import TraceOptions
 
         command = [sys.executable, str(script_path(scenario.gpu_script)), str(self.scale)]
-        session = TraceSession(TraceOptions(filter_targets=True, stacks=0, io=False, tcp=False), self.db,
-                               argv=argv, command=command, record_all=True)  # fmt: skip
+        opts = TraceOptions(filter_targets=True, stacks=0, io=False, tcp=False)
+        session = TraceSession(opts, self.db, argv=argv, command=command, record_all=True)
         try:
             if not session.attached:
                 raise EnvironmentUnsupported("no CUDA library found for the PyTorch workload")
-            proc = _held(command, session)
+            proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
             started = time.monotonic()
             stop_at = started + 600
             expected = scenario.live_seconds * self.scale + 5
@@ -165,36 +180,13 @@ class DemoRunner:
             session.finish()
 
 
-def _held(command: list[str], session: object) -> subprocess.Popen[bytes]:
-    from gpuscope.agent.session import TraceSession
-    from gpuscope.demo.live import _HOLD
-
-    assert isinstance(session, TraceSession)
-    r, w = os.pipe()
-    try:
-        proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(r), *command], pass_fds=(r,))
-    finally:
-        os.close(r)
-    try:
-        session.add_target(proc.pid, before_exec=True)
-    finally:
-        os.write(w, b"\n")
-        os.close(w)
-    return proc
-
-
 def _session_window(db: Path, session_id: int) -> ExplainOptions:
     """Options that analyse one session: from its first event to its last (sessions do not overlap in time)."""
-    from gpuscope.recording import open_recording
-
     conn = open_recording(db)
     try:
-        lo_all = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()[0]
-        lo, hi = conn.execute(
-            "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log WHERE session_id = ?", (session_id,)
-        ).fetchone()
+        offsets = session_offsets(conn, session_id)
     finally:
         conn.close()
-    if lo is None or lo_all is None:
+    if offsets is None:
         return ExplainOptions()
-    return ExplainOptions(from_ns=int(lo) - int(lo_all), to_ns=int(hi) - int(lo_all))
+    return ExplainOptions(from_ns=offsets[0], to_ns=offsets[1])

@@ -2,15 +2,15 @@
 
 ``SyntheticRecording`` is the no-root stand-in for ``TraceSession``: it opens
 the database with ``connect_writer``, creates the session row with
-``create_session``, and hands numpy batches of ``EVENT_DTYPE`` to the same
+``create_session``, hands numpy batches of ``EVENT_DTYPE`` to the same
 ``EventWriter`` and ``Aggregator`` a real trace uses, storing every row (like
-``gpuscope trace --record-all``). Scenarios describe what happened with
+``gpuscope trace --record-all``), and writes processes, execs and the closed
+session row through the same named store writes. Scenarios describe what happened with
 ``Process``/``Thread`` timelines; nothing here sleeps.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -24,16 +24,20 @@ import numpy as np
 from gpuscope._version import __version__
 from gpuscope.bpf.wire import EVENT_DTYPE, Flag, Stat
 from gpuscope.model.ops import Op
-from gpuscope.store.aggregates import INSERT_AGGREGATES, Aggregator
+from gpuscope.store.aggregates import Aggregator, insert_aggregates
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.processes_write import ProcessRow, insert_exec, insert_process, insert_processes
 from gpuscope.store.retention import build_indexes
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import SessionCounts, SessionInfo, close_session, create_session
+from gpuscope.store.writer import EventWriter, events_end_ns
 
 # What a thread's off-CPU interval records as its state when it blocked by itself (TASK_INTERRUPTIBLE).
 TASK_INTERRUPTIBLE = 1
 STANDIN_LIBRARY = "/opt/gpuscope-demo/lib/libcudart.so.12"  # the name synthetic sessions say they probed
 _BATCH = 4096
 _CGROUP = 0x5A17  # one cgroup for the demo's processes, like a shell session's
+# What each of ``Thread.rows`` holds, in order.
+_ROW_FIELDS = ("ts_ns", "duration_ns", "op", "flags", "ret", "bytes", "handle", "stream", "arg0", "arg1")
 
 
 @dataclass
@@ -45,8 +49,18 @@ class Thread:
     now_ns: int
     rows: list[tuple[int, ...]] = field(default_factory=list)
 
-    def call(self, op: Op, dur_ns: float, *, nbytes: int = 0, handle: int = 0, stream: int = 0, arg0: int = 0,
-             arg1: int = 0, ret: int = 0) -> int:  # fmt: skip
+    def call(
+        self,
+        op: Op,
+        dur_ns: float,
+        *,
+        nbytes: int = 0,
+        handle: int = 0,
+        stream: int = 0,
+        arg0: int = 0,
+        arg1: int = 0,
+        ret: int = 0,
+    ) -> int:
         """Record a CUDA call starting now that takes ``dur_ns``; return its start."""
         d = max(int(dur_ns), 1)
         start = self.now_ns
@@ -54,16 +68,28 @@ class Thread:
         self.now_ns += d
         return start
 
-    def host(self, op: Op, ts_ns: int, dur_ns: int = 0, *, flags: int = 0, nbytes: int = 0, handle: int = 0,
-             stream: int = 0, arg0: int = 0, arg1: int = 0) -> None:  # fmt: skip
+    def host(
+        self,
+        op: Op,
+        ts_ns: int,
+        dur_ns: int = 0,
+        *,
+        flags: int = 0,
+        nbytes: int = 0,
+        handle: int = 0,
+        stream: int = 0,
+        arg0: int = 0,
+        arg1: int = 0,
+    ) -> None:
         """Record a host event at ``ts_ns`` (the clock does not move)."""
         self.rows.append((ts_ns, dur_ns, int(op), flags, 0, nbytes, handle, stream, arg0, arg1))
 
     def preempted(self, ts_ns: int, dur_ns: int, by: Process, by_tid: int | None = None) -> None:
         """The thread was runnable but ``by`` had its CPU from ``ts_ns`` for ``dur_ns``."""
         peer = (by.pid << 32) | (by_tid or by.pid)
-        self.host(Op.sched_switch, ts_ns, dur_ns, flags=int(Flag.PREEMPTED), handle=peer, stream=by.cgroup_id,
-                  arg0=1, arg1=0)  # fmt: skip
+        self.host(
+            Op.sched_switch, ts_ns, dur_ns, flags=int(Flag.PREEMPTED), handle=peer, stream=by.cgroup_id, arg0=1, arg1=0
+        )
 
     def blocked(self, ts_ns: int, dur_ns: int, woken_by: Process | None = None) -> None:
         """The thread slept by itself (a wait, a sleep) from ``ts_ns`` for ``dur_ns``, then was woken."""
@@ -104,8 +130,7 @@ class SyntheticRecording:
         self.db_path = Path(db_path)
         self.conn = connect_writer(self.db_path)
         # After everything already in the database: scenarios recorded into one database must not overlap in time.
-        (last,) = self.conn.execute("SELECT max(ts_ns + duration_ns) FROM event_log").fetchone()
-        self.start_ns = max(time.clock_gettime_ns(time.CLOCK_MONOTONIC), int(last or 0) + 1_000_000_000)
+        self.start_ns = max(time.clock_gettime_ns(time.CLOCK_MONOTONIC), events_end_ns(self.conn) + 1_000_000_000)
         self.started_wall_ns = time.time_ns()
         self.session_id = create_session(
             self.conn,
@@ -119,10 +144,17 @@ class SyntheticRecording:
                 started_wall_ns=self.started_wall_ns,
                 started_mono_ns=self.start_ns,
                 argv=argv,
-                flags={"storage": "all", "synthetic": True, "scenario": scenario, "host": True,
-                       "entry_only": False, "filter_targets": True, "stacks": "off"},
+                flags={
+                    "storage": "all",
+                    "synthetic": True,
+                    "scenario": scenario,
+                    "host": True,
+                    "entry_only": False,
+                    "filter_targets": True,
+                    "stacks": "off",
+                },
             ),
-        )  # fmt: skip
+        )
         self.writer = EventWriter(self.conn, self.session_id)
         self.aggregator = Aggregator(self.session_id)
         self.processes: list[Process] = []
@@ -158,35 +190,46 @@ class SyntheticRecording:
         self.events = len(ev)
         rows = self.aggregator.take(None)
         if rows:
-            self.writer.call(INSERT_AGGREGATES, rows)
-        for p in self.others:  # named like the live demo names the hogs it starts
-            self.writer.call(
-                "INSERT OR IGNORE INTO processes(session_id, pid, comm, cmdline, exe, first_seen_ns) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (self.session_id, p.pid, p.comm, p.cmdline, f"/opt/gpuscope-demo/bin/{p.comm}", self.started_wall_ns),
+            self.writer.write(insert_aggregates, rows)
+        # Untraced preemptors, named like the live demo names the hogs it starts.
+        others = [
+            ProcessRow(
+                p.pid, self.started_wall_ns, comm=p.comm, cmdline=p.cmdline, exe=f"/opt/gpuscope-demo/bin/{p.comm}"
             )
+            for p in self.others
+        ]
+        if others:
+            self.writer.write(insert_processes, self.session_id, others)
         for p in self.processes:
-            self.writer.call(
-                "INSERT OR REPLACE INTO processes(session_id, pid, comm, cmdline, exe, cgroup_id, cgroup_path, "
-                "first_seen_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (self.session_id, p.pid, p.comm, p.cmdline, f"/opt/gpuscope-demo/bin/{p.comm}", p.cgroup_id,
-                 "/user.slice/gpuscope-demo.scope", self.started_wall_ns),
-            )  # fmt: skip
-            self.writer.call(
-                "INSERT INTO execs(session_id, ts_ns, pid, tid, argv) VALUES (?, ?, ?, ?, ?)",
-                (self.session_id, self.start_ns, p.pid, p.pid, p.cmdline),
+            row = ProcessRow(
+                p.pid,
+                self.started_wall_ns,
+                comm=p.comm,
+                cmdline=p.cmdline,
+                exe=f"/opt/gpuscope-demo/bin/{p.comm}",
+                cgroup_id=p.cgroup_id,
+                cgroup_path="/user.slice/gpuscope-demo.scope",
             )
+            self.writer.write(insert_process, self.session_id, row, replace=True)
+            self.writer.write(insert_exec, self.session_id, ts_ns=self.start_ns, pid=p.pid, tid=p.pid, argv=p.cmdline)
         counters = {s.name.lower(): 0 for s in Stat}
         counters["submitted"] = self.events
         counters["dropped"] = 0
         probes = len({int(o) for o in ev["op"] if int(o) < 64})
-        self.writer.call(
-            "UPDATE sessions SET events_recorded = ?, events_dropped = 0, drops = ?, targets = ?, libraries = ?, "
-            "stopped_wall_ns = ?, stopped_mono_ns = ? WHERE id = ?",
-            (self.events, json.dumps(counters, sort_keys=True), json.dumps([p.pid for p in self.processes]),
-             json.dumps([{"path": STANDIN_LIBRARY, "kind": "cudart", "version": "12 (synthetic)", "probes": probes}]),
-             self.started_wall_ns + (end_ns - self.start_ns), end_ns, self.session_id),
-        )  # fmt: skip
+        counts = SessionCounts(
+            events_recorded=self.events,
+            events_dropped=0,
+            drops=counters,
+            targets=tuple(p.pid for p in self.processes),
+            libraries=({"path": STANDIN_LIBRARY, "kind": "cudart", "version": "12 (synthetic)", "probes": probes},),
+        )
+        self.writer.write(
+            close_session,
+            self.session_id,
+            counts,
+            stopped_wall_ns=self.started_wall_ns + (end_ns - self.start_ns),
+            stopped_mono_ns=end_ns,
+        )
         self.writer.call_fn(build_indexes)
         self.writer.close()
         self.conn.close()
@@ -200,8 +243,7 @@ class SyntheticRecording:
                     continue
                 cols = np.array(t.rows, dtype=np.int64)
                 ev = np.zeros(len(cols), dtype=EVENT_DTYPE)
-                for j, name in enumerate(("ts_ns", "duration_ns", "op", "flags", "ret", "bytes", "handle", "stream",
-                                          "arg0", "arg1")):  # fmt: skip
+                for j, name in enumerate(_ROW_FIELDS):
                     ev[name] = cols[:, j].astype(EVENT_DTYPE[name])
                 ev["pid"], ev["tid"] = p.pid, t.tid
                 ev["cgroup_id"] = p.cgroup_id

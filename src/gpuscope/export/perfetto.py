@@ -22,14 +22,12 @@ from typing import Any, TextIO
 from gpuscope.export.base import ExportOptions, ExportStats
 from gpuscope.query.engine import GuardedReader
 from gpuscope.query.findings import FindingMarker, explain_markers, stored_markers
+from gpuscope.store.connect import database_path
+from gpuscope.store.events_read import count_events, export_rows, op_counts_by_interval
+from gpuscope.store.sessions_read import session_clocks
 
 SEVERITY_COLORS = {"CRITICAL": "terrible", "HIGH": "bad", "MEDIUM": "yellow", "LOW": "good"}
 _ENTRY_ONLY = 1
-
-_EVENTS_SQL = (
-    "SELECT session_id, ts_ns, duration_ns, pid, tid, comm, source, op, bytes, ret, stream, handle, arg0, flags "
-    "FROM events"
-)
 
 
 def us(ns: int) -> str:
@@ -56,16 +54,14 @@ class _Writer:
         self.options = options
         self.stats = ExportStats()
         self.first = True
-        sessions = self.conn.execute(
-            "SELECT id, node, started_wall_ns, started_mono_ns FROM sessions ORDER BY id"
-        ).fetchall()
-        self.t0 = min((int(s[2]) for s in sessions), default=0)
+        sessions = session_clocks(self.conn)
+        self.t0 = min((s.started_wall_ns for s in sessions), default=0)
         nodes: dict[str, int] = {}
         self.session_pid: dict[int, int] = {}
         self.session_offset: dict[int, int] = {}  # ts_ns -> ns since t0
-        for sid, node, wall0, mono0 in sessions:
-            self.session_pid[int(sid)] = nodes.setdefault(str(node), len(nodes) + 1)
-            self.session_offset[int(sid)] = int(wall0) - int(mono0) - self.t0
+        for s in sessions:
+            self.session_pid[s.session_id] = nodes.setdefault(s.node, len(nodes) + 1)
+            self.session_offset[s.session_id] = s.started_wall_ns - s.started_mono_ns - self.t0
         self.node_names = {v: k for k, v in nodes.items()}
         self.seen_nodes: set[int] = set()
         self.seen_threads: set[tuple[int, int]] = set()
@@ -115,12 +111,11 @@ class _Writer:
         limit = self.options.max_events
         if limit is None:
             # Storage order, no sort: the viewer orders events itself.
-            yield from self.conn.execute(_EVENTS_SQL)
+            yield from export_rows(self.conn)
             return
-        for n, row in enumerate(self.conn.execute(_EVENTS_SQL + " ORDER BY ts_ns LIMIT ?", (limit + 1,))):
+        for n, row in enumerate(export_rows(self.conn, first_by_time=limit + 1)):
             if n == limit:
-                total = int(self.conn.execute("SELECT count(*) FROM events").fetchone()[0])
-                self.stats.events_cut = total - limit
+                self.stats.events_cut = count_events(self.conn) - limit
                 return
             yield row
 
@@ -166,8 +161,7 @@ class _Writer:
     def write_findings(self) -> None:
         markers: Iterator[FindingMarker] | None
         if self.options.explain:
-            path = self.conn.execute("PRAGMA database_list").fetchone()[2]
-            markers = iter(explain_markers(path))
+            markers = iter(explain_markers(database_path(self.conn)))
             self.stats.findings_source = "explain"
         else:
             markers = stored_markers(self.conn)
@@ -195,10 +189,6 @@ class _Writer:
     def write_counters(self) -> None:
         interval = max(1, int(self.options.counter_interval_ns))
         per_s = 1e9 / interval
-        sql = (
-            "SELECT session_id, (ts_ns + ?) / ? AS b, op, count(*) FROM events "
-            "WHERE session_id = ? GROUP BY b, op ORDER BY b"
-        )
         for sid, pid in self.session_pid.items():
             if pid not in self.seen_nodes:
                 continue
@@ -206,7 +196,7 @@ class _Writer:
             bucket: int | None = None
             rates: dict[str, float] = {}
             previous: set[str] = set()
-            for _, b, op, n in self.conn.execute(sql, (offset, interval, sid)):
+            for _, b, op, n in op_counts_by_interval(self.conn, sid, offset, interval):
                 if bucket is not None and b != bucket:
                     previous = self.counter(pid, bucket, interval, rates, previous)
                     rates = {}

@@ -79,11 +79,16 @@ class Culprit:
     time_ns: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in (
-            ("role", self.role), ("pid", self.pid), ("tid", self.tid), ("comm", self.comm),
-            ("cgroup_id", self.cgroup_id), ("share", None if self.share is None else round(self.share, 3)),
-            ("time_ns", self.time_ns),
-        ) if v is not None}  # fmt: skip
+        fields = {
+            "role": self.role,
+            "pid": self.pid,
+            "tid": self.tid,
+            "comm": self.comm,
+            "cgroup_id": self.cgroup_id,
+            "share": None if self.share is None else round(self.share, 3),
+            "time_ns": self.time_ns,
+        }
+        return {k: v for k, v in fields.items() if v is not None}
 
     def label(self) -> str:
         who = f"{self.comm or '?'} (pid {self.pid}" if self.pid is not None else f"cgroup {self.cgroup_id} ("
@@ -127,16 +132,27 @@ class Symptom:
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "summary": self.summary, "op": self.op, "pid": self.pid, "comm": self.comm, "count": self.count,
-            "p50_ns": self.p50_ns, "p99_ns": self.p99_ns, "max_ns": self.max_ns, "total_ns": self.total_ns,
-        }  # fmt: skip
+            "summary": self.summary,
+            "op": self.op,
+            "pid": self.pid,
+            "comm": self.comm,
+            "count": self.count,
+            "p50_ns": self.p50_ns,
+            "p99_ns": self.p99_ns,
+            "max_ns": self.max_ns,
+            "total_ns": self.total_ns,
+        }
         d.update(self.extra)
         return d
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
-    """One ranked conclusion. ``lost_ns`` is the wall time the problem costs (for ranking)."""
+    """One ranked conclusion, built by keyword. ``lost_ns`` is the wall time the problem costs (for ranking).
+
+    ``rule`` is the id of the rule that concluded it; ``kind`` names the
+    problem (the same as ``rule`` for every built-in rule).
+    """
 
     rule: str
     kind: str

@@ -14,11 +14,20 @@ bound parameter.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sqlite3
 from dataclasses import dataclass
 
 from gpuscope.errors import UsageError
 from gpuscope.model.units import parse_duration_s
+
+
+def parse_offset_ns(text: str) -> int:
+    """Read ``90s``/``2m``/``250ms``/``1.5`` (seconds) as nanoseconds; ValueError unless finite and not negative."""
+    seconds = parse_duration_s(text)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"not a length of time: {text!r}")
+    return int(seconds * 1e9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,25 +38,29 @@ class TimePoint:
     wall_ns: int | None = None
 
     @classmethod
-    def parse(cls, text: str) -> TimePoint:
-        """``90s``/``2m``/``1.5`` (offset from the recording start) or ISO 8601 (``2026-01-02T03:04:05Z``).
+    def parse(cls, text: str, flag: str = "time") -> TimePoint:
+        """Read ``90s``/``2m``/``1.5`` (offset from the recording start) or ISO 8601 (``2026-01-02T03:04:05Z``).
 
-        Raises UsageError for anything else.
+        An ISO 8601 time without a zone is local time, like ``date``. ``flag``
+        names the option in the error. Raises UsageError for anything else.
         """
         try:
-            return cls(offset_ns=int(parse_duration_s(text) * 1e9))
+            return cls(offset_ns=parse_offset_ns(text))
         except ValueError:
             pass
         try:
             when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
         except ValueError:
             raise UsageError(
-                f"cannot read time {text!r}",
+                f"{flag}: cannot read time {text!r}",
                 remedy="give an offset from the recording start (90s, 2m) or an ISO 8601 time (2026-01-02T03:04:05Z)",
             ) from None
         if when.tzinfo is None:
-            when = when.astimezone()  # local time, like `date`
-        return cls(wall_ns=int(when.timestamp() * 1e9))
+            when = when.astimezone()
+        # Integer arithmetic: a float timestamp in ns is only good to ~256 ns today.
+        since_epoch = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        seconds = since_epoch.days * 86_400 + since_epoch.seconds
+        return cls(wall_ns=seconds * 1_000_000_000 + since_epoch.microseconds * 1_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +91,17 @@ class EventFilter:
         pids: list[int] | tuple[int, ...] | None = None,
         nodes: list[str] | tuple[str, ...] | None = None,
     ) -> EventFilter:
-        """Build a filter from CLI-style text options; raises UsageError on bad text."""
+        """Build a filter from the ``--since/--from/--to/--pid/--node`` texts; raises UsageError on bad text."""
         since_ns = None
         if since is not None:
             try:
-                since_ns = int(parse_duration_s(since) * 1e9)
+                since_ns = parse_offset_ns(since)
             except ValueError:
-                raise UsageError(f"cannot read duration {since!r}", remedy="use e.g. 30s, 5m, 2h") from None
+                raise UsageError(f"--since: cannot read duration {since!r}", remedy="use e.g. 30s, 5m, 2h") from None
         return cls(
             since_ns=since_ns,
-            start=TimePoint.parse(start) if start else None,
-            end=TimePoint.parse(end) if end else None,
+            start=TimePoint.parse(start, "--from") if start else None,
+            end=TimePoint.parse(end, "--to") if end else None,
             pids=tuple(int(p) for p in pids or ()),
             nodes=tuple(nodes or ()),
         )

@@ -1,8 +1,8 @@
 """Shared row output: aligned table, JSON, CSV, newline-delimited JSON.
 
-Every row-printing command takes the same options (``add_output_options``).
-Machine formats write only data to stdout and stream row by row; the table
-buffers rows to align columns.
+Every row-printing command takes the same options (``add_output_options``),
+limited to the formats it can print. Machine formats write only data to
+stdout and stream row by row; the table buffers rows to align columns.
 """
 
 from __future__ import annotations
@@ -23,35 +23,55 @@ class OutputFormat(enum.Enum):
     NL = "nl"
 
 
+_HELP = {
+    OutputFormat.TABLE: "aligned table",
+    OutputFormat.JSON: "a JSON array of objects",
+    OutputFormat.CSV: "CSV with a header row",
+    OutputFormat.NL: "one JSON object per line",
+}
+
+
 def add_output_options(
-    p: argparse.ArgumentParser, *, json_help: str = "a JSON array of objects (the default in a pipe)"
+    p: argparse.ArgumentParser,
+    *,
+    formats: Sequence[OutputFormat] = tuple(OutputFormat),
+    in_pipe: OutputFormat = OutputFormat.JSON,
+    table_help: str | None = None,
+    json_help: str | None = None,
 ) -> None:
-    """Add ``--table/--json/--csv/--nl`` (mutually exclusive) to a subcommand."""
+    """Add one flag per format (``--table/--json/--csv/--nl``, mutually exclusive) to a subcommand.
+
+    Args:
+        formats: the formats the command can print (the table is the default on a terminal).
+        in_pipe: the default when stdout is not a terminal; pass the same to ``chosen_format``.
+        table_help, json_help: what the table or the JSON is, when not rows.
+    """
+    helps = {**_HELP}
+    if table_help:
+        helps[OutputFormat.TABLE] = table_help
+    if json_help:
+        helps[OutputFormat.JSON] = json_help
     g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--table",
-        dest="output",
-        action="store_const",
-        const=OutputFormat.TABLE,
-        help="aligned table (the default on a terminal)",
-    )
-    g.add_argument(
-        "--json",
-        dest="output",
-        action="store_const",
-        const=OutputFormat.JSON,
-        help=json_help,
-    )
-    g.add_argument("--csv", dest="output", action="store_const", const=OutputFormat.CSV, help="CSV with a header row")
-    g.add_argument("--nl", dest="output", action="store_const", const=OutputFormat.NL, help="one JSON object per line")
+    for fmt in formats:
+        help_text = helps[fmt] + _default_note(fmt, in_pipe)
+        g.add_argument(f"--{fmt.value}", dest="output", action="store_const", const=fmt, help=help_text)
+    p.set_defaults(output=None)
 
 
-def chosen_format(chosen: OutputFormat | None, out: TextIO) -> OutputFormat:
-    """The explicit choice, else a table on a terminal and JSON in a pipe."""
+def _default_note(fmt: OutputFormat, in_pipe: OutputFormat) -> str:
+    if fmt is OutputFormat.TABLE:
+        return " (the default)" if in_pipe is OutputFormat.TABLE else " (the default on a terminal)"
+    return " (the default in a pipe)" if fmt is in_pipe else ""
+
+
+def chosen_format(
+    chosen: OutputFormat | None, out: TextIO, *, in_pipe: OutputFormat = OutputFormat.JSON
+) -> OutputFormat:
+    """Pick the explicit choice, else a table on a terminal and ``in_pipe`` elsewhere."""
     if chosen is not None:
         return chosen
     isatty = getattr(out, "isatty", None)
-    return OutputFormat.TABLE if isatty is not None and isatty() else OutputFormat.JSON
+    return OutputFormat.TABLE if isatty is not None and isatty() else in_pipe
 
 
 def plain(value: Any) -> Any:

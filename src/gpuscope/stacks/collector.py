@@ -1,27 +1,24 @@
 """The session's side of stacks: learn processes and files, resolve records, queue rows.
 
 Runs on the collector thread. Rows go to the writer thread like everything
-else (``INSERT OR IGNORE`` into ``stacks`` once per distinct stack, one
-``event_stacks`` row per call).
+else, as named store writes: each distinct stack once (``insert_stacks``),
+one link per call (``insert_event_stacks``).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, Protocol
 
 from gpuscope.stacks.python import LAYOUTS, find_interpreter, sanity_check
 from gpuscope.stacks.records import RawStack, decode
 from gpuscope.stacks.resolve import StackResolver
+from gpuscope.store.stacks_write import EventStackRow, StackRow, insert_event_stacks, insert_stacks
 
-INSERT_STACK = (
-    "INSERT OR IGNORE INTO stacks(hash, frames, call_site, native_depth, python_depth, marker) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-INSERT_EVENT_STACK = (
-    "INSERT OR IGNORE INTO event_stacks(session_id, pid, tid, ts_ns, stack_hash) VALUES (?, ?, ?, ?, ?)"
-)
+P = ParamSpec("P")
 # A process that looks like Python but has not mapped its runtime yet (just
 # exec'd) is looked at again on every drain for this long.
 PYTHON_LOOKUP_S = 3.0
@@ -29,7 +26,11 @@ _MAX_CACHED = 200_000
 
 
 class Writer(Protocol):
-    def call(self, sql: str, params: tuple[object, ...] | list[tuple[object, ...]] = ()) -> None: ...
+    """Where rows go: ``gpuscope.store.writer.EventWriter`` runs each named write on its thread."""
+
+    def write(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None: ...
 
 
 class PythonTracer(Protocol):
@@ -43,8 +44,9 @@ class PythonTracer(Protocol):
 class StackCollector:
     """Resolve stack records as they arrive; remember enough to name frames after processes exit."""
 
-    def __init__(self, session_id: int, tracer: PythonTracer, *, python: bool = True,
-                 resolver: StackResolver | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, session_id: int, tracer: PythonTracer, *, python: bool = True, resolver: StackResolver | None = None
+    ) -> None:
         self.session_id = session_id
         self.tracer = tracer
         self.python = python
@@ -121,8 +123,8 @@ class StackCollector:
             self._retry_python()
         if not bodies:
             return 0
-        new_stacks: list[tuple[object, ...]] = []
-        links: list[tuple[object, ...]] = []
+        new_stacks: list[StackRow] = []
+        links: list[EventStackRow] = []
         for body in bodies:
             raw = decode(body)
             if raw is None:
@@ -138,12 +140,12 @@ class StackCollector:
                 self._by_key[key] = h
             links.append((self.session_id, raw.pid, raw.tid, raw.ts_ns, h))
         if new_stacks:
-            writer.call(INSERT_STACK, new_stacks)
-        writer.call(INSERT_EVENT_STACK, links)
+            writer.write(insert_stacks, new_stacks)
+        writer.write(insert_event_stacks, links)
         self.records += len(links)
         return len(links)
 
-    def _resolve(self, raw: RawStack, new_stacks: list[tuple[object, ...]]) -> int:
+    def _resolve(self, raw: RawStack, new_stacks: list[StackRow]) -> int:
         if raw.pid not in self.resolver.files._maps:
             self.note_process(raw.pid)
         stack = self.resolver.resolve(raw)

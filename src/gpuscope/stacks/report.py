@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from gpuscope.stacks.frames import Frame
+from gpuscope.store.stacks_read import call_site_counts, has_call_stacks, stack_counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,41 +40,28 @@ class StackSummary:
         return sep.join(f.render() for f in self.frames)
 
 
-def _has_stacks(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_call_stacks'").fetchone() is not None
-
-
-def _where(op: str | None, pid: int | None, min_duration_ns: int | None, session_id: int | None
-           ) -> tuple[str, list[object]]:  # fmt: skip
-    clauses: list[str] = ["1"]
-    params: list[object] = []
-    for clause, value in (("op = ?", op), ("pid = ?", pid), ("duration_ns >= ?", min_duration_ns),
-                          ("session_id = ?", session_id)):  # fmt: skip
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    return " AND ".join(clauses), params
-
-
-def top_call_sites(conn: sqlite3.Connection, *, op: str | None = None, pid: int | None = None,
-                   min_duration_ns: int | None = None, session_id: int | None = None, limit: int = 3
-                   ) -> list[CallSite]:  # fmt: skip
+def top_call_sites(
+    conn: sqlite3.Connection,
+    *,
+    op: str | None = None,
+    pid: int | None = None,
+    min_duration_ns: int | None = None,
+    session_id: int | None = None,
+    limit: int = 3,
+) -> list[CallSite]:
     """The call sites behind the selected calls, most calls first ([] when no call has a stack).
 
     Example, for a finding about slow cudaMalloc calls:
     ``top_call_sites(conn, op="cudaMalloc", min_duration_ns=threshold)`` then
     ``describe_call_sites(sites, "slow cudaMalloc calls")``.
     """
-    if not _has_stacks(conn):
+    if not has_call_stacks(conn):
         return []
-    where, params = _where(op, pid, min_duration_ns, session_id)
-    rows = conn.execute(
-        f"SELECT coalesce(call_site, '(unnamed)'), count(*), sum(duration_ns) FROM event_call_stacks WHERE {where} "
-        "GROUP BY 1 ORDER BY 2 DESC, 3 DESC",
-        params,
-    ).fetchall()
-    total = sum(int(r[1]) for r in rows)
-    return [CallSite(str(r[0]), int(r[1]), int(r[1]) / total, int(r[2] or 0)) for r in rows[:limit]] if total else []
+    counts = call_site_counts(conn, op=op, pid=pid, min_duration_ns=min_duration_ns, session_id=session_id)
+    total = sum(c.calls for c in counts)
+    if not total:
+        return []
+    return [CallSite(c.call_site, c.calls, c.calls / total, c.total_duration_ns) for c in counts[:limit]]
 
 
 def describe_call_sites(sites: list[CallSite], what: str) -> str | None:
@@ -87,29 +75,30 @@ def describe_call_sites(sites: list[CallSite], what: str) -> str | None:
     return text
 
 
-def top_stacks(conn: sqlite3.Connection, *, op: str | None = None, pid: int | None = None,
-               min_duration_ns: int | None = None, session_id: int | None = None, limit: int = 10
-               ) -> list[StackSummary]:  # fmt: skip
+def top_stacks(
+    conn: sqlite3.Connection,
+    *,
+    op: str | None = None,
+    pid: int | None = None,
+    min_duration_ns: int | None = None,
+    session_id: int | None = None,
+    limit: int = 10,
+) -> list[StackSummary]:
     """Distinct stacks of the selected calls, most calls first."""
-    if not _has_stacks(conn):
+    if not has_call_stacks(conn):
         return []
-    where, params = _where(op, pid, min_duration_ns, session_id)
-    rows = conn.execute(
-        f"SELECT stack_hash, op, count(*), sum(duration_ns), call_site, frames, stack_marker FROM event_call_stacks "
-        f"WHERE {where} GROUP BY stack_hash, op ORDER BY 3 DESC, 4 DESC",
-        params,
-    ).fetchall()
-    total = sum(int(r[2]) for r in rows) or 1
+    counts = stack_counts(conn, op=op, pid=pid, min_duration_ns=min_duration_ns, session_id=session_id)
+    total = sum(c.calls for c in counts) or 1
     return [
         StackSummary(
-            int(r[0]),
-            str(r[1]),
-            int(r[2]),
-            int(r[2]) / total,
-            int(r[3] or 0),
-            r[4],
-            tuple(Frame.from_json(f) for f in json.loads(r[5])),
-            r[6],
+            c.stack_hash,
+            c.op,
+            c.calls,
+            c.calls / total,
+            c.total_duration_ns,
+            c.call_site,
+            tuple(Frame.from_json(f) for f in json.loads(c.frames_json)),
+            c.marker,
         )
-        for r in rows[:limit]
+        for c in counts[:limit]
     ]

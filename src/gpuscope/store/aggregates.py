@@ -8,6 +8,8 @@ percentiles computed from aggregates do not change between modes.
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +21,7 @@ _HIST_DTYPE = np.dtype([("idx", "<u2"), ("n", "<u4")])
 
 
 def encode_hist(counts: np.ndarray) -> bytes:
-    """Sparse histogram: (bucket index u16, count u32) pairs for non-empty buckets."""
+    """Pack a latency histogram sparsely: (bucket index u16, count u32) pairs for non-empty buckets."""
     nz = np.flatnonzero(counts)
     out = np.empty(len(nz), dtype=_HIST_DTYPE)
     out["idx"] = nz
@@ -28,6 +30,7 @@ def encode_hist(counts: np.ndarray) -> bytes:
 
 
 def decode_hist(blob: bytes | None) -> np.ndarray:
+    """Unpack ``encode_hist``'s bytes into dense bucket counts (all zero for None)."""
     counts = np.zeros(NBUCKETS, dtype=np.int64)
     if blob:
         arr = np.frombuffer(blob, dtype=_HIST_DTYPE)
@@ -54,6 +57,7 @@ class Aggregator:
         self._aggs: dict[tuple[int, int, int], _Agg] = {}
 
     def add(self, ev: np.ndarray, kept: np.ndarray) -> None:
+        """Count a batch; ``kept`` says which of its events are stored as rows."""
         if not len(ev):
             return
         buckets = (ev["ts_ns"] // BUCKET_NS).astype(np.int64)
@@ -88,9 +92,8 @@ class Aggregator:
         for k in sorted(done):
             a = self._aggs.pop(k)
             rows.append(
-                (self.session_id, k[0], k[1], k[2], a.count, a.stored, a.sum_ns, a.min_ns, a.max_ns, a.bytes,
-                 encode_hist(a.hist))
-            )  # fmt: skip
+                (self.session_id, *k, a.count, a.stored, a.sum_ns, a.min_ns, a.max_ns, a.bytes, encode_hist(a.hist))
+            )
         return rows
 
 
@@ -103,3 +106,11 @@ INSERT_AGGREGATES = (
     "max_duration_ns = max(max_duration_ns, excluded.max_duration_ns), sum_bytes = sum_bytes + excluded.sum_bytes, "
     "histogram = gs_hist_merge(histogram, excluded.histogram)"
 )
+
+
+def insert_aggregates(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) -> None:
+    """Add rows from ``Aggregator.take`` to the stored aggregates, merging into buckets stored already.
+
+    ``conn`` must come from ``connect_writer``: the merge needs its ``gs_hist_merge`` function.
+    """
+    conn.executemany(INSERT_AGGREGATES, rows)

@@ -8,14 +8,18 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
+from gpuscope.config import resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION, lookup_rows
 
-DEFAULT_DB = "~/.gpuscope/gpuscope.db"
-
 
 def default_db_path() -> Path:
-    return Path(os.environ.get("GPUSCOPE_DB") or DEFAULT_DB).expanduser()
+    """The recording used when none is named: ``$GPUSCOPE_DB``, else the config file's ``db``, else DEFAULT_DB.
+
+    Raises UsageError for a malformed config file (see ``gpuscope.config.resolve_db_path``).
+    """
+    return resolve_db_path().path
 
 
 def _schema_version(conn: sqlite3.Connection) -> int:
@@ -100,6 +104,11 @@ def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
             f"{p}: not a gpuscope database (no event_log table)", remedy="pass a database written by `gpuscope trace`"
         )
     return conn
+
+
+def database_path(conn: sqlite3.Connection) -> str:
+    """Return the file behind the ``main`` schema of ``conn`` (for a converted recording, the converted file)."""
+    return str(conn.execute("PRAGMA database_list").fetchone()[2])
 
 
 def connect_probe(path: str | os.PathLike[str]) -> sqlite3.Connection:

@@ -16,6 +16,7 @@ TARGET_FRACTION = 0.9
 
 
 def db_bytes(path: Path) -> int:
+    """Return the size of a database on disk, its WAL and shared-memory files included."""
     total = 0
     for suffix in ("", "-wal", "-shm"):
         try:

@@ -4,19 +4,30 @@ Batches come in through a bounded queue. When SQLite cannot keep up, ``put``
 blocks, the collector stops draining, the BPF ring fills and the kernel side
 counts every record it cannot reserve: an event is either stored or counted
 as dropped, never lost in between.
+
+Everything else a recording writes (the session row, processes, cgroups,
+stacks, aggregates) goes through the same queue as a named store function,
+``writer.write(insert_cgroup, cgroup, seen_ns)``, in order with the events:
+callers hand over data, the SQL stays in ``gpuscope.store``.
 """
 
 from __future__ import annotations
 
-import json
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
+
+# Re-exported for callers that create the session row beside a writer (tests, bench/drain.py).
+from gpuscope.store.sessions_write import SessionInfo, create_session
+
+__all__ = ["EventWriter", "SessionInfo", "create_session", "events_end_ns"]
+
+P = ParamSpec("P")
 
 _INSERT = (
     "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
@@ -25,38 +36,28 @@ _INSERT = (
 _U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
 
 
+def events_end_ns(conn: sqlite3.Connection) -> int:
+    """Return when the last stored event ends (0 when there are none), so new events can start after it."""
+    (end,) = conn.execute("SELECT max(ts_ns + duration_ns) FROM event_log").fetchone()
+    return int(end or 0)
+
+
 @dataclass(frozen=True, slots=True)
-class SessionInfo:
-    uuid: str
-    node: str
-    hostname: str
-    kernel: str
-    gpuscope_version: str
-    libbpf_version: str
-    started_wall_ns: int
-    started_mono_ns: int
-    argv: list[str]
-    flags: dict[str, Any]
+class _Write:
+    """A named write queued for the writer thread: ``fn(conn, *args, **kwargs)`` inside its transaction."""
+
+    fn: Callable[..., object]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
 
 
-def create_session(conn: sqlite3.Connection, info: SessionInfo) -> int:
-    cur = conn.execute(
-        "INSERT INTO sessions(uuid, node, hostname, kernel, gpuscope_version, libbpf_version, started_wall_ns, "
-        "started_mono_ns, argv, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            info.uuid,
-            info.node,
-            info.hostname,
-            info.kernel,
-            info.gpuscope_version,
-            info.libbpf_version,
-            info.started_wall_ns,
-            info.started_mono_ns,
-            json.dumps(info.argv),
-            json.dumps(info.flags, sort_keys=True),
-        ),
-    )
-    return int(cur.lastrowid or 0)
+@dataclass(frozen=True, slots=True)
+class _Maintenance:
+    """A function queued for the writer thread to run between transactions."""
+
+    fn: Callable[..., object]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
 
 
 class EventWriter:
@@ -65,9 +66,7 @@ class EventWriter:
     def __init__(self, conn: sqlite3.Connection, session_id: int, *, max_pending: int = 64) -> None:
         self._conn = conn
         self._session_id = session_id
-        self._queue: queue.Queue[np.ndarray | tuple[str, Any] | Callable[[sqlite3.Connection], Any] | None] = (
-            queue.Queue(max_pending)
-        )
+        self._queue: queue.Queue[np.ndarray | _Write | _Maintenance | None] = queue.Queue(max_pending)
         self._comm_ids: dict[bytes, int] = {
             c.encode(): i for i, c in conn.execute("SELECT id, comm FROM comms").fetchall()
         }
@@ -85,15 +84,24 @@ class EventWriter:
         if len(events):
             self._queue.put(events)
 
-    def call(self, sql: str, params: tuple[Any, ...] | list[tuple[Any, ...]] = ()) -> None:
-        """Run a small statement on the writer thread, in order with events."""
-        self._queue.put((sql, params))
+    def write(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """Run the named store write ``fn(conn, *args, **kwargs)`` on the writer thread, in order with events.
 
-    def call_fn(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
-        """Run ``fn(conn)`` on the writer thread, outside any transaction, in order."""
-        self._queue.put(fn)
+        It runs inside the writer's current transaction, so it must not commit.
+        Blocks while the writer is behind, like ``put``.
+        """
+        self._queue.put(_Write(fn, args, kwargs))
+
+    def call_fn(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """Run ``fn(conn, *args, **kwargs)`` on the writer thread, outside any transaction, in order."""
+        self._queue.put(_Maintenance(fn, args, kwargs))
 
     def pending(self) -> int:
+        """Return how many items wait in the queue (a gauge of how far behind the writer is)."""
         return self._queue.qsize()
 
     def close(self) -> None:
@@ -115,17 +123,13 @@ class EventWriter:
                 conn.execute("BEGIN")
                 # Coalesce whatever else is already queued into one transaction.
                 while True:
-                    if callable(item):
+                    if isinstance(item, _Write):
+                        item.fn(conn, *item.args, **item.kwargs)
+                    elif isinstance(item, _Maintenance):
                         # Maintenance (retention, checkpoints) runs between transactions.
                         conn.execute("COMMIT")
-                        item(conn)
+                        item.fn(conn, *item.args, **item.kwargs)
                         conn.execute("BEGIN")
-                    elif isinstance(item, tuple):
-                        sql, params = item
-                        if isinstance(params, list):
-                            conn.executemany(sql, params)
-                        else:
-                            conn.execute(sql, params)
                     else:
                         self._insert(item)
                     try:

@@ -20,18 +20,21 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuscope.analysis.attribution import load_attribution, using_attribution
+from gpuscope.analysis.attribution import load_attribution
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import EventFrame, Window
 from gpuscope.analysis.rules import RULES, Rule
-from gpuscope.analysis.rules.nccl import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
+from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 from gpuscope.model.findings import Finding, Severity
 from gpuscope.recording import open_recording
+from gpuscope.store.attribution import LIVE_EVENT_COLUMNS, event_rows_after, newest_event_rowid
+from gpuscope.store.processes_read import process_rows
+from gpuscope.store.sessions_read import session_wall_offsets
 from gpuscope.tui.snapshot import LiveWindow
 
-_COLUMNS = "rowid, ts_ns, duration_ns, pid, tid, op_id, cgroup_id, bytes, handle, stream, arg0, arg1"
-# EventFrame column order after the rowid: ts, dur, pid, tid, op, cgroup, bytes, handle, stream, arg0, arg1.
-_NCOLS = 11
+# EventFrame.from_columns takes the live columns in their order: ts, dur, pid, tid, op, cgroup, bytes, handle,
+# stream, arg0, arg1.
+_NCOLS = len(LIVE_EVENT_COLUMNS)
 MAX_LINES = 4
 
 
@@ -131,11 +134,10 @@ class ExplainFindings:
             conn.close()
         if len(frame) == 0:
             return []
-        ctx = Context(frame, window)
+        ctx = Context(frame, window, attribution=attribution)
         found: list[Finding] = []
-        with using_attribution(attribution):
-            for rule in self.rules:
-                found.extend(rule.evaluate(ctx))
+        for rule in self.rules:
+            found.extend(rule.evaluate(ctx))
         found = [f for f in found if f.severity >= self.min_severity]
         found.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
         with self._lock:
@@ -143,16 +145,13 @@ class ExplainFindings:
         return found
 
     def _read_new(self, conn: sqlite3.Connection, now_ns: int) -> None:
-        (newest,) = conn.execute("SELECT max(rowid) FROM event_log").fetchone()
-        if newest is not None and int(newest) - self._last_rowid > self.max_rows:
+        newest = newest_event_rowid(conn)
+        if newest is not None and newest - self._last_rowid > self.max_rows:
             # Reading them all would hold the interpreter for seconds beside the collector loop.
-            self.skipped_rows += int(newest) - self.max_rows - self._last_rowid
-            self._last_rowid = int(newest) - self.max_rows
+            self.skipped_rows += newest - self.max_rows - self._last_rowid
+            self._last_rowid = newest - self.max_rows
             self._cols = [c[:0] for c in self._cols]
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM event_log WHERE rowid > ? ORDER BY rowid LIMIT ?",
-            (self._last_rowid, self.max_rows),
-        ).fetchall()
+        rows = event_rows_after(conn, self._last_rowid, self.max_rows)
         if rows:
             block = np.array(rows, dtype=np.int64).reshape(-1, _NCOLS + 1)
             self._last_rowid = int(block[-1, 0])
@@ -171,19 +170,18 @@ class ExplainFindings:
         cols = [c[order] for c in cols]
         comms: dict[int, str] = {}
         cgroups: dict[int, int] = {}
-        for pid, comm, cg in conn.execute("SELECT pid, comm, cgroup_id FROM processes ORDER BY session_id"):
+        for pid, comm, cg in process_rows(conn):
             if comm:
-                comms[int(pid)] = str(comm)
+                comms[pid] = str(comm)
             if cg:
-                cgroups[int(pid)] = int(cg)
+                cgroups[pid] = int(cg)
         frame = EventFrame.from_columns(cols, comms, cgroups)
-        row = conn.execute(
-            "SELECT id, started_wall_ns - started_mono_ns FROM sessions ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        offset = int(row[1]) if row else 0
+        # The newest session: the one being recorded.
+        offsets = session_wall_offsets(conn)
+        sessions, offset = ((offsets[-1][0],), offsets[-1][1]) if offsets else ((), 0)
         start = int(cols[0][0]) if len(cols[0]) else now_ns
         end = max(now_ns, start)
-        return frame, Window(start, end, start, end, offset, (int(row[0]),) if row else (), len(frame))
+        return frame, Window(start, end, start, end, offset, sessions, len(frame))
 
     def close(self) -> None:
         """Start no more evaluations and wait for the running one to finish.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuscope.analysis.attribution import EMPTY, Attribution
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.engine import Report, analyse
 from gpuscope.analysis.frame import EventFrame, Window
@@ -23,15 +24,48 @@ class Events:
     comms: dict[int, str] = field(default_factory=dict)
     cgroup: int = 7
 
-    def add(self, op: Op, ts: int, dur: int = 0, pid: int = 100, tid: int | None = None, *, nbytes: int = 0,
-            handle: int = 0, stream: int = 0, arg0: int = 0, arg1: int = 0, cgroup: int | None = None) -> None:  # fmt: skip
-        self.rows.append((ts, dur, pid, pid if tid is None else tid, int(op), self.cgroup if cgroup is None else cgroup,
-                          nbytes, handle, stream, arg0, arg1))  # fmt: skip
+    def add(
+        self,
+        op: Op,
+        ts: int,
+        dur: int = 0,
+        pid: int = 100,
+        tid: int | None = None,
+        *,
+        nbytes: int = 0,
+        handle: int = 0,
+        stream: int = 0,
+        arg0: int = 0,
+        arg1: int = 0,
+        cgroup: int | None = None,
+    ) -> None:
+        tid = pid if tid is None else tid
+        cgroup = self.cgroup if cgroup is None else cgroup
+        self.rows.append((ts, dur, pid, tid, int(op), cgroup, nbytes, handle, stream, arg0, arg1))
 
-    def sched(self, ts: int, dur: int, *, pid: int = 100, tid: int | None = None, preempted: bool,
-              by_pid: int = 999, by_cgroup: int | None = None) -> None:  # fmt: skip
-        self.add(Op.sched_switch, ts, dur, pid, tid, handle=(by_pid << 32) | by_pid,
-                 stream=self.cgroup if by_cgroup is None else by_cgroup, arg0=int(preempted), arg1=0 if preempted else 1)  # fmt: skip
+    def sched(
+        self,
+        ts: int,
+        dur: int,
+        *,
+        pid: int = 100,
+        tid: int | None = None,
+        preempted: bool,
+        by_pid: int = 999,
+        by_cgroup: int | None = None,
+    ) -> None:
+        """A switch-out of ``pid``'s thread for ``dur`` ns, to ``by_pid`` (of ``by_cgroup``)."""
+        self.add(
+            Op.sched_switch,
+            ts,
+            dur,
+            pid,
+            tid,
+            handle=(by_pid << 32) | by_pid,
+            stream=self.cgroup if by_cgroup is None else by_cgroup,
+            arg0=int(preempted),
+            arg1=0 if preempted else 1,
+        )
 
     def loop(self, op: Op, n: int, period: int, dur: int, start: int = 0, pid: int = 100, **kw: int) -> list[int]:
         """n calls, one every period ns; returns their start times."""
@@ -48,9 +82,9 @@ class Events:
         hi = int((a[:, 0] + a[:, 1]).max()) if len(a) else 0
         return frame, Window(lo, hi, lo, hi, 0, (1,), len(a))
 
-    def context(self) -> Context:
+    def context(self, attribution: Attribution = EMPTY) -> Context:
         frame, window = self.frame()
-        return Context(frame, window)
+        return Context(frame, window, attribution=attribution)
 
     def report(self) -> Report:
         frame, window = self.frame()

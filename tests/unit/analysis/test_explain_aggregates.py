@@ -21,6 +21,8 @@ from .builder import MS, US, Events
 
 S = 1_000_000_000
 PID = 100
+# The event_log columns the test writes, in the order of its INSERT.
+_STORED = ("ts_ns", "duration_ns", "pid", "tid", "op", "bytes", "handle", "arg0", "arg1")
 
 
 def _workload(seconds: int = 24) -> np.ndarray:
@@ -80,10 +82,8 @@ def _record(path: Path, ev: np.ndarray, record_all: bool) -> Path:
         conn.executemany(
             "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
             "bytes, handle, stream, arg0, arg1) VALUES (1, ?, ?, ?, ?, 1, 0, ?, 0, 0, ?, ?, 0, ?, ?)",
-            [tuple(int(x) for x in r) for r in zip(kept["ts_ns"], kept["duration_ns"], kept["pid"], kept["tid"],
-                                                   kept["op"], kept["bytes"], kept["handle"], kept["arg0"],
-                                                   kept["arg1"], strict=True)],
-        )  # fmt: skip
+            [tuple(int(x) for x in r) for r in zip(*(kept[name] for name in _STORED), strict=True)],
+        )
     conn.executemany(INSERT_AGGREGATES, agg.take())
     conn.execute("COMMIT")
     conn.close()

@@ -20,8 +20,10 @@ def _preempted_db(path: Path) -> Path:
     ev = Events(comms={100: "train", 999: "stress"})
     for i, t in enumerate(steady_training(ev, 400)):
         if i % 4 == 0:
-            ev.rows = [r if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize)) else
-                       (r[0], r[1] + 5 * MS, *r[2:]) for r in ev.rows]  # fmt: skip
+            ev.rows = [
+                (r[0], r[1] + 5 * MS, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
+                for r in ev.rows
+            ]
             ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999)
     return ev.to_db(path)
 

@@ -7,7 +7,8 @@ from gpuscope.model.findings import Finding, Severity, Symptom
 
 
 def _f(kind: str, sev: Severity, pid: int, lost: int) -> Finding:
-    return Finding(kind, kind, sev, Symptom(f"{kind} of {pid}", op="cudaStreamSynchronize", pid=pid), (), "fix", lost)
+    symptom = Symptom(f"{kind} of {pid}", op="cudaStreamSynchronize", pid=pid)
+    return Finding(rule=kind, kind=kind, severity=sev, symptom=symptom, causes=(), fix="fix", lost_ns=lost)
 
 
 def test_a_drop_with_a_cause_in_the_same_process_is_ranked_below_it() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuscope.analysis.attribution import Attribution, Container, using_attribution
+from gpuscope.analysis.attribution import Attribution, Container
+from gpuscope.analysis.context import Context
 from gpuscope.analysis.rules.containers import ContainerNoisyNeighbourRule
 from gpuscope.analysis.rules.host import NoisyNeighbourRule
 from gpuscope.model.ops import Op
@@ -16,8 +17,10 @@ def _preempted_by_other_cgroup(ev: Events) -> None:
     syncs = steady_training(ev, 400)
     for i, t in enumerate(syncs):
         if i % 4 == 0:
-            ev.rows = [r if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize)) else
-                       (r[0], r[1] + 5 * MS, *r[2:]) for r in ev.rows]  # fmt: skip
+            ev.rows = [
+                (r[0], r[1] + 5 * MS, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
+                for r in ev.rows
+            ]
             ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999, by_cgroup=88)
 
 
@@ -27,15 +30,14 @@ def test_the_neighbour_is_named_by_its_container() -> None:
     _preempted_by_other_cgroup(ev)
     frame, window = ev.frame()
     frame.cgroups[100] = 7
-    att = Attribution(containers={
-        7: Container(7, "/system.slice/docker-aaaa.scope", "a" * 64, "docker"),
-        88: Container(88, f"/system.slice/docker-{CID_B}.scope", CID_B, "docker"),
-    })  # fmt: skip
-    from gpuscope.analysis.context import Context
-
+    att = Attribution(
+        containers={
+            7: Container(7, "/system.slice/docker-aaaa.scope", "a" * 64, "docker"),
+            88: Container(88, f"/system.slice/docker-{CID_B}.scope", CID_B, "docker"),
+        }
+    )
     # when
-    with using_attribution(att):
-        found = ContainerNoisyNeighbourRule().evaluate(Context(frame, window))
+    found = ContainerNoisyNeighbourRule().evaluate(Context(frame, window, attribution=att))
     # then
     assert len(found) == 1
     f = found[0]

@@ -11,8 +11,10 @@ from .builder import MS, US, Events
 
 def _capture(ev: Events, t: int, driver: bool = False) -> int:
     """Begin, end capture, instantiate from t; returns the time after."""
-    begin, end, inst = ((Op.cuStreamBeginCapture, Op.cuStreamEndCapture, Op.cuGraphInstantiate) if driver
-                        else (Op.cudaStreamBeginCapture, Op.cudaStreamEndCapture, Op.cudaGraphInstantiate))  # fmt: skip
+    if driver:
+        begin, end, inst = Op.cuStreamBeginCapture, Op.cuStreamEndCapture, Op.cuGraphInstantiate
+    else:
+        begin, end, inst = Op.cudaStreamBeginCapture, Op.cudaStreamEndCapture, Op.cudaGraphInstantiate
     ev.add(begin, t, 5 * US)
     ev.add(end, t + 300 * US, 20 * US)  # 300 µs of capturing
     ev.add(inst, t + 400 * US, 2 * MS)

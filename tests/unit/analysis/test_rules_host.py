@@ -12,8 +12,10 @@ def _slow_syncs(ev: Events, syncs: list[int], every: int, extra: int, **sched: o
     """Make every n-th sync `extra` longer, with an off-CPU interval of that length inside it."""
     for i, t in enumerate(syncs):
         if i % every == 0:
-            ev.rows = [r if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize)) else
-                       (r[0], r[1] + extra, *r[2:]) for r in ev.rows]  # fmt: skip
+            ev.rows = [
+                (r[0], r[1] + extra, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
+                for r in ev.rows
+            ]
             ev.sched(t + 20 * US, extra, **sched)  # type: ignore[arg-type]
 
 

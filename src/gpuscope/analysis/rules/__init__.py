@@ -20,14 +20,29 @@ from gpuscope.analysis.rules.host import (
     OomRule,
     TcpRetransmitRule,
 )
-from gpuscope.analysis.rules.nccl import NcclHangRule, NcclStragglerRule
+from gpuscope.analysis.rules.nccl import NcclStragglerRule
+from gpuscope.analysis.rules.nccl_hang import NcclHangRule
 
+# In evaluation order (the order of equally ranked findings in a report).
 RULES: tuple[Rule, ...] = (
-    CpuPreemptionRule(), ContainerNoisyNeighbourRule(), BlockIoRule(), MemoryPressureRule(), TcpRetransmitRule(),
-    GpuContentionRule(), ColdStartRule(), MemcpyBoundRule(), AllocatorChurnRule(), MemoryLeakRule(),
-    DataStarvationRule(), SyncStallRule(), ThroughputDropRule(), OomRule(),
-    NcclStragglerRule(), NcclHangRule(), GraphRecaptureRule(),
-)  # fmt: skip
+    CpuPreemptionRule(),
+    ContainerNoisyNeighbourRule(),
+    BlockIoRule(),
+    MemoryPressureRule(),
+    TcpRetransmitRule(),
+    GpuContentionRule(),
+    ColdStartRule(),
+    MemcpyBoundRule(),
+    AllocatorChurnRule(),
+    MemoryLeakRule(),
+    DataStarvationRule(),
+    SyncStallRule(),
+    ThroughputDropRule(),
+    OomRule(),
+    NcclStragglerRule(),
+    NcclHangRule(),
+    GraphRecaptureRule(),
+)
 
 RULE_IDS = tuple(r.id for r in RULES)
 

@@ -15,10 +15,9 @@ from gpuscope.model.units import fmt_ns
 
 
 class Rule(Protocol):
-    """One detection: a stable id (also the finding kind) and an evaluation over a window."""
+    """One detection: a stable id (also the kind of its findings) and an evaluation over a window."""
 
     id: str
-    kind: str
 
     def evaluate(self, ctx: Context) -> list[Finding]: ...
 
@@ -68,14 +67,29 @@ def symptom_for(ctx: Context, pid: int, op: int, pos: np.ndarray, summary: str, 
         n, p50, p99, mx, total = agg
         return Symptom(summary, op_name(op), pid, ctx.frame.comm(pid), n, p50, p99, mx, total)
     d = ctx.frame.dur[ctx.calls[pos]]
-    return Symptom(summary, op_name(op), pid, ctx.frame.comm(pid), len(d), pct(d, 50), pct(d, 99),
-                   int(d.max()) if len(d) else 0, int(d.sum()))  # fmt: skip
+    return Symptom(
+        summary,
+        op_name(op),
+        pid,
+        ctx.frame.comm(pid),
+        count=len(d),
+        p50_ns=pct(d, 50),
+        p99_ns=pct(d, 99),
+        max_ns=int(d.max()) if len(d) else 0,
+        total_ns=int(d.sum()),
+    )
 
 
 def host_cause_findings(
-    ctx: Context, rule: str, cause_name: str, cause_ns: np.ndarray, affected: np.ndarray,
-    evidence: dict[int, list[str]], culprits: dict[int, tuple[Culprit, ...]], fix: str,
-) -> list[Finding]:  # fmt: skip
+    ctx: Context,
+    rule: str,
+    cause_name: str,
+    cause_ns: np.ndarray,
+    affected: np.ndarray,
+    evidence: dict[int, list[str]],
+    culprits: dict[int, tuple[Culprit, ...]],
+    fix: str,
+) -> list[Finding]:
     """One finding per process whose calls a host cause measurably slows, ranked by lost time."""
     findings = []
     effects = per_op_effects(ctx, cause_ns, affected)
@@ -87,8 +101,20 @@ def host_cause_findings(
         lines = [effect_line(op_name(o.op), o.effect, cause_name) for o in mine[:3]]
         cause = Cause(rule, (*evidence.get(pid, []), *lines), top.effect, culprits.get(pid, ()))
         e = top.effect
-        summary = (f"{op_name(top.op)} of pid {pid} is {e.p50_ratio:.1f}× slower when it overlaps {cause_name}; "
-                   f"{fmt_ns(lost)} lost ({lost / max(wall, 1):.0%} of its wall time)")  # fmt: skip
-        findings.append(Finding(rule, rule, severity_for(lost, wall, e.p50_ratio),
-                                symptom_for(ctx, pid, top.op, top.positions, summary, whole_op=True), (cause,), fix, lost, wall))  # fmt: skip
+        summary = (
+            f"{op_name(top.op)} of pid {pid} is {e.p50_ratio:.1f}× slower when it overlaps {cause_name}; "
+            f"{fmt_ns(lost)} lost ({lost / max(wall, 1):.0%} of its wall time)"
+        )
+        findings.append(
+            Finding(
+                rule=rule,
+                kind=rule,
+                severity=severity_for(lost, wall, e.p50_ratio),
+                symptom=symptom_for(ctx, pid, top.op, top.positions, summary, whole_op=True),
+                causes=(cause,),
+                fix=fix,
+                lost_ns=lost,
+                wall_ns=wall,
+            )
+        )
     return findings

@@ -14,7 +14,7 @@ from dataclasses import replace
 from gpuscope.analysis.attribution import Attribution, Container, attribution_of
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.rules.host import NoisyNeighbourRule
-from gpuscope.model.findings import Cause, Finding
+from gpuscope.model.findings import Finding
 from gpuscope.model.units import fmt_ns
 
 
@@ -26,7 +26,7 @@ def _label(att: Attribution, cgroup_id: int) -> tuple[str, Container | None]:
 class ContainerNoisyNeighbourRule:
     """Preemption by another container's tasks, by container (wraps the per-cgroup detection)."""
 
-    id = kind = "noisy-neighbour"
+    id = "noisy-neighbour"
 
     def __init__(self, inner: NoisyNeighbourRule | None = None) -> None:
         self.inner = inner or NoisyNeighbourRule()
@@ -67,10 +67,7 @@ class ContainerNoisyNeighbourRule:
             for name, t in ranked[:3]
         )
         victim = f"; the process runs in {own}" if own else ""
-        causes = tuple(
-            Cause(c.kind, (*lines, *c.evidence), c.effect, c.culprits, c.metrics) if i == 0 else c
-            for i, c in enumerate(x.causes)
-        )
+        causes = tuple(replace(c, evidence=(*lines, *c.evidence)) if i == 0 else c for i, c in enumerate(x.causes))
         extra = dict(x.symptom.extra)
         extra["neighbour"] = top
         top_info = info.get(top)
@@ -80,8 +77,7 @@ class ContainerNoisyNeighbourRule:
             extra["container"] = own
         summary = f"{x.symptom.summary}; the neighbour is {top} ({top_ns / total:.0%} of it){victim}"
         fix = f"{x.fix}; or move {top} to other cores / another node"
-        return Finding(x.rule, x.kind, x.severity, replace(x.symptom, summary=summary, extra=extra), causes, fix,
-                       x.lost_ns, x.wall_ns)  # fmt: skip
+        return replace(x, symptom=replace(x.symptom, summary=summary, extra=extra), causes=causes, fix=fix)
 
 
 def _cgroup_of(by_cgroup: dict[int, int], att: Attribution, name: str) -> int:

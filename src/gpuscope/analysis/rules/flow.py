@@ -28,7 +28,7 @@ def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
 class DataStarvationRule:
     """Long gaps with no GPU work while the feeding thread computes on the CPU or waits for data."""
 
-    id = kind = "data-starvation"
+    id = "data-starvation"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -59,8 +59,10 @@ class DataStarvationRule:
             s = s[f.pid[s] == p]
             off = overlap_by_key(tids, gap_s[long], gap_e[long], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
             on_cpu = 1.0 - float(off.sum()) / max(idle, 1)
-            what = ("the feeding thread was on-CPU doing host work (preprocessing, Python overhead)" if on_cpu >= 0.5
-                    else "the feeding thread was blocked waiting (data-loader workers, queues, I/O)")  # fmt: skip
+            if on_cpu >= 0.5:
+                what = "the feeding thread was on-CPU doing host work (preprocessing, Python overhead)"
+            else:
+                what = "the feeding thread was blocked waiting (data-loader workers, queues, I/O)"
             lines = (
                 f"{int(long.sum())} gaps ≥ {fmt_ns(STARVE_GAP_NS)} between a synchronisation and the next GPU call: "
                 f"{fmt_ns(idle)} = {idle / wall:.0%} of wall time",
@@ -77,18 +79,27 @@ class DataStarvationRule:
                 int(gap[long].max()),
                 idle,
             )
-            out.append(Finding(self.id, self.kind, severity_for(idle, wall), sym,
-                (Cause(self.id, lines, None, (), {"idle_ns": idle, "gaps": int(long.sum()),
-                                                  "on_cpu_share": round(on_cpu, 3)}),),
-                "feed the GPU ahead of time: more DataLoader workers, pin_memory=True, prefetch_factor, move "
-                "preprocessing to the GPU or an earlier stage", idle, wall))  # fmt: skip
+            metrics = {"idle_ns": idle, "gaps": int(long.sum()), "on_cpu_share": round(on_cpu, 3)}
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=severity_for(idle, wall),
+                    symptom=sym,
+                    causes=(Cause(self.id, lines, metrics=metrics),),
+                    fix="feed the GPU ahead of time: more DataLoader workers, pin_memory=True, prefetch_factor, "
+                    "move preprocessing to the GPU or an earlier stage",
+                    lost_ns=idle,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 
 class SyncStallRule:
     """Synchronisations take much of the wall time and no host cause explains them: the GPU is the bottleneck."""
 
-    id = kind = "sync-stall"
+    id = "sync-stall"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -114,20 +125,27 @@ class SyncStallRule:
             )
             # Waiting for a busy GPU is not a fault; it is where optimisation starts: at most MEDIUM.
             sev = Severity.MEDIUM if total >= 0.5 * wall else Severity.LOW
-            out.append(Finding(self.id, self.kind, sev, symptom_for(ctx, p, op, pos,
-                               f"pid {p} waits on the GPU {total / wall:.0%} of its time ({op_name(op)})",
-                               whole_op=True),
-                               (Cause(self.id, lines, None, (), {"sync_share": round(total / wall, 3)}),),
-                               "the GPU is the bottleneck: profile kernels (nsys/ncu), use mixed precision, fuse "
-                               "kernels, and remove synchronisations that are not needed (.item(), .cpu())",
-                               0, wall))  # fmt: skip
+            summary = f"pid {p} waits on the GPU {total / wall:.0%} of its time ({op_name(op)})"
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=sev,
+                    symptom=symptom_for(ctx, p, op, pos, summary, whole_op=True),
+                    causes=(Cause(self.id, lines, metrics={"sync_share": round(total / wall, 3)}),),
+                    fix="the GPU is the bottleneck: profile kernels (nsys/ncu), use mixed precision, fuse kernels, "
+                    "and remove synchronisations that are not needed (.item(), .cpu())",
+                    lost_ns=0,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 
 class ThroughputDropRule:
     """An op's rate falls ≥ 40% below its peak for several consecutive bins."""
 
-    id = kind = "throughput-drop"
+    id = "throughput-drop"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         # Every op of a process slows down together when the process does: one
@@ -152,8 +170,8 @@ class ThroughputDropRule:
                 f"{op_name(op)} rate fell {drop:.0%}: peak {peak * 1e9 / bin_ns:.0f}/s, "
                 f"{cur * 1e9 / bin_ns:.0f}/s in {int(low.sum())} of {nb} bins of {fmt_ns(bin_ns)}"
             )
-            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak * 10**9 // bin_ns,
-                                            cur * 10**9 // bin_ns))  # fmt: skip
+            peak_s, cur_s = peak * 10**9 // bin_ns, cur * 10**9 // bin_ns
+            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak_s, cur_s))
         out = []
         for p, items in drops.items():
             items.sort(key=lambda t: -t[0])
@@ -165,12 +183,20 @@ class ThroughputDropRule:
             summary = f"{op_name(op)} throughput of pid {p} dropped {drop:.0%}"
             if others:
                 summary += f" (with {', '.join(others[:3])}{'…' if len(others) > 3 else ''})"
-            out.append(Finding(self.id, self.kind, min(sev, max(severity_for(lost, wall), Severity.MEDIUM)),
-                               symptom_for(ctx, p, op, pos, summary, whole_op=True),
-                               (Cause(self.id, lines, None, (), {"peak_per_s": float(peak_s),
-                                                                "low_per_s": float(low_s)}),),
-                               "look at the other findings for this process in the low-rate period; if none, compare "
-                               "input sizes and batch shapes over time", lost, wall))  # fmt: skip
+            metrics = {"peak_per_s": float(peak_s), "low_per_s": float(low_s)}
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=min(sev, max(severity_for(lost, wall), Severity.MEDIUM)),
+                    symptom=symptom_for(ctx, p, op, pos, summary, whole_op=True),
+                    causes=(Cause(self.id, lines, metrics=metrics),),
+                    fix="look at the other findings for this process in the low-rate period; if none, compare "
+                    "input sizes and batch shapes over time",
+                    lost_ns=lost,
+                    wall_ns=wall,
+                )
+            )
         return out
 
     @staticmethod

@@ -21,7 +21,7 @@ def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
 class GpuContentionRule:
     """Several processes use the GPU at once: their waits overlap other processes' GPU work."""
 
-    id = kind = "gpu-contention"
+    id = "gpu-contention"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -50,23 +50,35 @@ class GpuContentionRule:
             lost = sum(o.effect.explained_ns for o in mine)
             wall = ctx.pid_span_ns(p)
             top = mine[0]
-            lines = (f"{len(pids)} processes issue GPU work in the window: "
-                     + ", ".join(f"{f.comm(q) or '?'} (pid {q})" for q in pids.tolist()),
-                     *(effect_line(op_name(o.op), o.effect, "other processes' GPU work") for o in mine[:3]))  # fmt: skip
-            summary = (f"{op_name(top.op)} of pid {p} is {top.effect.p50_ratio:.1f}× slower while other processes "
-                       f"use the GPU; {fmt_ns(lost)} lost")  # fmt: skip
-            out.append(Finding(self.id, self.kind, severity_for(lost, wall, top.effect.p50_ratio),
-                               symptom_for(ctx, p, top.op, top.positions, summary, whole_op=True),
-                               (Cause(self.id, lines, top.effect, peers_of[p]),),
-                               "give each process its own GPU (CUDA_VISIBLE_DEVICES), or share it deliberately with "
-                               "MPS / MIG instead of time-slicing", lost, wall))  # fmt: skip
+            users = ", ".join(f"{f.comm(q) or '?'} (pid {q})" for q in pids.tolist())
+            lines = (
+                f"{len(pids)} processes issue GPU work in the window: {users}",
+                *(effect_line(op_name(o.op), o.effect, "other processes' GPU work") for o in mine[:3]),
+            )
+            summary = (
+                f"{op_name(top.op)} of pid {p} is {top.effect.p50_ratio:.1f}× slower while other processes "
+                f"use the GPU; {fmt_ns(lost)} lost"
+            )
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=severity_for(lost, wall, top.effect.p50_ratio),
+                    symptom=symptom_for(ctx, p, top.op, top.positions, summary, whole_op=True),
+                    causes=(Cause(self.id, lines, top.effect, peers_of[p]),),
+                    fix="give each process its own GPU (CUDA_VISIBLE_DEVICES), or share it deliberately with "
+                    "MPS / MIG instead of time-slicing",
+                    lost_ns=lost,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 
 class ColdStartRule:
     """First calls (context init, the first launch of each kernel) cost 10× or more of steady state."""
 
-    id = kind = "cold-start"
+    id = "cold-start"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c, cold = ctx.frame, ctx.calls, ctx.cold
@@ -79,18 +91,28 @@ class ColdStartRule:
             kernels = len(np.unique(f.handle[c[pos[launches]]]))
             ops = np.unique(f.op[c[pos]]).tolist()
             worst = pos[np.argmax(f.dur[c[pos]])]
-            lines = [f"{len(pos)} cold first calls cost {fmt_ns(lost)}; slowest {op_name(int(f.op[c[worst]]))} "
-                     f"{fmt_ns(float(f.dur[c[worst]]))}",
-                     "first calls of: " + ", ".join(op_name(o) for o in ops)]  # fmt: skip
+            lines = [
+                f"{len(pos)} cold first calls cost {fmt_ns(lost)}; slowest {op_name(int(f.op[c[worst]]))} "
+                f"{fmt_ns(float(f.dur[c[worst]]))}",
+                "first calls of: " + ", ".join(op_name(o) for o in ops),
+            ]
             if kernels:
                 lines.append(f"first launch of {kernels} distinct kernels (lazy module loading), not contention")
             summary = f"pid {p} spends {fmt_ns(lost)} in {len(pos)} cold first calls ({lost / max(wall, 1):.0%} of its wall time)"
             sev = min(severity_for(lost, wall), Severity.HIGH)  # one-off cost: never CRITICAL
-            out.append(Finding(self.id, self.kind, sev, symptom_for(ctx, p, int(f.op[c[worst]]), pos, summary),
-                               (Cause(self.id, tuple(lines), None, (), {"cold_calls": len(pos), "kernels": kernels}),),
-                               "warm up before timing or serving (run a few iterations at start-up, call cudaFree(0) "
-                               "early to create the context); CUDA_MODULE_LOADING=EAGER loads all kernels up front",
-                               lost, wall))  # fmt: skip
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=sev,
+                    symptom=symptom_for(ctx, p, int(f.op[c[worst]]), pos, summary),
+                    causes=(Cause(self.id, tuple(lines), metrics={"cold_calls": len(pos), "kernels": kernels}),),
+                    fix="warm up before timing or serving (run a few iterations at start-up, call cudaFree(0) "
+                    "early to create the context); CUDA_MODULE_LOADING=EAGER loads all kernels up front",
+                    lost_ns=lost,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 
@@ -100,7 +122,7 @@ MEMCPY_SHARE = 0.3
 class MemcpyBoundRule:
     """Copies take at least 30% of the process's wall time and more than its launches and syncs."""
 
-    id = kind = "memcpy-bound"
+    id = "memcpy-bound"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -130,18 +152,28 @@ class MemcpyBoundRule:
             # Sizes and directions are per row: from the stored copies (all of them, or a sample).
             small = round(int((f.bytes[cp] < 64 * 1024).sum()) * n_copies / len(cp))
             dirs = {k: int((f.arg0[cp] == v).sum()) for k, v in (("H2D", 1), ("D2H", 2), ("D2D", 3))}
-            lines = (f"{n_copies} copies take {fmt_ns(copy_ns)} = {copy_ns / wall:.0%} of wall time, "
-                     f"{fmt_bytes(nbytes)} at {nbytes / max(copy_ns, 1) * 1e9 / 2**30:.2f} GiB/s",
-                     "directions: " + ", ".join(f"{k} {v}" for k, v in dirs.items() if v) + f"; {small} copies < 64 KiB")  # fmt: skip
+            directions = ", ".join(f"{k} {v}" for k, v in dirs.items() if v)
+            lines = (
+                f"{n_copies} copies take {fmt_ns(copy_ns)} = {copy_ns / wall:.0%} of wall time, "
+                f"{fmt_bytes(nbytes)} at {nbytes / max(copy_ns, 1) * 1e9 / 2**30:.2f} GiB/s",
+                f"directions: {directions}; {small} copies < 64 KiB",
+            )
             summary = f"copies dominate pid {p}: {copy_ns / wall:.0%} of its wall time"
             op = int(np.bincount(f.op[cp]).argmax())
-            out.append(Finding(self.id, self.kind, severity_for(copy_ns // 2, wall),
-                               symptom_for(ctx, p, op, np.flatnonzero(np.isin(c, cp)), summary, whole_op=True),
-                               (Cause(self.id, lines, None, (), {"copy_share": round(copy_ns / wall, 3),
-                                                                "bytes": nbytes, "small_copies": small}),),
-                               "keep data on the GPU between steps; use pinned host memory (pin_memory=True) and "
-                               "cudaMemcpyAsync on a side stream to overlap copies with compute; batch small copies",
-                               copy_ns // 2, wall))  # fmt: skip
+            metrics = {"copy_share": round(copy_ns / wall, 3), "bytes": nbytes, "small_copies": small}
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=severity_for(copy_ns // 2, wall),
+                    symptom=symptom_for(ctx, p, op, np.flatnonzero(np.isin(c, cp)), summary, whole_op=True),
+                    causes=(Cause(self.id, lines, metrics=metrics),),
+                    fix="keep data on the GPU between steps; use pinned host memory (pin_memory=True) and "
+                    "cudaMemcpyAsync on a side stream to overlap copies with compute; batch small copies",
+                    lost_ns=copy_ns // 2,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 
@@ -151,7 +183,7 @@ SPIKE_RATIO = 10.0
 class AllocatorChurnRule:
     """Periodic cudaMalloc spikes: the caching allocator releasing and re-acquiring memory."""
 
-    id = kind = "allocator-churn"
+    id = "allocator-churn"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -169,24 +201,36 @@ class AllocatorChurnRule:
             lost = int((f.dur[c[spikes]] - base).sum())
             wall = ctx.pid_span_ns(p)
             periodic = cv <= 0.5
-            lines = (f"{len(spikes)} of {len(pos)} {op_name(op)} calls ≥ {SPIKE_RATIO:.0f}× p50 ({fmt_ns(base)}), "
-                     f"p50 of spikes {fmt_ns(pct(f.dur[c[spikes]], 50))}",
-                     (f"spikes are periodic: every {fmt_ns(float(np.median(gaps)))} (cv {cv:.2f})" if periodic
-                      else f"spikes are irregular (cv {cv:.2f})"))  # fmt: skip
+            if periodic:
+                rhythm = f"spikes are periodic: every {fmt_ns(float(np.median(gaps)))} (cv {cv:.2f})"
+            else:
+                rhythm = f"spikes are irregular (cv {cv:.2f})"
+            lines = (
+                f"{len(spikes)} of {len(pos)} {op_name(op)} calls ≥ {SPIKE_RATIO:.0f}× p50 ({fmt_ns(base)}), "
+                f"p50 of spikes {fmt_ns(pct(f.dur[c[spikes]], 50))}",
+                rhythm,
+            )
             summary = f"{op_name(op)} of pid {p} spikes {len(spikes)} times, {fmt_ns(lost)} lost"
-            out.append(Finding(self.id, self.kind, severity_for(lost, wall, pct(f.dur[c[spikes]], 50) / base),
-                               symptom_for(ctx, p, op, pos, summary, whole_op=True),
-                               (Cause(self.id, lines, None, (), {"spikes": len(spikes), "period_cv": round(cv, 3)}),),
-                               "stop the allocator from returning memory: remove torch.cuda.empty_cache() from the "
-                               "loop, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable",
-                               lost, wall))  # fmt: skip
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=severity_for(lost, wall, pct(f.dur[c[spikes]], 50) / base),
+                    symptom=symptom_for(ctx, p, op, pos, summary, whole_op=True),
+                    causes=(Cause(self.id, lines, metrics={"spikes": len(spikes), "period_cv": round(cv, 3)}),),
+                    fix="stop the allocator from returning memory: remove torch.cuda.empty_cache() from the loop, "
+                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable",
+                    lost_ns=lost,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 
 class MemoryLeakRule:
     """Allocations without frees: live device memory keeps growing over the window."""
 
-    id = kind = "memory-leak"
+    id = "memory-leak"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -216,16 +260,26 @@ class MemoryLeakRule:
                 f"{unfreed} of {len(al)} allocations never freed: {fmt_bytes(float(live[-1]))} live at the end",
                 f"growing {fmt_bytes(rate)}/s; live bytes doubled between the middle and the end of the window",
             )
-            out.append(Finding(self.id, self.kind, sev,
-                               symptom_for(ctx, p, int(f.op[al[0]]), np.flatnonzero(np.isin(c, al)),
-                                           f"pid {p} leaks device memory: {fmt_bytes(float(live[-1]))} unfreed, "
-                                           f"{fmt_bytes(rate)}/s"),
-                               (Cause(self.id, lines, None, (Culprit("allocator", p, None, f.comm(p)),),
-                                      {"unfreed_allocs": unfreed, "live_bytes": int(live[-1]),
-                                       "growth_bytes_per_s": int(rate)}),),
-                               "free what you allocate (or drop references so the caching allocator can reuse it); "
-                               "look for tensors kept in lists across steps, e.g. accumulating loss without .item()",
-                               0, wall))  # fmt: skip
+            summary = f"pid {p} leaks device memory: {fmt_bytes(float(live[-1]))} unfreed, {fmt_bytes(rate)}/s"
+            cause = Cause(
+                self.id,
+                lines,
+                culprits=(Culprit("allocator", p, comm=f.comm(p)),),
+                metrics={"unfreed_allocs": unfreed, "live_bytes": int(live[-1]), "growth_bytes_per_s": int(rate)},
+            )
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=sev,
+                    symptom=symptom_for(ctx, p, int(f.op[al[0]]), np.flatnonzero(np.isin(c, al)), summary),
+                    causes=(cause,),
+                    fix="free what you allocate (or drop references so the caching allocator can reuse it); "
+                    "look for tensors kept in lists across steps, e.g. accumulating loss without .item()",
+                    lost_ns=0,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 

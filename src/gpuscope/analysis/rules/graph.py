@@ -51,7 +51,7 @@ def capture_time_ns(ctx: Context, begins: np.ndarray, ends: np.ndarray) -> int:
 class GraphRecaptureRule:
     """Graphs re-captured or re-instantiated after replay started (e.g. on every batch-size change)."""
 
-    id = kind = "graph-recapture"
+    id = "graph-recapture"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
@@ -78,9 +78,11 @@ class GraphRecaptureRule:
             if per_launch >= 0.5:
                 sev = max(sev, Severity.MEDIUM)  # a graph built for (almost) every replay saves nothing
             comm = f.comm(pid)
-            summary = (f"pid {pid} re-captured {len(late_ends)} and re-instantiated {len(late_inst)} graphs after "
-                       f"replay started ({len(launches)} graph launches, {per_launch:.2f} instantiations per launch); "
-                       f"{fmt_ns(cost)} in capture and instantiation")  # fmt: skip
+            summary = (
+                f"pid {pid} re-captured {len(late_ends)} and re-instantiated {len(late_inst)} graphs after "
+                f"replay started ({len(launches)} graph launches, {per_launch:.2f} instantiations per launch); "
+                f"{fmt_ns(cost)} in capture and instantiation"
+            )
             evidence = [
                 f"{len(begins)} captures and {len(inst)} instantiations in all, {len(late_inst)} of them after the "
                 f"first graph launch at +{fmt_ns(first_launch - ctx.window.start_ns)}",
@@ -91,16 +93,31 @@ class GraphRecaptureRule:
                 evidence.append(f"a new graph every {fmt_ns(period)} (median)")
             if len(upd):
                 evidence.append(f"{len(upd)} cudaGraphExecUpdate calls: some changes are already applied in place")
-            metrics: dict[str, float | int] = {"recaptures": recaptures, "instantiations_after_replay": len(late_inst),
-                                               "launches": len(launches), "cost_ns": cost, "period_ns": period}  # fmt: skip
+            metrics: dict[str, float | int] = {
+                "recaptures": recaptures,
+                "instantiations_after_replay": len(late_inst),
+                "launches": len(launches),
+                "cost_ns": cost,
+                "period_ns": period,
+            }
             sym = Symptom(summary, "cudaGraphInstantiate", pid, comm, len(inst), extra={"recaptures": recaptures})
             fix = (
                 "capture one graph per shape up front and replay it: pad batches to a few fixed sizes (buckets), "
                 "keep tensors static (torch.cuda.graphs / torch.compile mode='reduce-overhead' with dynamic=False), "
                 "and apply parameter changes with cudaGraphExecUpdate instead of re-instantiating"
             )
-            out.append(Finding(self.id, self.kind, sev, sym, (Cause(self.id, tuple(evidence), None, (), metrics),),
-                               fix, cost, wall))  # fmt: skip
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=sev,
+                    symptom=sym,
+                    causes=(Cause(self.id, tuple(evidence), metrics=metrics),),
+                    fix=fix,
+                    lost_ns=cost,
+                    wall_ns=wall,
+                )
+            )
         return out
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.intervals import attribute, count_in, overlap_by_key
-from gpuscope.analysis.rules.base import host_cause_findings, per_op_effects
-from gpuscope.analysis.stats import severity_for
+from gpuscope.analysis.rules.base import host_cause_findings
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
 from gpuscope.model.units import fmt_bytes, fmt_ns
@@ -38,19 +39,27 @@ def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tupl
     for h, cg in zip((f.handle[s] >> 32).tolist(), f.stream[s].tolist(), strict=True):
         cg_of.setdefault(int(h), int(cg))
     culprits = tuple(
-        Culprit("preemptor", p, None, ctx.frame.comm(p) or ("swapper" if p == 0 else None), cg_of.get(p) or None,
-                t / total, t)
+        Culprit(
+            "preemptor",
+            p,
+            comm=ctx.frame.comm(p) or ("swapper" if p == 0 else None),
+            cgroup_id=cg_of.get(p) or None,
+            share=t / total,
+            time_ns=t,
+        )
         for p, t in sorted(by_pid.items(), key=lambda kv: -kv[1])[:5]
-    )  # fmt: skip
-    lines = [f"preempted during its calls by {c.label()}: {fmt_ns(c.time_ns or 0)} ({(c.share or 0):.0%})"
-             for c in culprits[:3]]  # fmt: skip
+    )
+    lines = [
+        f"preempted during its calls by {c.label()}: {fmt_ns(c.time_ns or 0)} ({(c.share or 0):.0%})"
+        for c in culprits[:3]
+    ]
     return lines, culprits
 
 
 class CpuPreemptionRule:
     """Calls slowed because their thread was runnable but another task had the CPU (voluntary sleeps excluded)."""
 
-    id = kind = "cpu-preemption"
+    id = "cpu-preemption"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -69,7 +78,7 @@ class CpuPreemptionRule:
 class NoisyNeighbourRule:
     """Preemption by tasks of another cgroup (another container or job on the node)."""
 
-    id = kind = "noisy-neighbour"
+    id = "noisy-neighbour"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c, s = ctx.frame, ctx.calls, ctx.sched
@@ -81,16 +90,20 @@ class NoisyNeighbourRule:
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
             evidence[pid], culprits[pid] = _preemptors(ctx, pid, other_cgroup_only=True)
-        out = host_cause_findings(ctx, self.id, "preemption from another cgroup", cause, affected, evidence, culprits,
-                                  "isolate the GPU job: give its cgroup an exclusive cpuset (cpuset.cpus, "
-                                  "cpuset.cpus.partition=root) or raise its cpu.weight over the neighbour's")  # fmt: skip
+        fix = (
+            "isolate the GPU job: give its cgroup an exclusive cpuset (cpuset.cpus, cpuset.cpus.partition=root) "
+            "or raise its cpu.weight over the neighbour's"
+        )
+        out = host_cause_findings(
+            ctx, self.id, "preemption from another cgroup", cause, affected, evidence, culprits, fix
+        )
         # The mechanism is CPU preemption (reported by cpu-preemption); this names the tenancy: one level lower.
         return [_demote(x) for x in out]
 
 
 def _demote(x: Finding) -> Finding:
-    sev = Severity(max(Severity.LOW, x.severity - 1))
-    return Finding(x.rule, x.kind, sev, x.symptom, x.causes, x.fix, x.lost_ns, x.wall_ns)
+    """One severity level lower, never below LOW."""
+    return replace(x, severity=Severity(max(Severity.LOW, x.severity - 1)))
 
 
 def _same_pid_interval_cause(ctx: Context, op: Op) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +116,7 @@ def _same_pid_interval_cause(ctx: Context, op: Op) -> tuple[np.ndarray, np.ndarr
 class BlockIoRule:
     """Calls slowed while block I/O of the same process was in flight."""
 
-    id = kind = "block-io"
+    id = "block-io"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -118,8 +131,10 @@ class BlockIoRule:
             m = io[f.pid[io] == pid]
             if len(m):
                 writes = int((f.arg0[m] == 1).sum())
-                evidence[pid] = [f"{len(m)} block I/O requests ({len(m) - writes} reads, {writes} writes), "
-                                 f"{fmt_bytes(float(f.bytes[m].sum()))}, peak latency {fmt_ns(float(f.dur[m].max()))}"]  # fmt: skip
+                evidence[pid] = [
+                    f"{len(m)} block I/O requests ({len(m) - writes} reads, {writes} writes), "
+                    f"{fmt_bytes(float(f.bytes[m].sum()))}, peak latency {fmt_ns(float(f.dur[m].max()))}"
+                ]
         fix = (
             "move checkpoint writes off the training thread (async checkpointing, torch.distributed.checkpoint "
             "async_save) and data reads to faster storage (NVMe, /dev/shm, page cache warm-up)"
@@ -130,7 +145,7 @@ class BlockIoRule:
 class MemoryPressureRule:
     """Calls slowed by direct reclaim / page-allocation bursts of the same process."""
 
-    id = kind = "memory-pressure"
+    id = "memory-pressure"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -142,15 +157,17 @@ class MemoryPressureRule:
         src = np.concatenate([rec, burst])
         if len(src) == 0:
             return []
-        cause = overlap_by_key(f.pid[c], f.ts[c], f.ts[c] + f.dur[c], f.pid[src], f.ts[src],
-                               f.ts[src] + np.maximum(f.dur[src], 1))  # fmt: skip
+        src_end = f.ts[src] + np.maximum(f.dur[src], 1)
+        cause = overlap_by_key(f.pid[c], f.ts[c], f.ts[c] + f.dur[c], f.pid[src], f.ts[src], src_end)
         affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
         evidence = {}
         for pid in ctx.call_pids:
             r = rec[f.pid[rec] == pid]
             p = burst[f.pid[burst] == pid]
-            evidence[pid] = [f"{len(r)} direct reclaims stalling {fmt_ns(float(f.dur[r].sum()))}; "
-                             f"{len(p)} page-allocation bursts ({fmt_bytes(float(f.bytes[p].sum()))})"]  # fmt: skip
+            evidence[pid] = [
+                f"{len(r)} direct reclaims stalling {fmt_ns(float(f.dur[r].sum()))}; "
+                f"{len(p)} page-allocation bursts ({fmt_bytes(float(f.bytes[p].sum()))})"
+            ]
         fix = (
             "reduce host memory use (smaller prefetch queues, fewer DataLoader workers, pinned-memory pools) or "
             "give the job more RAM / a higher memory.min; check for swap with `vmstat 1`"
@@ -161,7 +178,7 @@ class MemoryPressureRule:
 class TcpRetransmitRule:
     """Calls slowed while TCP segments of the same process were being retransmitted."""
 
-    id = kind = "tcp-retransmit"
+    id = "tcp-retransmit"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -175,8 +192,10 @@ class TcpRetransmitRule:
             hits[cm] = count_in(f.ts[c[cm]], f.ts[c[cm]] + f.dur[c[cm]], pts)
         affected = hits > 0
         cause = np.where(affected, f.dur[c], 0)  # a retransmit timeout stalls the whole call
-        evidence = {int(p): [f"{int((f.pid[rt] == p).sum())} TCP retransmits during its calls"]
-                    for p in np.unique(f.pid[rt]).tolist()}  # fmt: skip
+        evidence = {
+            int(p): [f"{int((f.pid[rt] == p).sum())} TCP retransmits during its calls"]
+            for p in np.unique(f.pid[rt]).tolist()
+        }
         fix = (
             "check the network path: NIC counters (ethtool -S), switch errors, MTU mismatches; for NCCL over TCP "
             "set NCCL_SOCKET_IFNAME to the fast interface"
@@ -187,7 +206,7 @@ class TcpRetransmitRule:
 class OomRule:
     """A process was killed by the OOM killer."""
 
-    id = kind = "oom"
+    id = "oom"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
@@ -197,18 +216,42 @@ class OomRule:
             victim = int(f.handle[i])
             sev = Severity.CRITICAL if victim in traced or not traced else Severity.HIGH
             comm = f.comm(victim)
-            sym = Symptom(f"{comm or 'process'} (pid {victim}) was killed by the OOM killer "
-                          f"(rss {fmt_bytes(float(f.bytes[i]))})", None, victim, comm, 1,
-                          extra={"rss_bytes": int(f.bytes[i]), "ts_ns": int(f.ts[i])})  # fmt: skip
-            cause = Cause(self.id, (f"oom_kill of pid {victim} at +{fmt_ns(float(f.ts[i] - ctx.window.start_ns))}",),
-                          None, (Culprit("victim", victim, None, comm, int(f.cgroup[i]) or None),),
-                          {"rss_bytes": int(f.bytes[i])})  # fmt: skip
-            out.append(Finding(self.id, self.kind, sev, sym, (cause,),
-                               "lower host memory use (batch size, DataLoader workers, prefetch) or raise the memory "
-                               "limit of the job's cgroup (memory.max) / add RAM", ctx.pid_span_ns(victim),
-                               max(ctx.pid_span_ns(victim), 1)))  # fmt: skip
+            sym = Symptom(
+                f"{comm or 'process'} (pid {victim}) was killed by the OOM killer (rss {fmt_bytes(float(f.bytes[i]))})",
+                None,
+                victim,
+                comm,
+                count=1,
+                extra={"rss_bytes": int(f.bytes[i]), "ts_ns": int(f.ts[i])},
+            )
+            cause = Cause(
+                self.id,
+                (f"oom_kill of pid {victim} at +{fmt_ns(float(f.ts[i] - ctx.window.start_ns))}",),
+                culprits=(Culprit("victim", victim, comm=comm, cgroup_id=int(f.cgroup[i]) or None),),
+                metrics={"rss_bytes": int(f.bytes[i])},
+            )
+            span = ctx.pid_span_ns(victim)
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=sev,
+                    symptom=sym,
+                    causes=(cause,),
+                    fix="lower host memory use (batch size, DataLoader workers, prefetch) or raise the memory "
+                    "limit of the job's cgroup (memory.max) / add RAM",
+                    lost_ns=span,
+                    wall_ns=max(span, 1),
+                )
+            )
         return out
 
 
-__all__ = ["BlockIoRule", "CpuPreemptionRule", "MemoryPressureRule", "NoisyNeighbourRule", "OomRule",
-           "TcpRetransmitRule", "per_op_effects", "severity_for"]  # fmt: skip
+__all__ = [
+    "BlockIoRule",
+    "CpuPreemptionRule",
+    "MemoryPressureRule",
+    "NoisyNeighbourRule",
+    "OomRule",
+    "TcpRetransmitRule",
+]

@@ -1,0 +1,49 @@
+"""Read ``event_aggregates`` back: whether it covers a recording, and its rows over a window.
+
+``gpuscope.store.aggregates`` builds and writes these rows; this module only reads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from gpuscope.store.connect import table_names
+
+AggregateRow = tuple[int, int, int, int, int, int, int, int, int, bytes | None]
+"""(bucket_ns, pid, op_id, count, stored, sum_duration_ns, min_duration_ns, max_duration_ns, sum_bytes, histogram)."""
+
+
+def aggregates_cover_recording(conn: sqlite3.Connection) -> bool:
+    """Tell whether every session with events has aggregates (not in older files, nor imports without them)."""
+    if "event_aggregates" not in table_names(conn):
+        return False
+    covered = {int(r[0]) for r in conn.execute("SELECT DISTINCT session_id FROM event_aggregates")}
+    if not covered:
+        return False
+    for (sid,) in conn.execute("SELECT id FROM sessions").fetchall():
+        if (
+            int(sid) not in covered
+            and conn.execute("SELECT 1 FROM event_log WHERE session_id = ? LIMIT 1", (sid,)).fetchone()
+        ):
+            return False
+    return True
+
+
+def aggregate_rows(
+    conn: sqlite3.Connection, after_bucket_ns: int, last_bucket_ns: int, pids: tuple[int, ...] = ()
+) -> list[AggregateRow]:
+    """Read the aggregate rows of the buckets in (``after_bucket_ns``, ``last_bucket_ns``].
+
+    ``pids``: only these processes' GPU rows (host rows of every process are kept).
+    """
+    where = "bucket_ns > ? AND bucket_ns <= ?"
+    params: list[int] = [after_bucket_ns, last_bucket_ns]
+    if pids:
+        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
+        params += list(pids)
+    rows: list[AggregateRow] = conn.execute(
+        "SELECT bucket_ns, pid, op_id, count, stored, sum_duration_ns, min_duration_ns, max_duration_ns, sum_bytes, "
+        f"histogram FROM event_aggregates WHERE {where}",
+        params,
+    ).fetchall()
+    return rows

@@ -1,0 +1,163 @@
+"""Read events: the analysis frame from ``event_log``, and the ``events`` view for diff, export and the API.
+
+Reads of many rows hand back whole chunks (lists of row tuples) or the cursor
+itself, never one Python call per row: fetching rows is what ``explain`` over
+millions of events spends its time on.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from gpuscope.store.statement import Statement
+
+COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
+"""The first query to try on a recording: how many calls of each op (shown in hints)."""
+
+# A frame row is (ts_ns, duration_ns, packed, cgroup_id, bytes, handle, stream, arg0, arg1) with
+# packed = (tid << PACKED_TID_SHIFT) | (pid << PACKED_PID_SHIFT) | op_id. Fewer Python objects per
+# row is what makes loading fast (tid < 2**22, pid < 2**22, op < 256), and columns an op's rules
+# never read are selected as 0 (a cached small int).
+FRAME_ROW_WIDTH = 9
+PACKED_TID_SHIFT = 30
+PACKED_PID_SHIFT = 8
+FRAME_CHUNK_ROWS = 262_144
+# Host events (op_id >= 128) always carry their detail: a sched_switch names its preemptor through them.
+_FRAME_COLUMNS = (
+    f"ts_ns, duration_ns, (tid << {PACKED_TID_SHIFT}) | (pid << {PACKED_PID_SHIFT}) | op_id, "
+    "CASE WHEN {detail} THEN cgroup_id ELSE 0 END, "
+    "CASE WHEN {detail} THEN bytes ELSE 0 END, "
+    "CASE WHEN {detail} THEN handle ELSE 0 END, "
+    "CASE WHEN op_id >= 128 THEN stream ELSE 0 END, "
+    "CASE WHEN {detail} THEN arg0 ELSE 0 END, "
+    "CASE WHEN op_id >= 128 THEN arg1 ELSE 0 END"
+)
+_EXPORT_COLUMNS = (
+    "SELECT session_id, ts_ns, duration_ns, pid, tid, comm, source, op, bytes, ret, stream, handle, arg0, flags "
+    "FROM events"
+)
+
+
+def event_span(conn: sqlite3.Connection) -> tuple[int, int] | None:
+    """Return (first ts_ns, last ts_ns + duration_ns) of everything recorded, or None when nothing is.
+
+    Both through the ts index: the last end is among the calls that started in
+    the final minute.
+    """
+    lo, last = conn.execute("SELECT min(ts_ns), max(ts_ns) FROM event_log").fetchone()
+    if lo is None:
+        return None
+    (hi,) = conn.execute(
+        "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(last) - 60_000_000_000,)
+    ).fetchone()
+    return int(lo), int(hi if hi is not None else lo)
+
+
+def event_id_span(conn: sqlite3.Connection) -> int:
+    """Bound the rows of ``event_log`` from above by its rowid range (no scan); 0 when empty."""
+    lo_id, hi_id = conn.execute("SELECT min(rowid), max(rowid) FROM event_log").fetchone()
+    return 0 if lo_id is None else int(hi_id) - int(lo_id) + 1
+
+
+def frame_row_chunks(
+    conn: sqlite3.Connection,
+    start_ns: int,
+    end_ns: int,
+    *,
+    detail_ops: frozenset[int],
+    keep_every: int,
+    pids: tuple[int, ...] = (),
+    thin: Mapping[tuple[int, int], int] | None = None,
+    chunk_rows: int = FRAME_CHUNK_ROWS,
+) -> Iterator[list[tuple[int, ...]]]:
+    """Yield frame rows (layout above) of the events that overlap [start_ns, end_ns], in storage order, in chunks.
+
+    ``detail_ops``: GPU ops whose detail columns are read (others read 0).
+    ``pids``: keep only these processes' GPU events (host events of every
+    process are kept). ``thin`` maps (pid, op) of high-rate ops to a duration
+    threshold: of those only calls slower than it, one row in ``keep_every``,
+    and the first of each run of them are read.
+    """
+    detail = f"op_id >= 128 OR op_id IN ({','.join(map(str, sorted(detail_ops)))})"
+    where = "ts_ns <= ? AND ts_ns + duration_ns >= ?"
+    params: list[int] = [end_ns, start_ns]
+    if pids:
+        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
+        params += list(pids)
+    if thin:
+        # A CASE over a few (pid, op) keys is evaluated in C per row: far cheaper than returning the row.
+        cases = " ".join(f"WHEN {(p << 16) | o} THEN {int(t)}" for (p, o), t in sorted(thin.items()))
+        ops = ",".join(str(o) for o in sorted({o for _, o in thin}))
+        # Also the first of a run of thinned calls (the row after any other op,
+        # such as a sync): selective storage keeps it, and the gap rules measure
+        # GPU idle time from a sync to the next launch or copy.
+        where += (
+            f" AND (op_id NOT IN ({ops}) OR id % {keep_every} = 0 "
+            f"OR duration_ns > CASE (pid << 16) | op_id {cases} ELSE -1 END "
+            f"OR (SELECT q.op_id FROM event_log q WHERE q.id = event_log.id - 1) NOT IN ({ops}))"
+        )
+    cur = conn.execute(f"SELECT {_FRAME_COLUMNS.format(detail=detail)} FROM event_log WHERE {where}", params)
+    while rows := cur.fetchmany(chunk_rows):
+        yield rows
+
+
+def call_chunks(conn: sqlite3.Connection, chunk_rows: int) -> Iterator[list[tuple[str | None, int, int, int, int]]]:
+    """Yield (op, session_id, ts_ns, duration_ns, flags) of every row of the ``events`` view, in chunks.
+
+    Reads the view, so a filter applied to ``conn`` (``gpuscope.query``) applies.
+    """
+    cur = conn.execute("SELECT op, session_id, ts_ns, duration_ns, flags FROM events")
+    while rows := cur.fetchmany(chunk_rows):
+        yield rows
+
+
+def export_rows(conn: sqlite3.Connection, first_by_time: int | None = None) -> Iterator[tuple[Any, ...]]:
+    """Return the rows of the ``events`` view as exported: the cursor itself, so no Python call per row.
+
+    Columns: session_id, ts_ns, duration_ns, pid, tid, comm, source, op,
+    bytes, ret, stream, handle, arg0, flags. In storage order, or the first
+    ``first_by_time`` rows by ts_ns.
+    """
+    if first_by_time is None:
+        return conn.execute(_EXPORT_COLUMNS)
+    return conn.execute(_EXPORT_COLUMNS + " ORDER BY ts_ns LIMIT ?", (first_by_time,))
+
+
+def count_events(conn: sqlite3.Connection) -> int:
+    """Count the rows of the ``events`` view (a filter applied to ``conn`` applies)."""
+    return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+
+def op_counts_by_interval(
+    conn: sqlite3.Connection, session_id: int, offset_ns: int, interval_ns: int
+) -> Iterator[tuple[int, int, str, int]]:
+    """Count the calls of each op of one session per interval: (session id, interval number, op, calls).
+
+    An event at ``ts_ns`` falls in interval ``(ts_ns + offset_ns) // interval_ns``.
+    """
+    sql = (
+        "SELECT session_id, (ts_ns + ?) / ? AS b, op, count(*) FROM events "
+        "WHERE session_id = ? GROUP BY b, op ORDER BY b"
+    )
+    return conn.execute(sql, (offset_ns, interval_ns, session_id))
+
+
+def events_statement(
+    ops: Sequence[str] | None = None, source: str | None = None, limit: int | None = None
+) -> Statement:
+    """Select every column of the ``events`` view, oldest first; of ``ops``/``source`` when given, at most ``limit``."""
+    where: list[str] = []
+    params: list[Any] = []
+    if ops is not None:
+        where.append("op IN (" + ", ".join("?" * len(ops)) + ")")
+        params += list(ops)
+    if source is not None:
+        where.append("source = ?")
+        params.append(source)
+    sql = "SELECT * FROM events" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY ts_ns"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(int(limit))
+    return Statement(sql, tuple(params))

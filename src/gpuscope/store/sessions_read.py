@@ -1,0 +1,59 @@
+"""Read the ``sessions`` table: clocks, nodes and flags of each ``gpuscope trace`` run."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from gpuscope.store.statement import Statement
+
+ALL_SESSIONS = Statement("SELECT * FROM sessions ORDER BY id")
+"""Every column of every session, oldest first (what ``Trace.sessions()`` shows)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClock:
+    """Where a session ran and when it started, on both clocks."""
+
+    session_id: int
+    node: str
+    started_wall_ns: int
+    started_mono_ns: int
+
+
+def session_clocks(conn: sqlite3.Connection) -> list[SessionClock]:
+    """Read every session's node and start times, by id."""
+    rows = conn.execute("SELECT id, node, started_wall_ns, started_mono_ns FROM sessions ORDER BY id").fetchall()
+    return [SessionClock(int(sid), str(node), int(wall), int(mono)) for sid, node, wall, mono in rows]
+
+
+def session_wall_offsets(conn: sqlite3.Connection) -> list[tuple[int, int]]:
+    """Read (session id, ns to add to its monotonic timestamps to get wall-clock ns), by id."""
+    rows = conn.execute("SELECT id, started_wall_ns - started_mono_ns FROM sessions ORDER BY id").fetchall()
+    return [(int(sid), int(offset)) for sid, offset in rows]
+
+
+def session_flags(conn: sqlite3.Connection) -> list[tuple[int, str | None]]:
+    """Read (session id, its ``flags`` JSON text or None) of every session, in table order."""
+    return [(int(sid), raw) for sid, raw in conn.execute("SELECT id, flags FROM sessions").fetchall()]
+
+
+def last_session(conn: sqlite3.Connection) -> tuple[int, int] | None:
+    """Return (id, events recorded) of the newest session, or None in an empty recording."""
+    row = conn.execute("SELECT id, events_recorded FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def session_offsets(conn: sqlite3.Connection, session_id: int) -> tuple[int, int] | None:
+    """Locate one session in the recording: its first event and the end of its last, as offsets (ns).
+
+    The offsets count from the recording's first event, as explain's
+    ``--from/--to`` do; None when the session (or the recording) has no event.
+    """
+    (first,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
+    lo, hi = conn.execute(
+        "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if first is None or lo is None:
+        return None
+    return int(lo) - int(first), int(hi) - int(first)

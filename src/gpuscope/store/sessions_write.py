@@ -1,0 +1,94 @@
+"""Write the ``sessions`` row: created when a recording starts, counted while it runs, closed when it stops."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+_INSERT_SESSION = (
+    "INSERT INTO sessions(uuid, node, hostname, kernel, gpuscope_version, libbpf_version, started_wall_ns, "
+    "started_mono_ns, argv, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPDATE_COUNTS = (
+    "UPDATE sessions SET events_recorded = ?, events_dropped = ?, drops = ?, targets = ?, libraries = ? WHERE id = ?"
+)
+_CLOSE_SESSION = (
+    "UPDATE sessions SET events_recorded = ?, events_dropped = ?, drops = ?, targets = ?, libraries = ?, "
+    "stopped_wall_ns = ?, stopped_mono_ns = ? WHERE id = ?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What is known about a recording when it starts; ``flags`` are the options it runs with."""
+
+    uuid: str
+    node: str
+    hostname: str
+    kernel: str
+    gpuscope_version: str
+    libbpf_version: str
+    started_wall_ns: int
+    started_mono_ns: int
+    argv: list[str]
+    flags: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounts:
+    """What a recording has counted so far.
+
+    ``drops`` holds the tracer's counters by name, ``targets`` the pids asked
+    for, ``libraries`` one ``{"path", "kind", "version", "probes"}`` mapping
+    per library probed. The writer thread stores them later, so a caller
+    hands over values it no longer changes (tuples, a fresh dict).
+    """
+
+    events_recorded: int
+    events_dropped: int
+    drops: dict[str, int]
+    targets: tuple[int, ...]
+    libraries: tuple[dict[str, Any], ...]
+
+    def _params(self) -> tuple[object, ...]:
+        return (
+            self.events_recorded,
+            self.events_dropped,
+            json.dumps(self.drops, sort_keys=True),
+            json.dumps(self.targets),
+            json.dumps(self.libraries),
+        )
+
+
+def create_session(conn: sqlite3.Connection, info: SessionInfo) -> int:
+    """Insert the row of a recording that starts now; return its id."""
+    cur = conn.execute(
+        _INSERT_SESSION,
+        (
+            info.uuid,
+            info.node,
+            info.hostname,
+            info.kernel,
+            info.gpuscope_version,
+            info.libbpf_version,
+            info.started_wall_ns,
+            info.started_mono_ns,
+            json.dumps(info.argv),
+            json.dumps(info.flags, sort_keys=True),
+        ),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def update_session_counts(conn: sqlite3.Connection, session_id: int, counts: SessionCounts) -> None:
+    """Store what a running recording has counted so far."""
+    conn.execute(_UPDATE_COUNTS, (*counts._params(), session_id))
+
+
+def close_session(
+    conn: sqlite3.Connection, session_id: int, counts: SessionCounts, *, stopped_wall_ns: int, stopped_mono_ns: int
+) -> None:
+    """Store a recording's final counts and when it stopped."""
+    conn.execute(_CLOSE_SESSION, (*counts._params(), stopped_wall_ns, stopped_mono_ns, session_id))

@@ -1,0 +1,75 @@
+"""explain's time window: offsets and ISO 8601 times, the same forms query takes, --since from the end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuscope.cli import main
+from tests.unit.test_query import WALL0, build_db
+
+
+def _iso(wall_ns: int) -> str:
+    """An ISO 8601 UTC time with microseconds (what a user would paste)."""
+    at = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=wall_ns // 1000)
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def _window(capsys: pytest.CaptureFixture[str], db: Path, *argv: str) -> dict[str, int]:
+    assert main(["explain", "--db", str(db), "--json", *argv]) == 0
+    window: dict[str, int] = json.loads(capsys.readouterr().out)["window"]
+    return window
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    # calls every ms for 1 s; the first starts at the session's wall-clock start WALL0
+    return build_db(tmp_path / "run.db")
+
+
+def test_iso_8601_bounds_select_the_same_window_as_the_offsets_they_name(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    by_offset = _window(capsys, db, "--from", "100ms", "--to", "250ms")
+    by_time = _window(capsys, db, "--from", _iso(WALL0 + 100_000_000), "--to", _iso(WALL0 + 250_000_000))
+    assert by_time == by_offset
+    assert by_time["start_wall_ns"] == WALL0 + 100_000_000
+
+
+def test_an_iso_8601_time_with_a_zone_offset_is_the_same_instant(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    utc = _window(capsys, db, "--from", _iso(WALL0 + 500_000_000))
+    plus_two = dt.datetime.fromisoformat(_iso(WALL0 + 500_000_000).replace("Z", "+00:00")).astimezone(
+        dt.timezone(dt.timedelta(hours=2))
+    )
+    assert _window(capsys, db, "--from", plus_two.isoformat()) == utc
+
+
+def test_a_time_before_the_recording_starts_the_window_at_the_recording_start(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = _window(capsys, db, "--from", _iso(WALL0 - 3_600_000_000_000))
+    assert w["start_ns"] == w["recording_start_ns"]
+
+
+def test_since_still_counts_back_from_the_end_of_the_recording(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = _window(capsys, db, "--since", "100ms")
+    assert (w["end_ns"], w["length_ns"]) == (w["recording_end_ns"], 100_000_000)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--from", "yesterday"], "--from: cannot read time 'yesterday'"),
+        (["--to=-5s"], "--to: cannot read time '-5s'"),
+        (["--since", "5 parsecs"], "--since: cannot read duration"),
+        (["--since", "1s", "--from", "2s"], "--since cannot be combined with --from/--to"),
+    ],
+)
+def test_unreadable_or_conflicting_window_options_are_usage_errors(
+    db: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(["explain", "--db", str(db), *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,52 @@
+"""Reads of the sessions table: where and when each trace ran, and its flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuscope.store.sessions_read import ALL_SESSIONS, SessionClock, session_clocks, session_flags, session_wall_offsets
+from tests.unit.analysis.builder import Events
+
+from .recordings import FIRST_SESSION, FIRST_SESSION_WALL_NS, add_session, reading, record
+
+WALL_B = FIRST_SESSION_WALL_NS + 3_600_000_000_000
+MONO_B = 42_000_000_000
+
+
+def _two_sessions(tmp_path: Path) -> tuple[Path, int]:
+    path = record(Events(), tmp_path / "rec.db")
+    return path, add_session(path, "b", WALL_B, MONO_B, flags={"imported_from": "ingero"})
+
+
+def test_session_clocks_give_each_sessions_node_and_start_times_by_id(tmp_path: Path) -> None:
+    path, second = _two_sessions(tmp_path)
+    with reading(path) as conn:
+        assert session_clocks(conn) == [
+            SessionClock(FIRST_SESSION, "n", FIRST_SESSION_WALL_NS, 0),
+            SessionClock(second, "b", WALL_B, MONO_B),
+        ]
+
+
+def test_session_wall_offsets_turn_each_sessions_monotonic_time_into_wall_clock_time(tmp_path: Path) -> None:
+    path, second = _two_sessions(tmp_path)
+    with reading(path) as conn:
+        assert session_wall_offsets(conn) == [(FIRST_SESSION, FIRST_SESSION_WALL_NS), (second, WALL_B - MONO_B)]
+
+
+def test_session_flags_are_the_stored_json_text_or_none(tmp_path: Path) -> None:
+    path, second = _two_sessions(tmp_path)
+    with reading(path) as conn:
+        flags = dict(session_flags(conn))
+    assert flags[FIRST_SESSION] is None
+    assert json.loads(flags[second] or "") == {"imported_from": "ingero"}
+
+
+def test_the_all_sessions_statement_reads_every_column_of_every_session_oldest_first(tmp_path: Path) -> None:
+    path, second = _two_sessions(tmp_path)
+    with reading(path) as conn:
+        cur = conn.execute(ALL_SESSIONS.sql, ALL_SESSIONS.params)
+        columns = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    assert {"id", "node", "started_wall_ns", "flags"} <= set(columns)
+    assert [r[columns.index("id")] for r in rows] == [FIRST_SESSION, second]
