@@ -43,7 +43,8 @@ from benchlib import (
 from gpuscope.bpf.loader import BpfObject
 from gpuscope.bpf.ringbuf import RingReader
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import SessionInfo, create_session
+from gpuscope.store.writer import EventWriter
 
 RING_BYTES = 32 << 20
 PER_CALL = 64  # records per getppid(): bursts keep the trigger cost negligible

@@ -18,7 +18,8 @@ from gpuscope.model.findings import Finding
 from gpuscope.model.ops import Op
 from gpuscope.query import QueryRefusedError
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import SessionInfo, create_session
+from gpuscope.store.writer import EventWriter
 from tests.conftest import run_gpuscope
 
 
@@ -27,8 +28,11 @@ def build_db(path: Path) -> Path:
     conn = connect_writer(path)
     sid = create_session(conn, SessionInfo("u", "node-a", "h", "6.18", "0.1", "1.1", 10**18, 0, [], {}))
     w = EventWriter(conn, sid)
-    for op, pid, n, dur in ((Op.cudaMalloc, 42, 1000, 1_000), (Op.cudaStreamSynchronize, 42, 1000, 900_000),
-                            (Op.cudaMalloc, 77, 10, 1_000)):  # fmt: skip
+    for op, pid, n, dur in (
+        (Op.cudaMalloc, 42, 1000, 1_000),
+        (Op.cudaStreamSynchronize, 42, 1000, 900_000),
+        (Op.cudaMalloc, 77, 10, 1_000),
+    ):
         ev = np.zeros(n, dtype=EVENT_DTYPE)
         ev["ts_ns"] = np.arange(n) * 1_000_000 + (0 if op == Op.cudaMalloc else 10_000)
         ev["duration_ns"] = dur

@@ -13,7 +13,8 @@ from gpuscope.diff import Change, DiffOptions, average_ranks, diff_databases, ma
 from gpuscope.model.findings import Finding, Severity, Symptom
 from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import SessionInfo, create_session
+from gpuscope.store.writer import EventWriter
 from tests.conftest import run_gpuscope
 
 # The "workload": three ops with log-normal latencies around these medians.

@@ -35,14 +35,15 @@ from gpuscope.errors import DatabaseError
 from gpuscope.model.findings import Finding, Severity
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.recording import open_recording
+from gpuscope.store.sessions_read import recording_origin_ns
 
 
 @dataclass(frozen=True, slots=True)
 class ExplainOptions:
     """What to analyse. ``since_ns`` counts back from the END of the recording, not from now.
 
-    ``from_ns``/``to_ns`` are offsets from the start of the recording (its
-    first event); ``from_wall_ns``/``to_wall_ns`` are Unix times (ns), turned
+    ``from_ns``/``to_ns`` are offsets from the start of the recording (when
+    its first session started, as in every command); ``from_wall_ns``/``to_wall_ns`` are Unix times (ns), turned
     into the recording's clock by ``resolve_window``. Give at most one of
     each pair.
     """
@@ -87,15 +88,18 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     ``Window.as_dict`` reports ``start_wall_ns`` with).
     """
     lo, hi, offset, sessions = recording_bounds(conn)
+    # Offsets count from when the first session started, as in query, export and diff.
+    origin = recording_origin_ns(conn)
+    origin = lo if origin is None else origin
     start, end = lo, hi
     if opts.since_ns is not None:
         start = max(lo, hi - opts.since_ns)
     if opts.from_ns is not None:
-        start = lo + opts.from_ns
+        start = max(lo, origin + opts.from_ns)
     if opts.from_wall_ns is not None:
         start = max(lo, opts.from_wall_ns - offset)
     if opts.to_ns is not None:
-        end = min(hi, lo + opts.to_ns)
+        end = min(hi, origin + opts.to_ns)
     if opts.to_wall_ns is not None:
         end = min(hi, opts.to_wall_ns - offset)
     return Window(start, max(start, end), lo, hi, offset, sessions)

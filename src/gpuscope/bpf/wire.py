@@ -1,7 +1,7 @@
 """Python mirror of bpf/include/events.h.
 
 ``EVENT_DTYPE`` decodes ``struct gs_event`` records straight out of the ring
-buffer. tests/unit/test_wire_mirror.py compiles the C header and checks every
+buffer. tests/unit/bpf/test_wire_mirror.py compiles the C header and checks every
 size and offset here against it.
 """
 

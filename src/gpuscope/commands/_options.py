@@ -7,11 +7,12 @@ it the same way.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from gpuscope.config import DEFAULT_DB, resolve_db_path
 from gpuscope.errors import UsageError
-from gpuscope.model.units import parse_duration_s
+from gpuscope.model.units import parse_duration_s, parse_size
 from gpuscope.query.filters import EventFilter
 
 
@@ -65,3 +66,25 @@ def timeout_from_args(text: str) -> float:
         return parse_duration_s(text)
     except ValueError:
         raise UsageError(f"cannot read --timeout {text!r}", remedy="use e.g. 5s, 500ms, 0 for no limit") from None
+
+
+def duration_s(flag: str, text: str) -> float:
+    """Read a duration option (``30s``, ``5m``, ``250ms``) in seconds; raises UsageError naming ``flag``."""
+    try:
+        value = parse_duration_s(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{flag} {text}: not a duration", remedy="use e.g. 30s, 5m, 2h or 250ms")
+    return value
+
+
+def size_bytes(flag: str, text: str) -> int:
+    """Read a size option (``500m``, ``10g``, ``64k``, ``0``) in bytes; raises UsageError naming ``flag``."""
+    try:
+        value = parse_size(text)
+    except (ValueError, OverflowError):
+        value = -1
+    if value < 0:
+        raise UsageError(f"{flag} {text}: not a size", remedy="use e.g. 64k, 500m, 10g")
+    return value

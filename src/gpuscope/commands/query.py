@@ -34,8 +34,5 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_rows(result.columns, result.rows, chosen_format(args.output, sys.stdout), sys.stdout)
         finally:
-            # Stopped early (a closed pipe): end the row stream while its connection is open, not at exit.
-            close = getattr(result.rows, "close", None)
-            if close is not None:
-                close()
+            result.close()  # stopped early (a closed pipe): end the stream while its connection is open
     return 0

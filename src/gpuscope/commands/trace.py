@@ -11,10 +11,9 @@ import time
 from gpuscope.agent.launch import StopSignals, finish, launch_held
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
-from gpuscope.commands._options import add_db_option, db_from_args
+from gpuscope.commands._options import add_db_option, db_from_args, duration_s, size_bytes
 from gpuscope.config import load_config
 from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
-from gpuscope.model.units import parse_duration_s, parse_size
 from gpuscope.render.summary import render_summary
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 from gpuscope.tui.explain_source import ExplainFindings
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     for lib in args.lib:
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
-    duration = parse_duration_s(args.duration) if args.duration else None
+    duration = duration_s("--duration", args.duration) if args.duration else None
     hang_threshold_ns = _duration_ns("--hang-threshold", args.hang_threshold, "e.g. 30s, 2m")
     session = _session(args, command)
     try:
@@ -150,13 +149,13 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 def _duration_ns(flag: str, text: str, examples: str) -> int:
     try:
-        return int(parse_duration_s(text) * 1e9)
-    except ValueError:
+        return int(duration_s(flag, text) * 1e9)
+    except UsageError:
         raise UsageError(f"{flag} {text}: not a duration ({examples})") from None
 
 
 def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions:
-    ring = parse_size(args.ring_size)
+    ring = size_bytes("--ring-size", args.ring_size)
     if ring < 4096 or ring & (ring - 1):
         raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
     return TraceOptions(
@@ -177,10 +176,7 @@ def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions
 def _session(args: argparse.Namespace, command: list[str]) -> TraceSession:
     """Open the recording and load the probes (nothing is attached to a process yet)."""
     opts = _trace_options(args, command)
-    try:
-        max_db = parse_size(args.max_db)
-    except ValueError:
-        raise UsageError(f"--max-db {args.max_db}: not a size (examples: 500m, 10g, 0)") from None
+    max_db = size_bytes("--max-db", args.max_db)
     if 0 < max_db < (1 << 20):
         raise UsageError(f"--max-db {args.max_db}: too small (at least 1m, or 0 for no cap)")
     node = args.node or load_config().get("node")
@@ -193,7 +189,7 @@ def _session(args: argparse.Namespace, command: list[str]) -> TraceSession:
         argv=sys.argv,
         record_all=args.record_all,
         max_db_bytes=max_db,
-        keep_first_s=parse_duration_s(args.keep_first),
+        keep_first_s=duration_s("--keep-first", args.keep_first),
         libraries=args.lib,
         command=command or None,
     )

@@ -87,6 +87,12 @@ class QueryResult:
     columns: list[str]
     rows: Iterator[tuple[Any, ...]]
 
+    def close(self) -> None:
+        """End the row stream now: a caller that stops early (a closed pipe) must do so before closing the reader."""
+        close = getattr(self.rows, "close", None)
+        if close is not None:
+            close()
+
 
 def _several_statements(sql: str) -> bool:
     """True when ``sql`` holds more than one statement (a trailing ``;`` is fine)."""

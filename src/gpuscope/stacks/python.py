@@ -83,6 +83,10 @@ LAYOUTS: dict[int, PyLayout] = {
 _DEBUG_COOKIE = b"xdebugpy"
 
 
+# The end of user space on x86_64 (47-bit addresses); above it nothing of a process can be read.
+USER_ADDRESS_LIMIT = 1 << 47
+
+
 class ProcessMemory:
     """Read another process's memory through /proc/PID/mem (needs ptrace rights: root here)."""
 
@@ -99,7 +103,13 @@ class ProcessMemory:
         return self._fd is not None
 
     def read(self, addr: int, size: int) -> bytes | None:
-        if self._fd is None or addr <= 0:
+        """The ``size`` bytes at ``addr``, or None when they cannot be read.
+
+        Pointers come from memory that the process may be rewriting while we
+        read it, so any value is possible: one above the user address space
+        is not readable (and would not fit pread's signed offset).
+        """
+        if self._fd is None or addr <= 0 or addr + size > USER_ADDRESS_LIMIT:
             return None
         try:
             data = os.pread(self._fd, size, addr)

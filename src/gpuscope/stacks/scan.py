@@ -185,7 +185,7 @@ class CodeReader:
         lo = max(0, file_offset - MAX_CALL_BYTES)
         try:
             got = os.pread(fd, file_offset - lo, lo) if fd is not None and file_offset > 0 else b""
-        except OSError:
+        except (OSError, OverflowError):  # an offset from a torn read may not fit pread's signed offset
             got = b""
         if len(self._bytes) > 100_000:
             self._bytes.clear()

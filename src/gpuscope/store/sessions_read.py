@@ -44,16 +44,30 @@ def last_session(conn: sqlite3.Connection) -> tuple[int, int] | None:
     return (int(row[0]), int(row[1])) if row else None
 
 
+def recording_origin_ns(conn: sqlite3.Connection) -> int | None:
+    """Return when the recording started, on the monotonic clock of its last session; None without sessions.
+
+    The start is the first session's start (what ``--from 30s`` counts from in
+    every command), moved onto the clock explain analyses in: the last
+    session's, whose wall-clock offset ``Window`` reports.
+    """
+    row = conn.execute(
+        "SELECT min(started_wall_ns) - (SELECT started_wall_ns - started_mono_ns FROM sessions ORDER BY id DESC LIMIT 1) "
+        "FROM sessions"
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def session_offsets(conn: sqlite3.Connection, session_id: int) -> tuple[int, int] | None:
     """Locate one session in the recording: its first event and the end of its last, as offsets (ns).
 
-    The offsets count from the recording's first event, as explain's
-    ``--from/--to`` do; None when the session (or the recording) has no event.
+    The offsets count from the recording's start (``recording_origin_ns``), as
+    every command's ``--from/--to`` do; None when the session has no event.
     """
-    (first,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
+    origin = recording_origin_ns(conn)
     lo, hi = conn.execute(
         "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log WHERE session_id = ?", (session_id,)
     ).fetchone()
-    if first is None or lo is None:
+    if origin is None or lo is None:
         return None
-    return int(lo) - int(first), int(hi) - int(first)
+    return int(lo) - origin, int(hi) - origin

@@ -22,10 +22,7 @@ from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
-# Re-exported for callers that create the session row beside a writer (tests, bench/drain.py).
-from gpuscope.store.sessions_write import SessionInfo, create_session
-
-__all__ = ["EventWriter", "SessionInfo", "create_session", "events_end_ns"]
+__all__ = ["EventWriter", "events_end_ns"]
 
 P = ParamSpec("P")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.cli import main
-from tests.unit.test_query import WALL0, build_db
+from tests.unit.query.builder import WALL0, build_db
 
 
 def _iso(wall_ns: int) -> str:
@@ -73,3 +73,18 @@ def test_unreadable_or_conflicting_window_options_are_usage_errors(
 ) -> None:
     assert main(["explain", "--db", str(db), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_explain_and_query_count_offsets_from_the_same_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a recording whose first call came 200 ms after tracing started
+    db = build_db(tmp_path / "late.db", first_call_ns=200_000_000)
+    # when explain and query are given the same offsets
+    window = _window(capsys, db, "--from", "300ms", "--to", "600ms")
+    sql = "SELECT min(wall_ns) AS lo, max(wall_ns) AS hi FROM events WHERE op = 'cudaMalloc'"
+    assert main(["query", "--db", str(db), "--json", "--from", "300ms", "--to", "600ms", sql]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    # then both mean 300 ms and 600 ms after the session started, not after the first call
+    assert (window["start_wall_ns"], window["end_wall_ns"]) == (WALL0 + 300_000_000, WALL0 + 600_000_000)
+    assert (rows[0]["lo"], rows[0]["hi"]) == (WALL0 + 300_000_000, WALL0 + 600_000_000)

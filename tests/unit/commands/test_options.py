@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.cli import main
-from tests.unit.test_query import build_db
+from tests.unit.query.builder import build_db
 
 
 @pytest.fixture

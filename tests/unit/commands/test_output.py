@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.cli import main
-from tests.unit.test_query import build_db
+from tests.unit.query.builder import build_db
 
 FLAGS = ("--table", "--json", "--csv", "--nl")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.cli import EXIT_BROKEN_PIPE, main
-from tests.unit.test_query import build_db
+from tests.unit.query.builder import build_db
 
 
 @pytest.fixture(scope="module")

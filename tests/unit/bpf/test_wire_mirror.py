@@ -43,7 +43,7 @@ from gpuscope.bpf.wire import (
 from gpuscope.model.ops import Op
 from gpuscope.stacks.python import LAYOUTS, PyLayout
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HEADER = ROOT / "bpf" / "include" / "events.h"
 
 # Records user space reads: each C struct and the numpy dtype that decodes it.

@@ -111,10 +111,13 @@ def test_truncated_records_are_refused() -> None:
 
 
 def test_python_frames_replace_the_interpreter_frames() -> None:
-    native = [Frame("native", "cudaMalloc", "/l/libcudart.so.12", 0), Frame("native", "ffi_call", "/l/libffi.so.8", 1),
-              Frame("native", "_PyEval_EvalFrameDefault", "/p/libpython3.11.so.1.0", 9),
-              Frame("native", "_PyEval_EvalFrameDefault", "/p/libpython3.11.so.1.0", 9),
-              Frame("native", "__libc_start_call_main", "/l/libc.so.6", 2)]  # fmt: skip
+    native = [
+        Frame("native", "cudaMalloc", "/l/libcudart.so.12", 0),
+        Frame("native", "ffi_call", "/l/libffi.so.8", 1),
+        Frame("native", "_PyEval_EvalFrameDefault", "/p/libpython3.11.so.1.0", 9),
+        Frame("native", "_PyEval_EvalFrameDefault", "/p/libpython3.11.so.1.0", 9),
+        Frame("native", "__libc_start_call_main", "/l/libc.so.6", 2),
+    ]
     python = [
         Frame("python", "forward", file="train.py", line=142),
         Frame("python", "<module>", file="train.py", line=9),
@@ -237,8 +240,9 @@ def test_scanning_follows_direct_calls_to_the_callee_and_skips_stale_return_addr
         (7, ("main", 0x14)),
     ]
     # and a direct call to a PLT stub (unnamed) is taken only when the callee is in another file
-    assert is_return_address("/bin/app", 0x215, Callee("/lib/libcudart.so", "cudaMalloc"), code_before,
-                             lambda p, o: None)  # fmt: skip
+    assert is_return_address(
+        "/bin/app", 0x215, Callee("/lib/libcudart.so", "cudaMalloc"), code_before, lambda p, o: None
+    )
     assert not is_return_address("/bin/app", 0x215, Callee("/bin/app", "f"), code_before, lambda p, o: None)
 
 

@@ -15,7 +15,8 @@ from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.export.perfetto import us
 from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import SessionInfo, create_session
+from gpuscope.store.writer import EventWriter
 from tests.conftest import run_gpuscope
 
 WALL0 = 1_700_000_000_000_000_000
@@ -162,8 +163,9 @@ def test_a_database_without_a_findings_table_exports_without_markers(tmp_path: P
 
 
 def test_the_protobuf_format_is_refused_with_a_remedy(tmp_path: Path) -> None:
-    p = run_gpuscope("export", "--db", str(build_db(tmp_path / "a.db")), "-o", str(tmp_path / "t.pb"),
-                     "--format", "perfetto-proto")  # fmt: skip
+    p = run_gpuscope(
+        "export", "--db", str(build_db(tmp_path / "a.db")), "-o", str(tmp_path / "t.pb"), "--format", "perfetto-proto"
+    )
     assert p.returncode == 2
     assert "fix: use --format perfetto" in p.stderr
 

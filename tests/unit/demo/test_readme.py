@@ -6,7 +6,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("readme_samples", ROOT / "scripts" / "readme_samples.py")
 assert _spec and _spec.loader
 samples = importlib.util.module_from_spec(_spec)
@@ -36,7 +36,7 @@ def test_the_explain_sample_parses_as_the_current_report_format() -> None:
 
 
 def test_the_live_sample_has_the_current_live_view_layout() -> None:
-    snapshot = (ROOT / "tests" / "unit" / "snapshots" / "live_incident_100x30.txt").read_text().splitlines()
+    snapshot = (ROOT / "tests" / "unit" / "tui" / "snapshots" / "live_incident_100x30.txt").read_text().splitlines()
     columns = next(line for line in snapshot if line.startswith("Op "))
     text = samples.section(_readme(), "live").splitlines()
     assert text[1].startswith("gpuscope trace · ")

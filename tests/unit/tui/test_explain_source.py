@@ -8,10 +8,9 @@ from pathlib import Path
 from gpuscope.model.ops import Op
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.snapshot import LiveWindow, Preemptions
-
-from .analysis.builder import MS, US, Events
-from .analysis.test_rules_nccl import PIDS
-from .analysis.test_rules_nccl_hang import _hung_job
+from tests.unit.analysis.builder import MS, US, Events
+from tests.unit.analysis.test_rules_nccl import PIDS
+from tests.unit.analysis.test_rules_nccl_hang import _hung_job
 
 WINDOW = LiveWindow((), 10.0, Preemptions(), 0)
 

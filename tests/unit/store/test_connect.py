@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -12,10 +13,14 @@ from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.model.ops import Op
 from gpuscope.recording import open_recording
-from gpuscope.store.connect import connect_reader, connect_writer
+from gpuscope.store.connect import connect_reader, connect_writer, database_path
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
+from gpuscope.store.sessions_write import SessionInfo, create_session
+from gpuscope.store.writer import EventWriter
 from tests.shared_fixtures import ingero_fixture
+from tests.unit.analysis.builder import Events
+
+from .recordings import reading, record
 
 
 def _session(conn: sqlite3.Connection) -> int:
@@ -142,3 +147,9 @@ def test_an_ingero_database_is_read_through_a_cached_conversion(
     assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 200
     assert ingero.read_bytes() == src.read_bytes()
     assert len(list((tmp_path / "cache" / "gpuscope" / "imports").glob("*.db"))) == 1
+
+
+def test_the_database_path_is_the_file_the_connection_reads(tmp_path: Path) -> None:
+    path = record(Events(), tmp_path / "a#b 100%.db")
+    with reading(path) as conn:
+        assert os.path.realpath(database_path(conn)) == os.path.realpath(path)

@@ -9,12 +9,9 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.errors import UsageError
-from gpuscope.model.ops import Op
 from gpuscope.query import (
     EventFilter,
     QueryRefusedError,
@@ -24,30 +21,8 @@ from gpuscope.query import (
     open_reader,
 )
 from gpuscope.query.output import OutputFormat, write_rows
-from gpuscope.store.connect import connect_writer
-from gpuscope.store.writer import EventWriter, SessionInfo, create_session
 from tests.conftest import run_gpuscope
-
-WALL0 = 1_700_000_000_000_000_000
-MONO0 = 1_000
-
-
-def build_db(path: Path, n: int = 1000, pids: tuple[int, ...] = (42,)) -> Path:
-    """One session; per pid, n cudaMalloc + n cudaStreamSynchronize calls, one every ms from t=0."""
-    conn = connect_writer(path)
-    sid = create_session(conn, SessionInfo("u-1", "node-a", "host", "6.18", "0.1", "1.1", WALL0, MONO0, ["x"], {}))
-    w = EventWriter(conn, sid)
-    for pid in pids:
-        for op in (Op.cudaMalloc, Op.cudaStreamSynchronize):
-            ev = np.zeros(n, dtype=EVENT_DTYPE)
-            ev["ts_ns"] = MONO0 + np.arange(n) * 1_000_000
-            ev["duration_ns"] = 500
-            ev["pid"], ev["tid"], ev["op"] = pid, pid + 1, int(op)
-            ev["comm"] = b"train.py"
-            w.put(ev)
-    w.close()
-    conn.close()
-    return path
+from tests.unit.query.builder import WALL0, build_db
 
 
 @pytest.fixture

@@ -32,8 +32,14 @@ def _ro(db: Path) -> sqlite3.Connection:
 
 
 def test_the_registry_holds_the_six_scenarios_in_order() -> None:
-    assert REGISTRY.names() == ["incident", "cold-start", "memcpy-bottleneck", "periodic-spike", "cpu-contention",
-                                "gpu-steal"]  # fmt: skip
+    assert REGISTRY.names() == [
+        "incident",
+        "cold-start",
+        "memcpy-bottleneck",
+        "periodic-spike",
+        "cpu-contention",
+        "gpu-steal",
+    ]
 
 
 def test_aliases_resolve_and_unknown_names_list_the_choices() -> None:

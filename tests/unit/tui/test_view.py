@@ -1,8 +1,8 @@
 """The live view's renderers: screen snapshots (frozen clock, fake collector), plain lines, JSON.
 
-The expected screens live in tests/unit/snapshots/. After an intended layout
+The expected screens live in tests/unit/tui/snapshots/. After an intended layout
 change, regenerate them with ``GPUSCOPE_UPDATE_SNAPSHOTS=1 pytest
-tests/unit/test_tui_view.py``, read the diff, and commit it.
+tests/unit/tui/test_view.py``, read the diff, and commit it.
 """
 
 from __future__ import annotations
