@@ -37,6 +37,18 @@ from gpuscope.store.sessions_read import session_flags, session_wall_offsets
 THIN_SAMPLE = SAMPLE_EVERY
 
 
+def process_names(conn: sqlite3.Connection) -> tuple[dict[int, str], dict[int, int]]:
+    """Return each recorded pid's comm and cgroup id (the newest session's where several name a pid)."""
+    comms: dict[int, str] = {}
+    cgroups: dict[int, int] = {}
+    for pid, comm, cg in process_rows(conn):
+        if comm:
+            comms[pid] = str(comm)
+        if cg:
+            cgroups[pid] = int(cg)
+    return comms, cgroups
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """The analysed interval in CLOCK_MONOTONIC ns, and the recording it lies in."""
@@ -186,13 +198,7 @@ def load_frame(
 
 
 def _process_names(conn: sqlite3.Connection, pids: list[int]) -> tuple[dict[int, str], dict[int, int]]:
-    comms: dict[int, str] = {}
-    cgroups: dict[int, int] = {}
-    for pid, comm, cg in process_rows(conn):
-        if comm:
-            comms[pid] = str(comm)
-        if cg:
-            cgroups[pid] = int(cg)
+    comms, cgroups = process_names(conn)
     # The latest comm an event of the process carried, when the processes table lacks it.
     for pid in pids:
         if pid in comms:

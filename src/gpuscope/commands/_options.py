@@ -62,20 +62,20 @@ def filter_from_args(args: argparse.Namespace) -> EventFilter:
 
 def timeout_from_args(text: str) -> float:
     """Read ``--timeout`` in seconds; raises UsageError for text that is not a duration."""
-    try:
-        return parse_duration_s(text)
-    except ValueError:
-        raise UsageError(f"cannot read --timeout {text!r}", remedy="use e.g. 5s, 500ms, 0 for no limit") from None
+    return duration_s("--timeout", text, examples="5s, 500ms, 0 for no limit")
 
 
-def duration_s(flag: str, text: str) -> float:
-    """Read a duration option (``30s``, ``5m``, ``250ms``) in seconds; raises UsageError naming ``flag``."""
+def duration_s(flag: str, text: str, *, examples: str = "30s, 5m, 2h or 250ms") -> float:
+    """Read a duration option (``30s``, ``5m``, ``250ms``) in seconds; raises UsageError naming ``flag``.
+
+    Negative, infinite and unreadable values are refused; ``examples`` goes in the remedy.
+    """
     try:
         value = parse_duration_s(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{flag} {text}: not a duration", remedy="use e.g. 30s, 5m, 2h or 250ms")
+        raise UsageError(f"{flag} {text}: not a duration", remedy=f"use e.g. {examples}")
     return value
 
 

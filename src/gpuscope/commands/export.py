@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, filter_from_args
+from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, duration_s, filter_from_args
 from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, ExportOptions
-from gpuscope.model.units import fmt_count, parse_duration_s
+from gpuscope.model.units import fmt_count
 from gpuscope.query.engine import open_reader
 
 NAME = "export"
@@ -50,12 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown format {args.format!r}", remedy=f"use one of: {', '.join(EXPORTERS)}")
     if args.max_events is not None and args.max_events < 0:
         raise UsageError("--max-events must be 0 or more")
-    try:
-        interval_ns = int(parse_duration_s(args.counter_interval) * 1e9)
-    except ValueError:
-        raise UsageError(
-            f"cannot read --counter-interval {args.counter_interval!r}", remedy="use e.g. 1s, 100ms"
-        ) from None
+    interval_ns = int(duration_s("--counter-interval", args.counter_interval, examples="1s, 100ms") * 1e9)
     options = ExportOptions(max_events=args.max_events, counter_interval_ns=max(1, interval_ns), explain=args.explain)
     to_stdout = args.output == "-"
     with contextlib.ExitStack() as stack:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuscope.commands._options import add_db_option, db_from_args
-from gpuscope.errors import UsageError
-from gpuscope.model.units import parse_duration_s
+from gpuscope.commands._options import add_db_option, db_from_args, duration_s
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.recording import open_recording
 from gpuscope.stacks.report import top_stacks
@@ -28,10 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     min_ns = None
     if args.min_duration:
-        try:
-            min_ns = int(parse_duration_s(args.min_duration) * 1e9)
-        except ValueError:
-            raise UsageError(f"--min-duration {args.min_duration}: not a duration (e.g. 500us, 2ms)") from None
+        min_ns = int(duration_s("--min-duration", args.min_duration, examples="500us, 2ms") * 1e9)
     conn = open_recording(db_from_args(args))
     try:
         stacks = top_stacks(conn, op=args.op, pid=args.pid, min_duration_ns=min_ns, limit=args.limit)

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
     duration = duration_s("--duration", args.duration) if args.duration else None
-    hang_threshold_ns = _duration_ns("--hang-threshold", args.hang_threshold, "e.g. 30s, 2m")
+    hang_threshold_ns = int(duration_s("--hang-threshold", args.hang_threshold, examples="30s, 2m") * 1e9)
     session = _session(args, command)
     try:
         for pid in args.pid:
@@ -145,13 +145,6 @@ def run(args: argparse.Namespace) -> int:
 def _command(args: argparse.Namespace) -> list[str]:
     command = list(args.command)
     return command[1:] if command and command[0] == "--" else command
-
-
-def _duration_ns(flag: str, text: str, examples: str) -> int:
-    try:
-        return int(duration_s(flag, text) * 1e9)
-    except UsageError:
-        raise UsageError(f"{flag} {text}: not a duration ({examples})") from None
 
 
 def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions:

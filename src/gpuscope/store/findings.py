@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.model.findings import Finding
-from gpuscope.store.connect import connect_writer
+from gpuscope.store.connect import connect_writer, table_names
+from gpuscope.store.sessions_read import session_wall_offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +76,11 @@ def save_findings(
         conn.close()
 
 
-def has_findings_table(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = 'findings'").fetchone()
-    return row is not None
-
-
 def latest_stored_findings(conn: sqlite3.Connection) -> Iterator[StoredFinding] | None:
     """The latest explain run stored in the ``findings`` table, streaming; None without the table."""
-    if not has_findings_table(conn):
+    if "findings" not in table_names(conn):
         return None
-    offsets = dict(conn.execute("SELECT id, started_wall_ns - started_mono_ns FROM sessions").fetchall())
+    offsets = dict(session_wall_offsets(conn))
     cur = conn.execute(
         "SELECT session_id, window_start_ns, severity, kind, finding_id, symptom, fix, lost_ns FROM main.findings "
         "WHERE created_at_ns = (SELECT max(created_at_ns) FROM main.findings) ORDER BY id"

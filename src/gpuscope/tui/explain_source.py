@@ -22,13 +22,12 @@ import numpy as np
 
 from gpuscope.analysis.attribution import load_attribution
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import EventFrame, Window
+from gpuscope.analysis.frame import EventFrame, Window, process_names
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 from gpuscope.model.findings import Finding, Severity
 from gpuscope.recording import open_recording
 from gpuscope.store.attribution import LIVE_EVENT_COLUMNS, event_rows_after, newest_event_rowid
-from gpuscope.store.processes_read import process_rows
 from gpuscope.store.sessions_read import session_wall_offsets
 from gpuscope.tui.snapshot import LiveWindow
 
@@ -168,14 +167,7 @@ class ExplainFindings:
         cols = self._cols
         order = np.argsort(cols[0], kind="stable")
         cols = [c[order] for c in cols]
-        comms: dict[int, str] = {}
-        cgroups: dict[int, int] = {}
-        for pid, comm, cg in process_rows(conn):
-            if comm:
-                comms[pid] = str(comm)
-            if cg:
-                cgroups[pid] = int(cg)
-        frame = EventFrame.from_columns(cols, comms, cgroups)
+        frame = EventFrame.from_columns(cols, *process_names(conn))
         # The newest session: the one being recorded.
         offsets = session_wall_offsets(conn)
         sessions, offset = ((offsets[-1][0],), offsets[-1][1]) if offsets else ((), 0)
