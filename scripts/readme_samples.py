@@ -25,6 +25,12 @@ WIDTH = 100
 MARKERS = ("live", "explain")
 
 
+def scrub(text: str, work: Path) -> str:
+    """Take this machine's paths out of a sample: the package as pip installs it, the demo's folder by a fixed name."""
+    package = str(ROOT / "src" / "gpuscope")
+    return text.replace(package, "…/site-packages/gpuscope").replace(str(work), "/tmp/gpuscope-demo")
+
+
 def replace_section(text: str, name: str, body: str) -> str:
     """Put ``body`` in a ```text block between the ``name`` markers (which must exist)."""
     pattern = re.compile(rf"(<!-- sample:{name} -->\n).*?(<!-- /sample:{name} -->)", re.S)
@@ -77,8 +83,8 @@ def main() -> int:
     if not best or not result.as_expected:
         print(f"the incident run did not end as expected (top: {result.top_kind}); README unchanged", file=sys.stderr)
         return 1
-    live = render_live(best[0])
-    report = render_report(result.report)
+    live = scrub(render_live(best[0]), work)
+    report = scrub(render_report(result.report), work)
     text = replace_section(text, "live", "$ sudo gpuscope trace -- python train.py\n" + live)
     text = replace_section(text, "explain", "$ gpuscope explain\n" + report)
     README.write_text(text)

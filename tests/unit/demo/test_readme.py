@@ -49,3 +49,10 @@ def test_replacing_a_section_keeps_the_markers(tmp_path: Path) -> None:
     out = samples.replace_section(text, "live", "new")
     assert samples.section(out, "live") == "new"
     assert out.startswith("a\n") and out.endswith("b\n")
+
+
+def test_the_samples_name_no_path_of_the_machine_that_made_them() -> None:
+    for name in ("live", "explain"):
+        sample = samples.section(_readme(), name) or ""
+        # a source checkout (``<clone>/src/gpuscope/...``) or the generator's random temporary folder
+        assert "/src/gpuscope/" not in sample and "gpuscope-readme-" not in sample, name
