@@ -79,7 +79,8 @@ def main() -> int:
             best[:] = [snap]
 
     work = Path(tempfile.mkdtemp(prefix="gpuscope-readme-"))
-    result = DemoRunner(work / "demo.db", scale=args.scale).run(REGISTRY.get("incident"), DemoMode.LIVE, snapshots=keep)
+    with DemoRunner(work / "demo.db", scale=args.scale) as runner:
+        result = runner.run(REGISTRY.get("incident"), DemoMode.LIVE, snapshots=keep)
     if not best or not result.as_expected:
         print(f"the incident run did not end as expected (top: {result.top_kind}); README unchanged", file=sys.stderr)
         return 1

@@ -97,26 +97,26 @@ def run(args: argparse.Namespace) -> int:
         mode = DemoMode.LIVE if ok else DemoMode.SYNTHETIC
     db = Path(args.db).expanduser() if args.db else default_db()
     print(header(mode, detect_gpu(), str(db), str(STANDIN_DIR / "libcudart.so.12")))
-    runner = DemoRunner(db, scale=args.scale)
     results: list[DemoResult] = []
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
-    for i, scenario in enumerate(scenarios, 1):
-        print()
-        print(banner(scenario, i, len(scenarios), width))
-        sys.stdout.flush()
-        with _progress(err) as bar:
-            task = bar.add_task("starting", total=1.0, name=scenario.name)
+    with DemoRunner(db, scale=args.scale) as runner:
+        for i, scenario in enumerate(scenarios, 1):
+            print()
+            print(banner(scenario, i, len(scenarios), width))
+            sys.stdout.flush()
+            with _progress(err) as bar:
+                task = bar.add_task("starting", total=1.0, name=scenario.name)
 
-            def step(frac: float, what: str, task: TaskID = task, bar: Progress = bar) -> None:
-                bar.update(task, completed=frac, description=what)
+                def step(frac: float, what: str, task: TaskID = task, bar: Progress = bar) -> None:
+                    bar.update(task, completed=frac, description=what)
 
-            result = runner.run(scenario, mode, step)
-        results.append(result)
-        print()
-        print(render_report(result.report))
-        print()
-        print(verdict(result))
-        sys.stdout.flush()
+                result = runner.run(scenario, mode, step)
+            results.append(result)
+            print()
+            print(render_report(result.report))
+            print()
+            print(verdict(result))
+            sys.stdout.flush()
     if len(results) > 1:
         print()
         print(summary(results))

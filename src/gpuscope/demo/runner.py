@@ -81,7 +81,10 @@ class DemoRunner:
     Args:
         db: the database (sessions are appended).
         scale: multiplies each scenario's length (< 1 for a quick run).
-        workdir: where live workloads are compiled (default: next to the database).
+        workdir: where live workloads are compiled (default: a temporary folder,
+            made on the first live run and removed by ``close`` or with the runner).
+
+    Usable as a context manager, which closes it.
     """
 
     def __init__(self, db: Path, *, scale: float = 1.0, workdir: Path | None = None) -> None:
@@ -89,8 +92,31 @@ class DemoRunner:
             raise GpuscopeError("scale must be positive")
         self.db = db
         self.scale = scale
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpuscope-demo-work-"))
+        self._workdir = workdir
+        self._own_workdir: tempfile.TemporaryDirectory[str] | None = None
         self._programs: Workloads | None = None
+
+    @property
+    def workdir(self) -> Path:
+        """Where live workloads are compiled and run; a temporary folder of the runner's own unless one was given."""
+        if self._workdir is None:
+            self._own_workdir = tempfile.TemporaryDirectory(prefix="gpuscope-demo-work-")
+            self._workdir = Path(self._own_workdir.name)
+        return self._workdir
+
+    def close(self) -> None:
+        """Remove the runner's own work folder (a folder passed as ``workdir`` is left alone)."""
+        if self._own_workdir is not None:
+            self._own_workdir.cleanup()
+            self._own_workdir = None
+            self._workdir = None
+            self._programs = None  # they were compiled into the folder just removed
+
+    def __enter__(self) -> DemoRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def run(
         self,
