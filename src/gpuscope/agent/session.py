@@ -187,6 +187,7 @@ class TraceSession:
                     "max_db_bytes": max_db_bytes,
                     "stacks": ["off", "native", "native+python"][opts.stacks],
                 },
+                agent_pid=os.getpid(),
             ),
         )
         self.writer = EventWriter(self.conn, self.session_id)

@@ -83,7 +83,13 @@ class FileIndex:
                 np.array([m.start for m in code], dtype=np.uint64),
                 np.array([m.end for m in code], dtype=np.uint64),
             )
-            for path in {m.path for m in maps}:
+            # Only files mapped executable: build ids matter for code alone, and
+            # opening anything else is harmful in the agent's own process. Its
+            # maps hold the recording's ``-shm``, and closing any descriptor of a
+            # file drops every POSIX lock the process holds on it: SQLite's
+            # shared-memory lock would be gone, and the next reader to open the
+            # recording would truncate the ``-shm`` under the writer (SIGBUS).
+            for path in {m.path for m in code}:
                 self.add_path(path)
         return maps
 

@@ -114,3 +114,12 @@ def insert_aggregates(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...
     ``conn`` must come from ``connect_writer``: the merge needs its ``gs_hist_merge`` function.
     """
     conn.executemany(INSERT_AGGREGATES, rows)
+
+
+def insert_drops(conn: sqlite3.Connection, session_id: int, bucket_ns: int, drops: dict[str, int]) -> None:
+    """Add the events dropped since the last call, by source, to a second's ``drop_log`` row."""
+    conn.executemany(
+        "INSERT INTO drop_log(session_id, bucket_ns, source, dropped) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(session_id, bucket_ns, source) DO UPDATE SET dropped = dropped + excluded.dropped",
+        [(session_id, bucket_ns, src, n) for src, n in sorted(drops.items()) if n > 0],
+    )

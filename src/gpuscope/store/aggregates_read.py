@@ -47,3 +47,19 @@ def aggregate_rows(
         params,
     ).fetchall()
     return rows
+
+
+DropRow = tuple[int, int, str, int]
+"""(session_id, bucket_ns, source, dropped)."""
+
+
+def drop_rows(conn: sqlite3.Connection, session_id: int | None = None) -> list[DropRow]:
+    """Read when events were dropped, per second and source ([] in files that predate ``drop_log``)."""
+    if "drop_log" not in table_names(conn):
+        return []
+    sql = "SELECT session_id, bucket_ns, source, dropped FROM drop_log"
+    params: tuple[int, ...] = ()
+    if session_id is not None:
+        sql += " WHERE session_id = ?"
+        params = (session_id,)
+    return [(int(s), int(b), str(src), int(n)) for s, b, src, n in conn.execute(sql + " ORDER BY bucket_ns", params)]

@@ -459,6 +459,31 @@ SELECT
 FROM stacks st, json_each(st.frames) f;
 """
 
+# How a recording ended, and up to when it is complete. ``committed_*_ns`` is
+# the moment up to which everything the agent had read from the kernel is
+# committed (moved forward with every commit, at most 250 ms apart): after a
+# SIGKILL or a crash, ``stopped_*`` stays NULL and this says how far the
+# recording can be trusted. ``end_reason`` is NULL while recording (or after a
+# crash), "stopped" after a clean stop, else why recording stopped early
+# ("disk full", "error: ..."). ``agent_pid`` lets analysis tell the tracer's
+# own CPU time from the workload's neighbours. ``drop_log`` says when events
+# were dropped: per second (monotonic bucket, as in event_aggregates) and per
+# source ("cuda", "driver", "nccl", "host"; "stack" for call stacks only), so
+# a number computed over a window knows whether it is a lower bound.
+_V7_DURABILITY = """
+ALTER TABLE sessions ADD COLUMN agent_pid INTEGER;
+ALTER TABLE sessions ADD COLUMN committed_wall_ns INTEGER;
+ALTER TABLE sessions ADD COLUMN committed_mono_ns INTEGER;
+ALTER TABLE sessions ADD COLUMN end_reason TEXT;
+CREATE TABLE drop_log (
+    session_id INTEGER NOT NULL,
+    bucket_ns INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    dropped INTEGER NOT NULL,
+    PRIMARY KEY (session_id, bucket_ns, source)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
@@ -466,6 +491,7 @@ MIGRATIONS: list[Migration] = [
     Migration(4, "exact per-second aggregates of every event", _V4_AGGREGATES),
     Migration(5, "merge and import: clock offsets, import provenance, imported history", _V5_MERGE_IMPORT),
     Migration(6, "call stacks: deduplicated stacks and the event -> stack link", _V6_STACKS),
+    Migration(7, "durability: agent pid, committed-until time, end reason, drops per second", _V7_DURABILITY),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

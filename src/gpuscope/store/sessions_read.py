@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuscope.store.statement import Statement
 
@@ -71,3 +72,75 @@ def session_offsets(conn: sqlite3.Connection, session_id: int) -> tuple[int, int
     if origin is None or lo is None:
         return None
     return int(lo) - origin, int(hi) - origin
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """How one session ended (or did not), and what it lost.
+
+    ``closed`` is False for a session still recording or one whose agent was
+    killed or crashed: ``committed_wall_ns`` then says up to when its data is
+    complete (None in files written before gpuscope recorded it).
+    ``drops`` holds the tracer's drop counters by name (``dropped`` is the
+    total of events the kernel could not hand over).
+    """
+
+    session_id: int
+    node: str
+    hostname: str | None
+    agent_pid: int | None
+    started_wall_ns: int
+    stopped_wall_ns: int | None
+    committed_wall_ns: int | None
+    end_reason: str | None
+    events_recorded: int
+    events_dropped: int
+    drops: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def closed(self) -> bool:
+        return self.stopped_wall_ns is not None
+
+
+_STATE_COLUMNS = (
+    "id",
+    "node",
+    "hostname",
+    "agent_pid",
+    "started_wall_ns",
+    "stopped_wall_ns",
+    "committed_wall_ns",
+    "end_reason",
+    "events_recorded",
+    "events_dropped",
+    "drops",
+)
+
+
+def session_states(conn: sqlite3.Connection) -> list[SessionState]:
+    """Read how every session ended, by id (columns a file predates read as None)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+    cols = ", ".join(c if c in have else f"NULL AS {c}" for c in _STATE_COLUMNS)
+    out: list[SessionState] = []
+    for row in conn.execute(f"SELECT {cols} FROM sessions ORDER BY id").fetchall():
+        sid, node, host, pid, start, stop, committed, reason, recorded, dropped, drops = row
+        try:
+            parsed = json.loads(drops) if drops else {}
+        except ValueError:
+            parsed = {}
+        out.append(
+            SessionState(
+                int(sid),
+                str(node),
+                host,
+                None if pid is None else int(pid),
+                int(start),
+                None if stop is None else int(stop),
+                None if committed is None else int(committed),
+                reason,
+                int(recorded or 0),
+                int(dropped or 0),
+                {str(k): int(v) for k, v in parsed.items() if isinstance(v, int)} if isinstance(parsed, dict) else {},
+            )
+        )
+    return out

@@ -9,15 +9,17 @@ from typing import Any
 
 _INSERT_SESSION = (
     "INSERT INTO sessions(uuid, node, hostname, kernel, gpuscope_version, libbpf_version, started_wall_ns, "
-    "started_mono_ns, argv, flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "started_mono_ns, argv, flags, agent_pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UPDATE_COUNTS = (
     "UPDATE sessions SET events_recorded = ?, events_dropped = ?, drops = ?, targets = ?, libraries = ? WHERE id = ?"
 )
 _CLOSE_SESSION = (
     "UPDATE sessions SET events_recorded = ?, events_dropped = ?, drops = ?, targets = ?, libraries = ?, "
-    "stopped_wall_ns = ?, stopped_mono_ns = ? WHERE id = ?"
+    "stopped_wall_ns = ?, stopped_mono_ns = ?, committed_wall_ns = ?, committed_mono_ns = ?, end_reason = ? "
+    "WHERE id = ?"
 )
+_MARK_COMMITTED = "UPDATE sessions SET committed_wall_ns = ?, committed_mono_ns = ? WHERE id = ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,7 @@ class SessionInfo:
     started_mono_ns: int
     argv: list[str]
     flags: dict[str, Any]
+    agent_pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,7 @@ def create_session(conn: sqlite3.Connection, info: SessionInfo) -> int:
             info.started_mono_ns,
             json.dumps(info.argv),
             json.dumps(info.flags, sort_keys=True),
+            info.agent_pid,
         ),
     )
     return int(cur.lastrowid or 0)
@@ -87,8 +91,23 @@ def update_session_counts(conn: sqlite3.Connection, session_id: int, counts: Ses
     conn.execute(_UPDATE_COUNTS, (*counts._params(), session_id))
 
 
+def mark_committed(conn: sqlite3.Connection, session_id: int, wall_ns: int, mono_ns: int) -> None:
+    """Store that everything read up to this moment is in the transaction now committing."""
+    conn.execute(_MARK_COMMITTED, (wall_ns, mono_ns, session_id))
+
+
 def close_session(
-    conn: sqlite3.Connection, session_id: int, counts: SessionCounts, *, stopped_wall_ns: int, stopped_mono_ns: int
+    conn: sqlite3.Connection,
+    session_id: int,
+    counts: SessionCounts,
+    *,
+    stopped_wall_ns: int,
+    stopped_mono_ns: int,
+    end_reason: str = "stopped",
 ) -> None:
-    """Store a recording's final counts and when it stopped."""
-    conn.execute(_CLOSE_SESSION, (*counts._params(), stopped_wall_ns, stopped_mono_ns, session_id))
+    """Store a recording's final counts, when it stopped and why ("stopped", "disk full", ...)."""
+    # A closed session is complete up to its stop: everything read was committed.
+    conn.execute(
+        _CLOSE_SESSION,
+        (*counts._params(), stopped_wall_ns, stopped_mono_ns, stopped_wall_ns, stopped_mono_ns, end_reason, session_id),
+    )

@@ -116,8 +116,11 @@ def test_session_rows_are_complete(all_six: tuple[Path, dict[str, str | None]]) 
     sessions = conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
     assert len(sessions) == 6
     for s in sessions:
-        assert None not in tuple(s), dict(s)
+        # no agent ran: a synthetic session names no agent process
+        assert s["agent_pid"] is None
+        assert None not in tuple(v for k, v in dict(s).items() if k != "agent_pid"), dict(s)
         assert s["stopped_mono_ns"] > s["started_mono_ns"]
+        assert (s["end_reason"], s["committed_mono_ns"]) == ("stopped", s["stopped_mono_ns"])
         n = conn.execute("SELECT count(*) FROM event_log WHERE session_id = ?", (s["id"],)).fetchone()[0]
         assert s["events_recorded"] == n
         assert json.loads(s["flags"])["storage"] == "all"
