@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
+from datetime import datetime
+from typing import NoReturn
 
 from gpuscope.agent.launch import StopSignals, finish, launch_held
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
 from gpuscope.commands._options import add_db_option, db_from_args, duration_s, size_bytes
 from gpuscope.config import load_config
-from gpuscope.errors import NoCudaLibraryError, ProcessNotFoundError, UsageError
+from gpuscope.errors import DatabaseError, NoCudaLibraryError, ProcessNotFoundError, UsageError
 from gpuscope.render.summary import render_summary
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 from gpuscope.tui.explain_source import ExplainFindings
@@ -125,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
                 # An evaluation still running on its thread would be torn down
                 # mid-numpy at interpreter exit (abort): let it finish first.
                 explain.close()
+            if session.failure is not None:
+                _recording_failed(session, proc, command, stop)
         exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
     except BaseException:
         session.finish()
@@ -140,6 +145,52 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next", file=out)
     return exit_code
+
+
+def _recording_failed(
+    session: TraceSession, proc: subprocess.Popen[bytes] | None, command: list[str], stop: StopSignals
+) -> NoReturn:
+    """The store failed: close the recording now, leave the workload unharmed, then say what was kept.
+
+    Detaching first means the workload runs on at full speed; it is never
+    killed because the tracer failed. A launched command is waited for (Ctrl-C
+    and SIGTERM still reach it), so scripts that run ``gpuscope trace -- CMD``
+    see it end before gpuscope does.
+    """
+    reason = session.failure or "error"
+    counters = session.finish()
+    kept = session.writer.rows_written
+    lost = session.writer.rows_lost
+    at = _clock(session.committed_wall_ns)
+    what = f"the file system of {session.db_path} is full" if reason == "disk full" else reason
+    print(f"\ngpuscope: recording stopped at {at}: {what}", file=sys.stderr)
+    if proc is not None and proc.poll() is None:
+        print(
+            f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced; waiting for it to end "
+            "(Ctrl-C stops it)",
+            file=sys.stderr,
+        )
+        while proc.poll() is None and not stop.requested:
+            time.sleep(0.2)
+        status = finish(proc, signum=stop.signum or signal.SIGINT)
+        print(f"gpuscope: the command exited with status {status}", file=sys.stderr)
+    remedy = (
+        "free space there, or cap the recording below what is free: --max-db SIZE (the oldest rows go first)"
+        if reason == "disk full"
+        else "check the file system holding the recording, then record into a new file with --db PATH"
+    )
+    raise DatabaseError(
+        f"{session.db_path}: recording stopped early ({reason}); it is closed and keeps {kept:,} event rows "
+        f"committed up to {at}; {lost:,} rows read after that were not stored, "
+        f"{counters.get('dropped', 0):,} events dropped in the kernel",
+        remedy=remedy,
+    )
+
+
+def _clock(wall_ns: int | None) -> str:
+    if wall_ns is None:
+        return "its start"
+    return datetime.fromtimestamp(wall_ns / 1e9).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _command(args: argparse.Namespace) -> list[str]:

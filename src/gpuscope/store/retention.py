@@ -1,29 +1,97 @@
-"""Keep a database under its size cap while tracing (``--max-db``).
+"""Keep a database and its WAL under the size cap while tracing (``--max-db``).
 
-The oldest event rows go first (with their stack links); aggregates and findings stay (they are small
-and carry the exact counts). Freed pages are returned to the file system with
-incremental vacuum, and the WAL is truncated by a checkpoint.
+The oldest event rows go first (with their stack links); aggregates and
+findings stay (they are small and carry the exact counts).
+
+While tracing, space is recycled rather than returned: deleted rows leave
+free pages that new rows fill, so the file stops growing at the cap and a
+deletion writes only a few pages to the WAL. Returning pages to the file
+system (``incremental_vacuum``) moves every live page behind the hole, and
+each moved page passes through the WAL: on a small cap that alone would
+carry the file past it. It runs only when the file is over the cap (an
+existing recording opened with a smaller one) and at a session's end.
+
+The WAL is bounded as well: checkpoints run every ``wal_autocheckpoint``
+pages, ``journal_size_limit`` truncates it after each, and the cap counts it
+twice (until a checkpoint truncates it, its pages are in both files). A
+reader holding an old snapshot pins the WAL: it cannot be reset under the
+reader, and deleting rows then would not shorten it. While that keeps the
+recording at the cap, event rows are shed (counted, never stored; the
+aggregates still count their events) instead of breaking the cap or making
+the writer wait for the reader.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MAX_DB = 10 << 30
-TARGET_FRACTION = 0.9
+# Rows are deleted down to this share of the cap, from a high-water mark above it.
+HIGH_WATER = 0.85
+TARGET = 0.7
+# Bytes one row costs in the time index (an 8-byte key and the row id, with
+# cell and page overhead); it passes through the WAL while it is built.
+INDEX_BYTES_PER_ROW = 24
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def db_bytes(path: Path) -> int:
     """Return the size of a database on disk, its WAL and shared-memory files included."""
-    total = 0
-    for suffix in ("", "-wal", "-shm"):
-        try:
-            total += os.path.getsize(str(path) + suffix)
-        except OSError:
-            pass
-    return total
+    return sum(_size(f"{path}{suffix}") for suffix in ("", "-wal", "-shm"))
+
+
+def bytes_at_checkpoint(path: Path) -> int:
+    """The most the file and its WAL take before the WAL is truncated (the WAL counted twice)."""
+    return db_bytes(path) + _size(f"{path}-wal")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Space a recording takes and will take.
+
+    ``used``: live pages plus the WAL twice and the shared memory, i.e. what
+    the file grows to if nothing is deleted; ``on_disk``: the files as they
+    are, the WAL twice.
+    """
+
+    used: int
+    on_disk: int
+    page_size: int
+    live_pages: int
+
+
+def usage(conn: sqlite3.Connection, path: Path) -> Usage:
+    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    live = int(conn.execute("PRAGMA page_count").fetchone()[0]) - int(
+        conn.execute("PRAGMA freelist_count").fetchone()[0]
+    )
+    wal_twice = 2 * _size(f"{path}-wal") + _size(f"{path}-shm")
+    return Usage(live * page + wal_twice, _size(str(path)) + wal_twice, page, live)
+
+
+def checkpoint(conn: sqlite3.Connection, *, wait: bool = False) -> bool:
+    """Copy the WAL into the database and truncate it; False when a reader pins it.
+
+    While tracing, the writer must never wait on a reader (the ring would
+    fill meanwhile), so the checkpoint runs without a busy timeout unless
+    ``wait`` (a session's end, where waiting costs nothing).
+    """
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute(f"PRAGMA busy_timeout={int(timeout) if wait else 0}")
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout)}")
+    return not busy
 
 
 def _drop_orphans(conn: sqlite3.Connection) -> None:
@@ -40,40 +108,123 @@ def _drop_orphans(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM stacks WHERE hash NOT IN (SELECT DISTINCT stack_hash FROM event_stacks)")
 
 
-def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int) -> int:
-    """Delete the oldest event rows until the file is under 90 % of the cap.
+def delete_oldest(conn: sqlite3.Connection, excess_bytes: int, live: Usage) -> int:
+    """Delete about ``excess_bytes`` of the oldest event rows in one transaction; return rows deleted.
 
-    Runs on the writer thread (inside no transaction). Returns rows deleted.
+    Deleting a row rewrites its page, so the transaction puts about as many
+    bytes in the WAL as it deletes: callers delete in chunks, checkpointing
+    between them.
+    """
+    rows = int(conn.execute("SELECT count(*) FROM event_log").fetchone()[0])
+    if rows == 0 or excess_bytes <= 0:
+        return 0
+    per_row = max(live.live_pages * live.page_size / rows, 1.0)
+    n = min(rows, max(int(excess_bytes / per_row * 1.1), 1000))
+    conn.execute("BEGIN")
+    cur = conn.execute("DELETE FROM event_log WHERE id IN (SELECT id FROM event_log ORDER BY id LIMIT ?)", (n,))
+    _drop_orphans(conn)
+    conn.execute("COMMIT")
+    return int(cur.rowcount)
+
+
+def give_back(conn: sqlite3.Connection) -> None:
+    """Return free pages to the file system (every moved page passes through the WAL)."""
+    # The pragma frees one page per step and returns no rows, so the sqlite3
+    # module's execute() would stop after one page: executescript runs it to completion.
+    conn.executescript("PRAGMA incremental_vacuum;")
+
+
+def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int, *, room: int = 0, wait: bool = True) -> int:
+    """Bring a recording (plus ``room`` bytes it is about to need) under ``max_bytes``; return rows deleted.
+
+    Runs on the writer thread, inside no transaction. Deletes nothing while a
+    reader pins the WAL (after waiting for it up to the busy timeout when
+    ``wait``): rows deleted then would not shorten the WAL, only lose data.
     """
     if max_bytes <= 0:
         return 0
     deleted = 0
-    for _ in range(8):
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        size = db_bytes(path)
-        if size <= max_bytes:
-            return deleted
-        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        live_pages = int(conn.execute("PRAGMA page_count").fetchone()[0]) - int(
-            conn.execute("PRAGMA freelist_count").fetchone()[0]
-        )
-        rows = int(conn.execute("SELECT count(*) FROM event_log").fetchone()[0])
-        if rows == 0:
-            return deleted
-        target = int(max_bytes * TARGET_FRACTION)
-        excess = max(size - target, 0)
-        per_row = max(live_pages * page / max(rows, 1), 1.0)
-        n = min(rows, max(int(excess / per_row * 1.1), 1000))
-        conn.execute("BEGIN")
-        cur = conn.execute("DELETE FROM event_log WHERE id IN (SELECT id FROM event_log ORDER BY id LIMIT ?)", (n,))
-        deleted += cur.rowcount
-        _drop_orphans(conn)
-        conn.execute("COMMIT")
-        # The pragma frees one page per step and returns no rows, so the
-        # sqlite3 module's execute() would stop after one page: executescript
-        # runs it to completion.
-        conn.executescript("PRAGMA incremental_vacuum;")
+    # Each deletion's pages pass through the WAL (counted twice): a chunk of
+    # 1/40 of the cap keeps that inside the room the high-water mark leaves.
+    chunk = max(max_bytes // 40, 64 << 10)
+    for _ in range(64):
+        if not checkpoint(conn, wait=wait):
+            break
+        now = usage(conn, path)
+        if now.used + room > max_bytes * HIGH_WATER:
+            excess = now.used + room - int(max_bytes * TARGET)
+            n = delete_oldest(conn, min(excess, chunk), now)
+            deleted += n
+            if n:
+                continue
+        if now.on_disk > max_bytes:
+            give_back(conn)
+            continue
+        break
     return deleted
+
+
+def index_within_cap(conn: sqlite3.Connection, path: Path, max_bytes: int) -> int:
+    """Build the deferred indexes at a session's end without the build carrying the file past the cap.
+
+    Rows are first deleted until the index fits (its pages pass through the
+    WAL, hence twice its size), then it is built and the cap enforced again.
+    Returns rows deleted.
+    """
+    deleted = 0
+    if max_bytes > 0:
+        rows = int(conn.execute("SELECT count(*) FROM event_log").fetchone()[0])
+        deleted += enforce_cap(conn, path, max_bytes, room=2 * INDEX_BYTES_PER_ROW * rows)
+    build_indexes(conn)
+    deleted += enforce_cap(conn, path, max_bytes)
+    return deleted
+
+
+class SizeCap:
+    """Hold ``--max-db`` for the file and its WAL after every commit, not once a second.
+
+    A second of ``--record-all`` at full speed is tens of megabytes, so the
+    cap is checked after each commit (three ``stat`` calls while under the
+    high-water mark) and transactions are sized so that one cannot carry the
+    file past it.
+    """
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.rows_deleted = 0
+        self.wal_bytes = min(max_bytes // 32, 4 << 20) if max_bytes > 0 else 4 << 20
+
+    def configure(self, conn: sqlite3.Connection) -> None:
+        """Bound the WAL: checkpoint and truncate well inside the cap.
+
+        Checkpoints are run by ``check`` after each commit, never by SQLite
+        inside COMMIT: an automatic checkpoint that fails (a full disk) makes
+        COMMIT report the error although the transaction did commit, and the
+        writer could no longer tell stored rows from lost ones.
+        """
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute(f"PRAGMA journal_size_limit={self.wal_bytes}")
+
+    def rows_per_commit(self, default: int) -> int:
+        """Rows in one transaction: its WAL frames (about 64 bytes a row) stay under 1/40 of the cap."""
+        if self.max_bytes <= 0:
+            return default
+        return max(500, min(default, self.max_bytes // 40 // 64))
+
+    def check(self, conn: sqlite3.Connection) -> bool:
+        """Checkpoint and hold the cap after a commit; return True while it can be held only by shedding rows.
+
+        Raises sqlite3.Error from a checkpoint that fails (a full disk): the
+        transaction before it is committed all the same.
+        """
+        if _size(f"{self.path}-wal") > self.wal_bytes:
+            checkpoint(conn)
+        high = self.max_bytes * HIGH_WATER
+        if self.max_bytes <= 0 or bytes_at_checkpoint(self.path) <= high:
+            return False
+        self.rows_deleted += enforce_cap(conn, self.path, self.max_bytes, wait=False)
+        return usage(conn, self.path).used > high
 
 
 def build_indexes(conn: sqlite3.Connection) -> None:
@@ -82,3 +233,42 @@ def build_indexes(conn: sqlite3.Connection) -> None:
     Rows arrive in nearly time order, so this is a fast, mostly sequential build.
     """
     conn.execute("CREATE INDEX IF NOT EXISTS event_log_ts ON event_log(ts_ns)")
+
+
+class Reserve:
+    """Space set aside beside a recording, given back when the file system fills.
+
+    When SQLite reports a full disk, the transaction at hand is rolled back,
+    but closing the session row, flushing the last aggregates and writing the
+    final counters still need a few pages. Deleting this file first frees
+    them, so a recording stopped by a full disk is still closed and says what
+    it kept. It is removed at a clean end; one left by a killed agent is
+    reused by the next ``trace`` into the same file.
+    """
+
+    SIZE = 1 << 20
+
+    def __init__(self, db: Path, nbytes: int = SIZE) -> None:
+        self.path = Path(f"{db}-reserve")
+        self.nbytes = nbytes
+
+    def create(self) -> bool:
+        """Allocate the reserve (real blocks, not a sparse file); False when there is no room for it."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, 0, self.nbytes)
+            return True
+        except OSError:
+            self.release()
+            return False
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass

@@ -1,9 +1,10 @@
 """The single writer: a thread that turns decoded event batches into rows.
 
-Batches come in through a bounded queue. When SQLite cannot keep up, ``put``
-blocks, the collector stops draining, the BPF ring fills and the kernel side
-counts every record it cannot reserve: an event is either stored or counted
-as dropped, never lost in between.
+Batches come in through a queue bounded in rows. When SQLite cannot keep up,
+``put`` blocks, the collector stops draining, the BPF ring fills and the
+kernel side counts every record it cannot reserve: an event is either stored
+or counted as dropped, never lost in between. Transactions commit at least
+every 250 ms, so a killed agent loses only its last fraction of a second.
 
 Everything else a recording writes (the session row, processes, cgroups,
 stacks, aggregates) goes through the same queue as a named store function,
@@ -16,13 +17,14 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
-__all__ = ["EventWriter", "events_end_ns"]
+__all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
 
 P = ParamSpec("P")
 
@@ -57,29 +59,121 @@ class _Maintenance:
     kwargs: dict[str, Any]
 
 
-class EventWriter:
-    """Own one writer connection on a background thread."""
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """Events and the moment they were read from the kernel (both clocks)."""
 
-    def __init__(self, conn: sqlite3.Connection, session_id: int, *, max_pending: int = 64) -> None:
+    events: np.ndarray
+    read_wall_ns: int
+    read_mono_ns: int
+
+
+_Item = _Batch | _Write | _Maintenance
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """How often the writer commits, and how much it lets wait.
+
+    A SIGKILL loses what is not committed: at most ``commit_every_s`` of
+    transaction plus what waits in the queue, which is bounded in time:
+    ``pending_s`` of rows at the writer's measured insert rate (between
+    ``min_pending_rows`` and ``max_pending_rows``). So all but about the last
+    half second of a recording survives.
+    """
+
+    commit_every_s: float = 0.2
+    rows_per_commit: int = 50_000
+    pending_s: float = 0.1
+    min_pending_rows: int = 4_096
+    max_pending_rows: int = 100_000
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Tell whether SQLite failed because the file system is full (SQLITE_FULL, or ENOSPC as an I/O error)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == 13:  # SQLITE_FULL
+        return True
+    return isinstance(exc, sqlite3.Error) and ("disk is full" in str(exc) or "No space left" in str(exc))
+
+
+class EventWriter:
+    """Own one writer connection on a background thread.
+
+    When SQLite fails (a full disk, an I/O error), the writer rolls back the
+    transaction at hand and degrades instead of dying: ``failure`` says why,
+    event batches are counted in ``rows_lost`` and discarded, and named writes
+    still run one by one (each its own transaction, errors ignored), so the
+    caller can still close the session row and say what was kept.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        session_id: int,
+        *,
+        max_pending: int = 64,
+        durability: Durability | None = None,
+        on_commit: Callable[[sqlite3.Connection, int, int], None] | None = None,
+        after_commit: Callable[[sqlite3.Connection], None] | None = None,
+        on_failure: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_commit(conn, read_wall_ns, read_mono_ns)`` runs inside each transaction just before it commits
+        (the moment the newest batch in it was read); ``after_commit(conn)`` runs after each commit (size caps);
+        ``on_failure()`` runs once when SQLite fails, before the queued writes that follow (it frees reserved space).
+        """
         self._conn = conn
         self._session_id = session_id
-        self._queue: queue.Queue[np.ndarray | _Write | _Maintenance | None] = queue.Queue(max_pending)
+        self._durability = durability or Durability()
+        self._on_commit = on_commit
+        self._after_commit = after_commit
+        self._on_failure = on_failure
+        self._queue: queue.Queue[_Item | None] = queue.Queue(max_pending)
         self._comm_ids: dict[bytes, int] = {
             c.encode(): i for i, c in conn.execute("SELECT id, comm FROM comms").fetchall()
         }
         self.rows_written = 0
+        self._lost_here = 0  # counted on the writer thread
+        self._refused = 0  # counted by the producer after a failure
+        self._txn_rows = 0
+        self.shed = False
+        self.rows_shed = 0
+        self.failure: str | None = None
         self.error: BaseException | None = None
+        self._pending_rows = 0
+        self._room = threading.Condition()
+        # Rows per second of insert time (an average that follows the load), for the queue bound.
+        self._rate = 200_000.0
         self._thread = threading.Thread(target=self._run, name="gpuscope-writer", daemon=True)
         self._thread.start()
 
     # -- producer side -------------------------------------------------------
 
     def put(self, events: np.ndarray) -> None:
-        """Queue a batch; blocks while the writer is behind (backpressure)."""
-        if self.error is not None:
-            raise self.error
-        if len(events):
-            self._queue.put(events)
+        """Queue a batch; blocks while the writer is behind (backpressure).
+
+        After a failure (see ``failure``) the batch is counted as lost instead.
+        """
+        if not len(events):
+            return
+        if self.failure is not None:
+            self._refused += len(events)
+            return
+        read_wall, read_mono = time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        # Split: transactions are bounded in rows and time, and the queue in
+        # time; one batch from the ring may hold more than any of these.
+        limit = self._pending_limit()
+        step = min(self._durability.rows_per_commit, max(limit // 4, 1024))
+        for lo in range(0, len(events), step):
+            part = events[lo : lo + step]
+            with self._room:
+                # Bounded in time at the writer's pace: what waits here is what a SIGKILL loses.
+                limit = self._pending_limit()
+                while self._pending_rows > 0 and self._pending_rows + len(part) > limit:
+                    if not self._room.wait(timeout=1.0) and not self._thread.is_alive():
+                        break
+                self._pending_rows += len(part)
+            self._queue.put(_Batch(part, read_wall, read_mono))
 
     def write(
         self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
@@ -97,60 +191,133 @@ class EventWriter:
         """Run ``fn(conn, *args, **kwargs)`` on the writer thread, outside any transaction, in order."""
         self._queue.put(_Maintenance(fn, args, kwargs))
 
+    def _pending_limit(self) -> int:
+        d = self._durability
+        return int(min(max(self._rate * d.pending_s, d.min_pending_rows), d.max_pending_rows))
+
+    @property
+    def rows_lost(self) -> int:
+        """Events handed to the writer that will never be stored (rolled back or refused after a failure)."""
+        return self._lost_here + self._refused
+
     def pending(self) -> int:
         """Return how many items wait in the queue (a gauge of how far behind the writer is)."""
         return self._queue.qsize()
 
     def close(self) -> None:
-        """Flush everything queued, then stop the thread."""
+        """Flush everything queued, then stop the thread.
+
+        A full disk is a state (``failure``), not an error: the caller reports it.
+        Any other failure is re-raised here, after the queued named writes ran.
+        """
         self._queue.put(None)
         self._thread.join()
-        if self.error is not None:
+        if self.error is not None and self.failure != "disk full":
             raise self.error
 
     # -- writer thread -------------------------------------------------------
 
     def _run(self) -> None:
-        conn = self._conn
         try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                conn.execute("BEGIN")
-                # Coalesce whatever else is already queued into one transaction.
-                while True:
-                    if isinstance(item, _Write):
-                        item.fn(conn, *item.args, **item.kwargs)
-                    elif isinstance(item, _Maintenance):
-                        # Maintenance (retention, checkpoints) runs between transactions.
-                        conn.execute("COMMIT")
-                        item.fn(conn, *item.args, **item.kwargs)
-                        conn.execute("BEGIN")
-                    else:
-                        self._insert(item)
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        conn.execute("COMMIT")
-                        return
-                    item = nxt
-                conn.execute("COMMIT")
-        except BaseException as exc:  # surfaced to the producer on its next put()
+            self._loop()
+        except BaseException as exc:
             self.error = exc
+            # The rows of the transaction at hand are rolled back: lost, not written.
+            self.rows_written -= self._txn_rows
+            self._lost_here += self._txn_rows
+            self._txn_rows = 0
+            self.failure = "disk full" if is_disk_full(exc) else f"error: {exc}"
             try:
-                conn.execute("ROLLBACK")
+                self._conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            # Keep draining so a blocked producer is released.
+            if self._on_failure is not None:
+                self._on_failure()
+            self._degraded()
+
+    def _loop(self) -> None:
+        conn, limits = self._conn, self._durability
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            conn.execute("BEGIN")
+            began = time.monotonic()
+            rows = 0
+            newest: _Batch | None = None
+            # Coalesce what is queued into one transaction, bounded in time and
+            # rows: an endless stream must still commit (a SIGKILL loses only
+            # what is not), and one transaction must fit a small --max-db.
             while True:
+                if isinstance(item, _Write):
+                    item.fn(conn, *item.args, **item.kwargs)
+                elif isinstance(item, _Maintenance):
+                    # Maintenance (retention, checkpoints) runs between transactions.
+                    self._commit(newest)
+                    item.fn(conn, *item.args, **item.kwargs)
+                    conn.execute("BEGIN")
+                    began, rows, newest = time.monotonic(), 0, None
+                else:
+                    rows += self._take(item)
+                    newest = item
+                if rows >= limits.rows_per_commit or time.monotonic() - began >= limits.commit_every_s:
+                    break
                 try:
-                    if self._queue.get(timeout=1) is None:
-                        return
+                    nxt = self._queue.get_nowait()
                 except queue.Empty:
+                    break
+                if nxt is None:
+                    self._commit(newest)
                     return
+                item = nxt
+            self._commit(newest)
+
+    def _take(self, batch: _Batch) -> int:
+        with self._room:
+            self._pending_rows -= len(batch.events)
+            self._room.notify_all()
+        if self.shed:
+            self.rows_shed += len(batch.events)
+            return 0
+        began = time.perf_counter()
+        self._insert(batch.events)
+        spent = time.perf_counter() - began
+        if spent > 0 and len(batch.events) >= 256:
+            self._rate = 0.8 * self._rate + 0.2 * (len(batch.events) / spent)
+        return len(batch.events)
+
+    def _commit(self, newest: _Batch | None) -> None:
+        if newest is not None and self._on_commit is not None:
+            self._on_commit(self._conn, newest.read_wall_ns, newest.read_mono_ns)
+        self._conn.execute("COMMIT")
+        self._txn_rows = 0
+        if self._after_commit is not None:
+            self._after_commit(self._conn)
+
+    def _degraded(self) -> None:
+        """After a failure: count batches as lost, run named writes one by one, until closed."""
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, _Batch):
+                with self._room:
+                    self._pending_rows -= len(item.events)
+                    self._room.notify_all()
+                self._lost_here += len(item.events)
+                continue
+            try:
+                if isinstance(item, _Write):
+                    self._conn.execute("BEGIN")
+                    item.fn(self._conn, *item.args, **item.kwargs)
+                    self._conn.execute("COMMIT")
+                else:
+                    item.fn(self._conn, *item.args, **item.kwargs)
+            except sqlite3.Error:
+                try:
+                    self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
 
     def _insert(self, ev: np.ndarray) -> None:
         n = len(ev)
@@ -172,6 +339,7 @@ class EventWriter:
             cols[:, i] = ev[name].view(np.int64)
         self._conn.executemany(_INSERT, cols.tolist())
         self.rows_written += n
+        self._txn_rows += n
 
     def _comm_column(self, comms: np.ndarray) -> np.ndarray:
         # Group the 16-byte names through a 64-bit key (4x faster than unique

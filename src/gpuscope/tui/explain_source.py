@@ -26,8 +26,8 @@ from gpuscope.analysis.frame import EventFrame, Window, process_names
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 from gpuscope.model.findings import Finding, Severity
-from gpuscope.recording import open_recording
 from gpuscope.store.attribution import LIVE_EVENT_COLUMNS, event_rows_after, newest_event_rowid
+from gpuscope.store.connect import connect_reader
 from gpuscope.store.sessions_read import session_wall_offsets
 from gpuscope.tui.snapshot import LiveWindow
 
@@ -123,7 +123,10 @@ class ExplainFindings:
         if not self.db_path.exists():
             return []
         # A connection per evaluation: each runs on a thread of its own, and opening is cheap.
-        conn = open_recording(self.db_path)
+        # Straight through SQLite, never ``open_recording``: sniffing the format opens
+        # the file with Python, and closing that descriptor would drop the POSIX
+        # locks this process's writer holds on the recording.
+        conn = connect_reader(self.db_path)
         try:
             now = self.clock_ns()
             self._read_new(conn, now)

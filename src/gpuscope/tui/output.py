@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
-from gpuscope.agent.session import Tick, TraceSession
+from gpuscope.agent.live_stats import Tick
+from gpuscope.agent.session import TraceSession
 from gpuscope.tui.findings import builtin_findings
 from gpuscope.tui.snapshot import FindingSource, LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.source import SessionSource

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuscope.agent.session import Tick, TraceSession
+from gpuscope.agent.live_stats import Tick
+from gpuscope.agent.session import TraceSession
 from gpuscope.tui.snapshot import CollectorSample, Header, LibraryInfo
 
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from gpuscope.agent.session import LiveStats
+from gpuscope.agent.live_stats import LiveStats
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op, Source
