@@ -116,6 +116,16 @@ class TraceSession:
         self.tracer = Tracer(opts)
         self.started_mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         self.started_wall_ns = time.time_ns()
+        self.flags: dict[str, object] = {
+            "entry_only": opts.entry_only,
+            "filter_targets": opts.filter_targets,
+            "host": opts.host,
+            "uprobe_multi": self.tracer.multi,
+            "ring_bytes": opts.ring_bytes,
+            "storage": "all" if record_all else "selective",
+            "max_db_bytes": max_db_bytes,
+            "stacks": ["off", "native", "native+python"][opts.stacks],
+        }
         major, minor = libbpf().version()
         self.session_id = create_session(
             self.conn,
@@ -129,16 +139,7 @@ class TraceSession:
                 started_wall_ns=self.started_wall_ns,
                 started_mono_ns=self.started_mono_ns,
                 argv=argv or [],
-                flags={
-                    "entry_only": opts.entry_only,
-                    "filter_targets": opts.filter_targets,
-                    "host": opts.host,
-                    "uprobe_multi": self.tracer.multi,
-                    "ring_bytes": opts.ring_bytes,
-                    "storage": "all" if record_all else "selective",
-                    "max_db_bytes": max_db_bytes,
-                    "stacks": ["off", "native", "native+python"][opts.stacks],
-                },
+                flags=self.flags,
                 agent_pid=os.getpid(),
             ),
         )

@@ -111,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
         mode = choose_mode(no_tui=args.no_tui, json=args.json, stdout_is_tty=sys.stdout.isatty())
         # Explain rules over the recent recording, beside the built-in live findings.
         explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
-        live = LiveOutput(session, mode, _target_text(command, args.pid), findings=[*builtin_findings(), explain])
+        live = LiveOutput(
+            session, mode, _target_text(command, args.pid), findings=[*builtin_findings(session.flags), explain]
+        )
         proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True)) if command else None
         deadline = time.monotonic() + duration if duration else None
         with StopSignals() as stop:

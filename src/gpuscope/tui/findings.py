@@ -8,9 +8,11 @@ the same ``FindingSource`` protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from gpuscope.model.drops import drop_advice
 from gpuscope.model.ops import Source
 from gpuscope.model.units import fmt_ns
 from gpuscope.tui.snapshot import FLAG_TAIL, LiveWindow, Preemptions
@@ -29,11 +31,14 @@ def read_comm(pid: int) -> str | None:
 class TailLatencyFindings:
     """Flag ops with p99 >= 10x p50 and name the processes that preempted traced threads meanwhile.
 
-    comm_of: pid -> command name (tests pass a dict's ``get``).
+    comm_of: pid -> command name (tests pass a dict's ``get``). agent_pid: the
+    tracer's own process; its preemptions are its measured overhead, named
+    as such, never a culprit to move away.
     """
 
-    def __init__(self, comm_of: Callable[[int], str | None] = read_comm) -> None:
+    def __init__(self, comm_of: Callable[[int], str | None] = read_comm, agent_pid: int | None = None) -> None:
         self.comm_of = comm_of
+        self.agent_pid = os.getpid() if agent_pid is None else agent_pid
         self._comms: dict[int, str | None] = {}
 
     def _comm(self, pid: int) -> str | None:
@@ -45,11 +50,15 @@ class TailLatencyFindings:
 
     def _preemption_text(self, pre: Preemptions) -> str:
         text = f"{pre.count:,} preemption{'s' if pre.count != 1 else ''}"
-        if pre.culprits:
-            tgid, n = pre.culprits[0]
+        culprits = [c for c in pre.culprits if c[0] != self.agent_pid]
+        own = sum(n for tgid, n in pre.culprits if tgid == self.agent_pid)
+        if culprits:
+            tgid, n = culprits[0]
             who = self._comm(tgid) if tgid else "the idle task"
             by = f"`{who}` (pid {tgid})" if who and tgid else (who or f"pid {tgid}")
             text += f" by {by}" if n == pre.count else f", {n:,} by {by}"
+        if own:
+            text += f" ({own:,} by gpuscope itself: tracer overhead)"
         return text + f", avg {fmt_ns(pre.avg_off_cpu_ns)} off-CPU"
 
     def findings(self, window: LiveWindow) -> Sequence[str]:
@@ -68,16 +77,22 @@ class TailLatencyFindings:
 
 
 class DropFindings:
-    """Say so when the ring buffer lost events in the last interval, with the remedy."""
+    """Say so when the ring buffer lost events in the last interval, with the remedy measured to help.
+
+    flags: the session's options (``ring_bytes`` chooses the advice; see ``gpuscope.model.drops``).
+    """
+
+    def __init__(self, flags: Mapping[str, object] | None = None) -> None:
+        self.flags = flags or {}
 
     def findings(self, window: LiveWindow) -> Sequence[str]:
         if not window.dropped_in_interval:
             return []
         return [
-            f"{window.dropped_in_interval:,} events dropped in the last second (ring buffer full): "
-            "use a larger --ring-size or --entry-only"
+            f"{window.dropped_in_interval:,} events dropped in the last second (ring buffer full; counts are "
+            f"lower bounds): {drop_advice(self.flags)}"
         ]
 
 
-def builtin_findings() -> list[TailLatencyFindings | DropFindings]:
-    return [DropFindings(), TailLatencyFindings()]
+def builtin_findings(flags: Mapping[str, object] | None = None) -> list[TailLatencyFindings | DropFindings]:
+    return [DropFindings(flags), TailLatencyFindings()]

@@ -226,6 +226,22 @@ def test_tail_finding_names_the_process_that_preempted_traced_threads_in_the_win
     assert row(snap, Op.sched_switch).note == "23 preempted"
 
 
+def test_the_tracers_own_preemptions_are_its_overhead_never_the_culprit() -> None:
+    # given traced threads preempted 20 times by the agent itself and 3 times by `kworker`
+    collector, clock = FakeCollector(), FrozenClock()
+    collector.add(Op.cudaStreamSynchronize, [2_000_000] * 95 + [142_000_000] * 5)
+    collector.preempt(555, [2_100_000] * 20)
+    collector.preempt(99, [2_100_000] * 3)
+    clock.advance(1.0)
+    b = builder(collector, clock, findings=[TailLatencyFindings({555: "gpuscope", 99: "kworker"}.get, agent_pid=555)])
+    # when
+    (line,) = b.build().findings
+    # then the neighbour is named, and the agent only as overhead
+    assert "3 by `kworker` (pid 99)" in line
+    assert "20 by gpuscope itself: tracer overhead" in line
+    assert "`gpuscope`" not in line
+
+
 def test_preemptions_alone_give_a_finding_and_only_those_of_the_window_count() -> None:
     collector, clock = FakeCollector(), FrozenClock()
     b = builder(collector, clock, window_intervals=1, findings=[TailLatencyFindings({4711: "stress"}.get)])
@@ -248,7 +264,9 @@ def test_drops_in_the_last_interval_give_a_finding_with_the_remedy() -> None:
     clock.advance(1.0)
     (line,) = b.build().findings
     assert line.startswith("1,500 events dropped in the last second")
-    assert "--ring-size" in line
+    # the advice is the one measured to help (a larger ring), never --entry-only
+    assert "--ring-size 128m" in line and "--entry-only" not in line
+    assert "lower bounds" in line
     clock.advance(1.0)
     assert b.build().findings == ()
 

@@ -1,0 +1,219 @@
+"""The writer commits often, survives a failing store, and holds the size cap for the file and its WAL."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuscope.bpf.wire import EVENT_DTYPE
+from gpuscope.model.drops import drop_advice
+from gpuscope.store.connect import connect_writer
+from gpuscope.store.retention import Reserve, SizeCap, db_bytes
+from gpuscope.store.sessions_read import session_states
+from gpuscope.store.sessions_write import SessionInfo, close_session, create_session, mark_committed
+from gpuscope.store.writer import Durability, EventWriter
+
+
+def _events(n: int, start_ns: int = 1_000) -> np.ndarray:
+    ev = np.zeros(n, dtype=EVENT_DTYPE)
+    ev["ts_ns"] = start_ns + np.arange(n) * 100
+    ev["duration_ns"] = 50
+    ev["pid"] = ev["tid"] = 41
+    ev["arg0"] = np.arange(n)
+    ev["comm"] = b"python"
+    return ev
+
+
+def _session(conn: sqlite3.Connection) -> int:
+    return create_session(conn, SessionInfo("u-1", "n", "h", "6.8", "0.1", "1.4", 10**18, 5_000, [], {}))
+
+
+def test_an_endless_stream_is_committed_in_bounded_transactions(tmp_path: Path) -> None:
+    # given a writer fed 20 batches of 1,000 rows back to back, never idle
+    conn = connect_writer(tmp_path / "r.db")
+    sid = _session(conn)
+    commits: list[int] = []
+    writer = EventWriter(
+        conn,
+        sid,
+        durability=Durability(rows_per_commit=1_000, min_pending_rows=20_000),
+        on_commit=lambda c, wall, mono: commits.append(mono),
+    )
+    for i in range(20):
+        writer.put(_events(1_000, start_ns=i * 1_000_000))
+    writer.close()
+    # then no transaction held more than 1,000 rows, so a kill loses at most one
+    assert len(commits) == 20
+    assert commits == sorted(commits)
+
+
+def test_a_slow_stream_commits_on_the_time_bound(tmp_path: Path) -> None:
+    # given transactions bounded at 50 ms and named writes that take 30 ms each, queued without a pause
+    conn = connect_writer(tmp_path / "r.db")
+    sid = _session(conn)
+    commits: list[float] = []
+    writer = EventWriter(
+        conn,
+        sid,
+        durability=Durability(commit_every_s=0.05, rows_per_commit=10**9),
+        on_commit=lambda c, wall, mono: commits.append(time.monotonic()),
+    )
+
+    def slow(c: sqlite3.Connection) -> None:
+        time.sleep(0.03)
+
+    for _ in range(10):
+        writer.put(_events(10))
+        writer.write(slow)
+    writer.close()
+    # then they were not all one transaction: at most two 30 ms writes go in one
+    assert len(commits) >= 5
+
+
+def test_each_commit_says_up_to_when_the_recording_is_complete(tmp_path: Path) -> None:
+    conn = connect_writer(tmp_path / "r.db")
+    sid = _session(conn)
+    writer = EventWriter(conn, sid, on_commit=lambda c, wall, mono: mark_committed(c, sid, wall, mono))
+    before = time.time_ns()
+    writer.put(_events(100))
+    writer.close()
+    (state,) = session_states(conn)
+    assert state.committed_wall_ns is not None and before <= state.committed_wall_ns <= time.time_ns()
+    assert not state.closed
+
+
+def test_a_full_disk_degrades_the_writer_instead_of_killing_it(tmp_path: Path) -> None:
+    # given a transaction that fails as a full disk does, after 500 rows of it were inserted
+    conn = connect_writer(tmp_path / "r.db")
+    sid = _session(conn)
+    freed: list[bool] = []
+    writer = EventWriter(conn, sid, on_failure=lambda: freed.append(True))
+    writer.put(_events(300))
+    writer.close()  # committed: 300 rows
+
+    writer = EventWriter(conn, sid, on_failure=lambda: freed.append(True))
+
+    def full(c: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    writer.put(_events(500))
+    writer.write(full)
+    deadline = time.monotonic() + 5
+    while writer.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # when more events arrive and the session is closed afterwards
+    writer.put(_events(200))
+    writer.write(close_session, sid, _counts(), stopped_wall_ns=2, stopped_mono_ns=2, end_reason="disk full")
+    writer.close()  # a full disk is a state, not an exception
+    # then the failure is named, space was freed first, and the rolled-back and later rows are counted as lost
+    assert writer.failure == "disk full" and freed == [True]
+    assert (writer.rows_written, writer.rows_lost) == (0, 700)
+    assert conn.execute("SELECT count(*) FROM event_log").fetchone() == (300,)
+    (state,) = session_states(conn)
+    assert state.closed and state.end_reason == "disk full"
+
+
+def _counts():  # type: ignore[no-untyped-def]
+    from gpuscope.store.sessions_write import SessionCounts
+
+    return SessionCounts(0, 0, {}, (), ())
+
+
+def test_any_other_store_error_is_raised_when_the_writer_closes(tmp_path: Path) -> None:
+    conn = connect_writer(tmp_path / "r.db")
+    writer = EventWriter(conn, _session(conn))
+
+    def broken(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO no_such_table VALUES (1)")
+
+    writer.write(broken)
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        writer.close()
+    assert writer.failure is not None and writer.failure.startswith("error: ")
+
+
+def _capped_writer(path: Path, cap: int) -> tuple[EventWriter, SizeCap, list[int]]:
+    conn = connect_writer(path)
+    size_cap = SizeCap(path, cap)
+    size_cap.configure(conn)
+    sizes: list[int] = []
+    box: list[EventWriter] = []
+
+    def after(c: sqlite3.Connection) -> None:
+        sizes.append(db_bytes(path))  # as left by the commit, before the cap acts
+        box[0].shed = size_cap.check(c)
+        sizes.append(db_bytes(path))
+
+    writer = EventWriter(
+        conn,
+        _session(conn),
+        durability=Durability(rows_per_commit=size_cap.rows_per_commit(50_000)),
+        after_commit=after,
+    )
+    box.append(writer)
+    return writer, size_cap, sizes
+
+
+def test_the_cap_holds_for_the_file_and_its_wal_after_every_commit(tmp_path: Path) -> None:
+    # given a 1 MiB cap and about 15 MiB of rows
+    path = tmp_path / "r.db"
+    writer, cap, sizes = _capped_writer(path, 1 << 20)
+    for i in range(60):
+        writer.put(_events(4_000, start_ns=i * 10**9))
+    writer.close()
+    # then the file and its WAL never went past the cap, and the oldest rows went first
+    assert max(sizes) <= 1 << 20, max(sizes)
+    assert cap.rows_deleted > 100_000 and writer.rows_shed == 0
+    conn = sqlite3.connect(path)
+    first, last = conn.execute("SELECT min(id), max(id) FROM event_log").fetchone()
+    assert last == 240_000 and first > 100_000
+
+
+def test_a_reader_pinning_the_wal_makes_the_writer_shed_rows_not_break_the_cap(tmp_path: Path) -> None:
+    # given a reader that holds an old snapshot of a capped recording
+    path = tmp_path / "r.db"
+    writer, _, sizes = _capped_writer(path, 1 << 20)
+    writer.put(_events(1_000))
+    time.sleep(0.3)
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM event_log").fetchone()
+    # when far more than the cap is written meanwhile
+    for i in range(40):
+        writer.put(_events(4_000, start_ns=(i + 1) * 10**9))
+    time.sleep(0.5)
+    shed_while_pinned = writer.rows_shed
+    # and the reader lets go
+    reader.execute("COMMIT")
+    reader.close()
+    # (the next commit finds the WAL free again; rows after it are stored)
+    writer.put(_events(10, start_ns=99 * 10**9))
+    time.sleep(0.3)
+    writer.put(_events(4_000, start_ns=100 * 10**9))
+    writer.close()
+    # then rows were shed while it was pinned, the cap held throughout, and storing resumed after
+    assert shed_while_pinned > 0
+    assert max(sizes) <= 1 << 20, max(sizes)
+    assert not writer.shed
+    last = sqlite3.connect(path).execute("SELECT max(ts_ns) FROM event_log").fetchone()[0]
+    assert last >= 100 * 10**9
+
+
+def test_the_reserve_is_real_space_and_is_given_back(tmp_path: Path) -> None:
+    reserve = Reserve(tmp_path / "r.db", nbytes=256 << 10)
+    assert reserve.create()
+    st = reserve.path.stat()
+    assert st.st_size == 256 << 10 and st.st_blocks * 512 >= 256 << 10  # allocated, not sparse
+    reserve.release()
+    assert not reserve.path.exists()
+
+
+def test_drop_advice_is_the_measured_remedy() -> None:
+    assert "--ring-size 128m" in drop_advice({"ring_bytes": 32 << 20})
+    assert "--ring-size" not in drop_advice({"ring_bytes": 256 << 20})
+    assert "--entry-only" not in drop_advice({"ring_bytes": 32 << 20})
+    assert "--pid" in drop_advice({})
