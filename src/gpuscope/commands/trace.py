@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     duration = duration_s("--duration", args.duration) if args.duration else None
     hang_threshold_ns = int(duration_s("--hang-threshold", args.hang_threshold, examples="30s, 2m") * 1e9)
     session = _session(args, command)
+    proc: subprocess.Popen[bytes] | None = None
     try:
         for pid in args.pid:
             session.add_target(pid)
@@ -114,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
         live = LiveOutput(
             session, mode, _target_text(command, args.pid), findings=[*builtin_findings(session.flags), explain]
         )
-        proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True)) if command else None
+        if command:
+            proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
         deadline = time.monotonic() + duration if duration else None
         with StopSignals() as stop:
 
@@ -133,8 +135,12 @@ def run(args: argparse.Namespace) -> int:
             if session.failure is not None:
                 _recording_failed(session, proc, command, stop)
         exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
-    except BaseException:
+    except BaseException as exc:
         session.finish()
+        if proc is not None and proc.poll() is None and not isinstance(exc, KeyboardInterrupt):
+            # The tracer failed, not the workload: it is left to run (detached
+            # from the probes by finish()), and the user is told where it is.
+            print(f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced", file=sys.stderr)
         raise
     elapsed = time.monotonic() - session._t0
     counters = session.finish()
