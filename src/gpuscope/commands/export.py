@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from pathlib import Path
-from typing import TextIO
 
 from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, duration_s, filter_from_args
 from gpuscope.errors import UsageError
-from gpuscope.export import EXPORTERS, ExportOptions
+from gpuscope.export import EXPORTERS, ExportOptions, export_to_file
 from gpuscope.model.units import fmt_count
+from gpuscope.platform.files import refuse_same_file
 from gpuscope.query.engine import open_reader
 
 NAME = "export"
@@ -53,15 +51,14 @@ def run(args: argparse.Namespace) -> int:
     interval_ns = int(duration_s("--counter-interval", args.counter_interval, examples="1s, 100ms") * 1e9)
     options = ExportOptions(max_events=args.max_events, counter_interval_ns=max(1, interval_ns), explain=args.explain)
     to_stdout = args.output == "-"
-    with contextlib.ExitStack() as stack:
-        reader = stack.enter_context(open_reader(db_from_args(args), event_filter=filter_from_args(args), timeout_s=0))
-        out: TextIO = sys.stdout
-        if not to_stdout:
-            try:
-                out = stack.enter_context(Path(args.output).open("w", encoding="utf-8"))
-            except OSError as exc:
-                raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
-        stats = exporter.export(reader, out, options)
+    db = db_from_args(args)
+    if not to_stdout:
+        refuse_same_file(args.output, [db])  # before the recording is opened at all
+    with open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
+        if to_stdout:
+            stats = exporter.export(reader, sys.stdout, options)
+        else:
+            stats = export_to_file(exporter, reader, options, args.output)
     where = "stdout" if to_stdout else args.output
     print(
         f"wrote {fmt_count(stats.events_written)} events on {stats.threads} threads of {stats.nodes} node(s), "

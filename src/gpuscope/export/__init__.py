@@ -6,7 +6,8 @@ habit 7): ``EXPORTERS["perfetto"]`` writes Chrome Trace Event JSON.
 
 from gpuscope.export.base import Exporter, ExportOptions, ExportStats
 from gpuscope.export.perfetto import PerfettoJsonExporter
+from gpuscope.export.to_file import export_to_file
 
 EXPORTERS: dict[str, Exporter] = {e.name: e for e in (PerfettoJsonExporter(),)}
 
-__all__ = ["EXPORTERS", "ExportOptions", "ExportStats", "Exporter", "PerfettoJsonExporter"]
+__all__ = ["EXPORTERS", "ExportOptions", "ExportStats", "Exporter", "PerfettoJsonExporter", "export_to_file"]

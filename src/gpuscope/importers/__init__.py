@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from gpuscope.importers.ingero import ImportReport, Progress, import_ingero, open_source
+from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database
 from gpuscope.store.connect import connect_probe
+from gpuscope.store.liveness import recording_holders
 
 __all__ = ["ImportReport", "every_event_has_a_node", "import_file"]
 
@@ -21,17 +24,29 @@ def import_file(
 ) -> ImportReport:
     """Convert an Ingero database into a new gpuscope database at ``dest``.
 
-    ``dest`` is replaced only when the whole file converted; ``node`` names
-    rows recorded without a node (and renames a single-node file).
+    ``dest`` is replaced only when the whole file converted and is on disk
+    (``gpuscope.platform.files.atomic_output``): a failed or killed conversion
+    never leaves a partial file under that name, so a conversion cache that
+    trusts any file it finds there is safe. ``node`` names rows recorded
+    without a node (and renames a single-node file).
 
-    Raises DatabaseError for a missing, corrupt or non-Ingero source and
-    UsageError when rows have no node and ``node`` is not given.
+    Raises SameFileError when ``dest`` is the source (under any name),
+    OutputBusyError when a process has ``dest`` open, DatabaseError for a
+    missing, corrupt or non-Ingero source, OutputError when ``dest`` cannot be
+    written, and UsageError when rows have no node and ``node`` is not given.
     """
+    refuse_same_file(dest, [source])
     path = Path(source).expanduser().resolve()
     src = open_source(path)
     try:
-        with build_database(dest) as out:
+        # build_database fills ``tmp``; atomic_output adds the fsync, the checks on dest and the final rename.
+        with atomic_output(dest, holders=recording_holders) as tmp, build_database(tmp) as out:
             return import_ingero(src, out, str(path), node=node, progress=progress)
+    except sqlite3.Error as exc:
+        failure = database_write_failure(exc, dest)
+        if failure is None:
+            raise
+        raise failure from None
     finally:
         src.close()
 

@@ -135,7 +135,10 @@ def import_ingero(
         )
         out.execute("COMMIT")
     except BaseException:
-        out.execute("ROLLBACK")
+        # SQLite has already rolled back after a full disk or an I/O error; a second
+        # ROLLBACK would fail and hide the error that matters.
+        if out.in_transaction:
+            out.execute("ROLLBACK")
         raise
     return report
 

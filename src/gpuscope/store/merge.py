@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscope.errors import GpuscopeError, UsageError
+from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database, ensure_op
 from gpuscope.store.connect import connect_reader, file_uri
+from gpuscope.store.liveness import recording_holders
 
 Progress = Callable[[str], None]
 
@@ -105,15 +107,15 @@ def check_merge_request(
 ) -> None:
     """Refuse a merge that cannot work before any file is read.
 
-    Raises UsageError (no inputs, output among the inputs, empty or ':' node names).
+    Raises UsageError (no inputs, empty or ':' node names) or SameFileError
+    (the output is an input under any name, or one of its SQLite side files).
     """
     if not paths:
         raise UsageError("nothing to merge", remedy="pass the databases to merge: gpuscope merge A.db B.db -o OUT.db")
     for name in [force_node, *renames.values()]:
         if name is not None and (not name or ":" in name):
             raise UsageError(f"node name {name!r} is empty or contains ':'", remedy="pass a name without ':'")
-    if out_path in paths:
-        raise UsageError(f"{out_path}: the output is also an input", remedy="write the merge to a new file with -o")
+    refuse_same_file(out_path, paths)
 
 
 def merge_files(
@@ -129,12 +131,14 @@ def merge_files(
 
     ``force_node`` names sessions recorded without a node; ``rename`` maps an
     input's resolved path to the node name all its sessions get. ``dest`` is
-    replaced only when every input merged. Other formats are converted first
-    by ``gpuscope.recording.merge_recordings``.
+    replaced only when every input merged and the new file is on disk
+    (``gpuscope.platform.files.atomic_output``). Other formats are converted
+    first by ``gpuscope.recording.merge_recordings``.
 
-    Raises UsageError (see ``check_merge_request``), DatabaseError /
-    SchemaTooNewError for bad inputs, MergeConflictError for overlapping
-    sessions of one node.
+    Raises UsageError (see ``check_merge_request``), OutputBusyError when a
+    process has ``dest`` open, DatabaseError / SchemaTooNewError for bad
+    inputs, MergeConflictError for overlapping sessions of one node,
+    OutputError when ``dest`` cannot be written.
     """
     out_path = Path(dest).expanduser().resolve()
     renames = rename or {}
@@ -143,16 +147,23 @@ def merge_files(
         connect_reader(given.source).close()  # raises for non-gpuscope files and newer schemas
     report = MergeReport()
     spans: list[_Span] = []
-    with build_database(out_path) as out:
-        for i, item in enumerate(inputs, start=1):
-            if progress:
-                progress(f"[{i}/{len(inputs)}] {item.path}")
-            inp = InputReport(str(item.path), item.kind)
-            with _attached(out, item.source):
-                _merge_one(out, inp, renames.get(item.path), force_node, spans, progress)
-            report.inputs.append(inp)
-        for off in clock_offsets:
-            set_clock_offset(out, off)
+    try:
+        # build_database fills ``tmp``; atomic_output adds the fsync, the checks on dest and the final rename.
+        with atomic_output(out_path, holders=recording_holders) as tmp, build_database(tmp) as out:
+            for i, item in enumerate(inputs, start=1):
+                if progress:
+                    progress(f"[{i}/{len(inputs)}] {item.path}")
+                inp = InputReport(str(item.path), item.kind)
+                with _attached(out, item.source):
+                    _merge_one(out, inp, renames.get(item.path), force_node, spans, progress)
+                report.inputs.append(inp)
+            for off in clock_offsets:
+                set_clock_offset(out, off)
+    except sqlite3.Error as exc:
+        failure = database_write_failure(exc, dest)
+        if failure is None:
+            raise
+        raise failure from None
     return report
 
 
@@ -194,7 +205,10 @@ def _merge_one(
             _copy_side_tables(out, offset, rename, force_node)
         out.execute("COMMIT")
     except BaseException:
-        out.execute("ROLLBACK")
+        # SQLite has already rolled back after a full disk or an I/O error; a second
+        # ROLLBACK would fail and hide the error that matters.
+        if out.in_transaction:
+            out.execute("ROLLBACK")
         raise
 
 

@@ -1,0 +1,208 @@
+"""Output files that are whole or absent: written beside their destination, renamed into place at the end.
+
+Commands that write a file (``import``, ``merge``, ``export``) share two
+rules. An output is never one of the command's inputs, under any name: the
+same path, a relative path, a symlink, a hard link, or an input's SQLite side
+file (``-wal``, ``-shm``, ``-journal``: replacing a live recording's ``-wal``
+loses its committed rows, truncating its ``-shm`` crashes its writer). And a
+failure half-way (an error, a full disk, Ctrl-C) leaves no partial output,
+while an existing file at the destination keeps its old content until the
+new one is complete and on disk.
+
+Files are compared by identity (``st_dev``, ``st_ino``) through ``os.stat``,
+never by opening them: closing any descriptor of a database drops every
+POSIX lock this process holds on it through SQLite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Iterator
+from pathlib import Path
+
+from gpuscope.errors import GpuscopeError, UsageError
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+# SQLite's (extended) result codes for a write the disk refused: full, past RLIMIT_FSIZE, failed.
+_SQLITE_WRITE_FAILURES = frozenset(
+    {"SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_DIR_FSYNC", "SQLITE_IOERR_TRUNCATE"}
+)
+
+StrPath = str | os.PathLike[str]
+
+
+class SameFileError(UsageError):
+    remedy = "write to a new file: -o OTHER"
+
+
+class OutputBusyError(UsageError):
+    remedy = "write to a new file: -o OTHER, or stop the process that has it open first"
+
+
+class OutputError(GpuscopeError):
+    remedy = "check the output's folder exists, is writable and has free space, or write elsewhere with -o"
+
+
+def refuse_same_file(output: StrPath, inputs: Iterable[StrPath]) -> None:
+    """Raise SameFileError when ``output`` names one of ``inputs`` or one of their SQLite side files.
+
+    Names are compared by what they point at, not as strings: a relative
+    path, a symlink or a hard link to an input is that input. Nothing is
+    opened; an output that does not exist yet is compared by resolved path.
+    """
+    out = Path(output).expanduser()
+    for given in inputs:
+        source = Path(given).expanduser()
+        if _same_file(out, source):
+            raise SameFileError(f"{output}: the output is also an input ({given})")
+        for side in SQLITE_SIDE_FILES:
+            if _same_file(out, Path(f"{source}{side}")):
+                raise SameFileError(f"{output}: the output is also an input (the {side} side file of {given})")
+
+
+def database_write_failure(exc: sqlite3.Error, output: StrPath) -> OutputError | None:
+    """An OutputError naming ``output`` when ``exc`` is SQLite failing to write (a full disk), else None.
+
+    SQLite reports such a failure as "disk I/O error" or "database or disk is
+    full", without a path: this says which file and what to do about it.
+    """
+    name = getattr(exc, "sqlite_errorname", "")  # Python 3.11+; older ones have only the message
+    if name in _SQLITE_WRITE_FAILURES or "disk is full" in str(exc):
+        return OutputError(f"{output}: cannot write: {exc}")
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): the same name is still the same file
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+@contextlib.contextmanager
+def atomic_output(
+    dest: StrPath,
+    *,
+    special_in_place: bool = False,
+    holders: Callable[[Path], Collection[int]] | None = None,
+) -> Iterator[Path]:
+    """Yield a temporary path beside ``dest`` that becomes ``dest`` when the block succeeds.
+
+    The temporary file is created (empty, hidden, ``.NAME.*.tmp``) in the
+    destination's own folder, so the final rename is atomic. On success it is
+    flushed to disk (fsync), given the mode of the file it replaces (or that of
+    a new file), and renamed over ``dest``; the folder is synced so the rename
+    survives a crash too. On any failure, KeyboardInterrupt included, the
+    temporary file and SQLite side files beside it are removed and ``dest`` is
+    left as it was.
+
+    A symlink at ``dest`` is followed: its target is replaced and the link
+    kept. A destination that exists but is not a regular file (a FIFO, a
+    terminal, ``/dev/null``) is yielded itself to be written in place when
+    ``special_in_place``, and refused otherwise.
+
+    ``holders`` makes the destination a database: it returns the pids that
+    have a file open (``gpuscope.store.liveness.recording_holders``). A
+    destination someone has open is refused, and the old file's ``-wal``,
+    ``-shm`` and ``-journal`` are removed before the rename, since SQLite
+    would otherwise replay them onto the new file and corrupt it.
+
+    Raises OutputBusyError and UsageError (a folder or special file given as
+    output), OutputError (the temporary file cannot be made, synced or
+    renamed), or whatever the block raised.
+    """
+    target = Path(dest).expanduser()
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    old = _stat(target)
+    if old is not None and stat.S_ISDIR(old.st_mode):
+        raise UsageError(f"{dest}: is a folder", remedy=f"name a file in it: -o {dest}/NAME")
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        if special_in_place:
+            yield target
+            return
+        raise UsageError(f"{dest}: not a regular file", remedy="write to a file: -o OUT.db")
+    if holders is not None:
+        busy = sorted(holders(target))
+        if busy:
+            pids = ", ".join(f"pid {p}" for p in busy)
+            raise OutputBusyError(f"{dest}: is open by {pids}: replacing it would cost that process its data")
+    tmp = _temporary_beside(target, dest)
+    try:
+        yield tmp
+        _commit(tmp, target, old, clear_side_files=holders is not None, shown=dest)
+    except BaseException:
+        for path in (tmp, *(Path(f"{tmp}{side}") for side in SQLITE_SIDE_FILES)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+def _temporary_beside(target: Path, shown: StrPath) -> Path:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot create: {exc.strerror}") from None
+    os.close(fd)
+    return Path(name)
+
+
+def _commit(tmp: Path, target: Path, old: os.stat_result | None, *, clear_side_files: bool, shown: StrPath) -> None:
+    try:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the data is on disk before the name points at it
+        finally:
+            os.close(fd)
+        if old is not None:
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
+            new = tmp.stat()
+            if (old.st_uid, old.st_gid) != (new.st_uid, new.st_gid):
+                # Only root may give a file away; anyone else keeps the new file as their own.
+                with contextlib.suppress(PermissionError):
+                    os.chown(tmp, old.st_uid, old.st_gid)
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; a new output is as readable as any new file
+        if clear_side_files:
+            for side in SQLITE_SIDE_FILES:
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{target}{side}").unlink()
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+    _sync_folder(target.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    # Some file systems cannot fsync a folder; the rename is done either way, so this is best effort.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, for a moment, for every thread)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # kernels before 4.7 do not list it
+    os.umask(mask)
+    return mask
