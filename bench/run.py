@@ -1,6 +1,6 @@
 """Run gpuscope's benchmarks and print one table: numbers beside their targets.
 
-    python bench/run.py [--quick] [overhead|drain|startup ...]
+    python bench/run.py [--quick] [overhead|drain|startup|kill ...]
 
 Needs root (BPF, uprobes). Benchmarks report; they never fail on a missed
 target. Exit status: 0, or 1 when a benchmark could not run at all.
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import Result, render_table
 
-BENCHES = ("overhead", "drain", "startup")
+BENCHES = ("overhead", "drain", "startup", "kill")
 
 
 def _runner(name: str) -> Callable[[bool], list[Result]]:
@@ -33,6 +33,10 @@ def _runner(name: str) -> Callable[[bool], list[Result]]:
         import drain
 
         return drain.run
+    if name == "kill":
+        import kill_bench
+
+        return kill_bench.run
     import startup
 
     return startup.run

@@ -172,12 +172,13 @@ def _recording_failed(
     at = _clock(session.committed_wall_ns)
     what = f"the file system of {session.db_path} is full" if reason == "disk full" else reason
     print(f"\ngpuscope: recording stopped at {at}: {what}", file=sys.stderr)
-    if proc is not None and proc.poll() is None:
-        print(
-            f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced; waiting for it to end "
-            "(Ctrl-C stops it)",
-            file=sys.stderr,
-        )
+    if proc is not None:
+        if proc.poll() is None:
+            print(
+                f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced; waiting for it to end "
+                "(Ctrl-C stops it)",
+                file=sys.stderr,
+            )
         while proc.poll() is None and not stop.requested:
             time.sleep(0.2)
         status = finish(proc, signum=stop.signum or signal.SIGINT)

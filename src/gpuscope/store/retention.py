@@ -30,8 +30,8 @@ from pathlib import Path
 
 DEFAULT_MAX_DB = 10 << 30
 # Rows are deleted down to this share of the cap, from a high-water mark above it.
-HIGH_WATER = 0.85
-TARGET = 0.7
+HIGH_WATER = 0.8
+TARGET = 0.65
 # Bytes one row costs in the time index (an 8-byte key and the row id, with
 # cell and page overhead); it passes through the WAL while it is built.
 INDEX_BYTES_PER_ROW = 24

@@ -61,7 +61,12 @@ class _Maintenance:
 
 @dataclass(frozen=True, slots=True)
 class _Batch:
-    """Events and the moment they were read from the kernel (both clocks)."""
+    """Events and the moment they were read from the kernel (both clocks).
+
+    A batch split into parts carries its read time on its last part only
+    (0 on the others): a commit may say the recording is complete up to that
+    moment only once every part is in.
+    """
 
     events: np.ndarray
     read_wall_ns: int
@@ -166,6 +171,7 @@ class EventWriter:
         step = min(self._durability.rows_per_commit, max(limit // 4, 1024))
         for lo in range(0, len(events), step):
             part = events[lo : lo + step]
+            last = lo + step >= len(events)
             with self._room:
                 # Bounded in time at the writer's pace: what waits here is what a SIGKILL loses.
                 limit = self._pending_limit()
@@ -173,7 +179,7 @@ class EventWriter:
                     if not self._room.wait(timeout=1.0) and not self._thread.is_alive():
                         break
                 self._pending_rows += len(part)
-            self._queue.put(_Batch(part, read_wall, read_mono))
+            self._queue.put(_Batch(part, read_wall if last else 0, read_mono if last else 0))
 
     def write(
         self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
@@ -259,7 +265,8 @@ class EventWriter:
                     began, rows, newest = time.monotonic(), 0, None
                 else:
                     rows += self._take(item)
-                    newest = item
+                    if item.read_mono_ns:
+                        newest = item
                 if rows >= limits.rows_per_commit or time.monotonic() - began >= limits.commit_every_s:
                     break
                 try:

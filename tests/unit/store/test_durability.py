@@ -51,6 +51,23 @@ def test_an_endless_stream_is_committed_in_bounded_transactions(tmp_path: Path) 
     assert commits == sorted(commits)
 
 
+def test_a_split_batch_is_marked_complete_only_with_its_last_part(tmp_path: Path) -> None:
+    # given one batch of 40,000 events, split into transactions of 5,000
+    conn = connect_writer(tmp_path / "r.db")
+    sid = _session(conn)
+    marks: list[int] = []
+    writer = EventWriter(
+        conn,
+        sid,
+        durability=Durability(rows_per_commit=5_000, min_pending_rows=50_000),
+        on_commit=lambda c, wall, mono: marks.append(int(c.execute("SELECT count(*) FROM event_log").fetchone()[0])),
+    )
+    writer.put(_events(40_000))
+    writer.close()
+    # then the recording is said complete up to the batch's read time only once all of it is stored
+    assert marks == [40_000]
+
+
 def test_a_slow_stream_commits_on_the_time_bound(tmp_path: Path) -> None:
     # given transactions bounded at 50 ms and named writes that take 30 ms each, queued without a pause
     conn = connect_writer(tmp_path / "r.db")
