@@ -20,6 +20,14 @@ class Format(enum.Enum):
 def detect_format(path: str | os.PathLike[str]) -> Format:
     """The format of the recording at ``path``.
 
+    It opens the file as readers do (``gpuscope.store.connect.open_read_only``),
+    which for a recording whose writer was killed copies it with ordinary
+    opens. Never call it on a file this process has open through SQLite:
+    closing any descriptor of a file drops every POSIX lock the process holds
+    on it, its SQLite locks included. Where the format is known, or can be
+    told from a connection already open (``open_recording`` does), do not
+    call it at all.
+
     Raises DatabaseError for a missing file, a file that is not SQLite, or a
     SQLite file of neither format.
     """

@@ -5,33 +5,56 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import tempfile
 from pathlib import Path
 
-from gpuscope.errors import DatabaseError
 from gpuscope.importers import every_event_has_a_node, import_file
+from gpuscope.importers.ingero import is_ingero
 from gpuscope.recording.formats import Format, detect_format
-from gpuscope.store.connect import connect_reader
+from gpuscope.store.connect import connect_reader, open_read_only, verify_reader
+from gpuscope.store.snapshot import user_cache_dir
 
 
 def open_recording(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A read-only connection to the recording at ``path``, of either format.
 
-    Raises DatabaseError (missing, corrupt, neither format) or
+    The file is opened once and its format told from that connection (no
+    separate sniffing open), the way ``connect_reader`` opens it: no file is
+    created or changed beside it (see ``gpuscope.store.connect.read_uri``).
+
+    Raises DatabaseError (missing, unreadable, corrupt, neither format) or
     SchemaTooNewError (written by a newer gpuscope).
     """
-    return connect_reader(as_gpuscope_file(path))
+    p = Path(path).expanduser()
+    conn, mode = open_read_only(p)
+    try:
+        try:
+            ingero = is_ingero(conn)
+        except sqlite3.DatabaseError:
+            ingero = False  # not SQLite, or damaged: verify_reader says which in one line
+        if not ingero:
+            verify_reader(conn, p, mode)
+            return conn
+    except BaseException:
+        conn.close()
+        raise
+    conn.close()
+    return connect_reader(_converted(p))
 
 
 def as_gpuscope_file(path: str | os.PathLike[str]) -> Path:
-    """``path`` itself for a gpuscope recording; for an Ingero one, its cached conversion.
+    """``path`` itself for a gpuscope recording; for an Ingero one, its cached conversion."""
+    p = Path(path).expanduser()
+    if detect_format(p) is Format.GPUSCOPE:
+        return p
+    return _converted(p)
+
+
+def _converted(p: Path) -> Path:
+    """The cached gpuscope conversion of the Ingero file ``p``, made when missing.
 
     The conversion is keyed by the file's resolved path, size and
     modification time, so a file that changes is converted again.
     """
-    p = Path(path).expanduser()
-    if detect_format(p) is Format.GPUSCOPE:
-        return p
     st = p.stat()
     key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     out = conversion_cache_dir() / f"{p.stem}-{key}.db"
@@ -47,15 +70,7 @@ def conversion_cache_dir() -> Path:
     cache cannot be created (a read-only or foreign home), so reading an
     Ingero file never needs a writable home.
     """
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    for candidate in (base / "gpuscope" / "imports", Path(tempfile.gettempdir()) / f"gpuscope-{os.getuid()}-imports"):
-        try:
-            candidate.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError:
-            continue
-        if os.access(candidate, os.W_OK | os.X_OK):
-            return candidate
-    raise DatabaseError(
-        f"{base / 'gpuscope' / 'imports'}: cannot create the cache for converted Ingero files",
+    return user_cache_dir(
+        "imports",
         remedy="set XDG_CACHE_HOME to a writable folder, or convert once with `gpuscope import FILE -o OUT.db`",
     )

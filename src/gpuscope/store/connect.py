@@ -1,9 +1,11 @@
-"""Open databases: ``connect_writer`` (migrates) and ``connect_reader`` (read-only)."""
+"""Open databases: ``connect_writer`` (checks, migrates) and ``connect_reader`` (read-only, leaves no trace)."""
 
 from __future__ import annotations
 
+import enum
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -11,7 +13,10 @@ from urllib.parse import quote
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
 from gpuscope.config import resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
+from gpuscope.store.integrity import READER_FULL_CHECK_BYTES, WRITER_FULL_CHECK_BYTES, first_problem, is_damage
+from gpuscope.store.liveness import PROC_LOCKS, recording_holders, wal_has_frames
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION, lookup_rows
+from gpuscope.store.snapshot import SourceChangedError, private_snapshot
 
 
 def default_db_path() -> Path:
@@ -29,38 +34,61 @@ def _schema_version(conn: sqlite3.Connection) -> int:
 def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """Open (creating if needed) a database for writing and bring its schema current.
 
-    Raises DatabaseError when the path cannot be written or is not a database,
-    SchemaTooNewError when it was written by a newer gpuscope.
+    An existing file is checked first (``gpuscope.store.integrity``): a damaged
+    recording is refused before anything is appended to it.
+
+    Raises DatabaseError when the path cannot be written, is not a database or
+    is damaged, SchemaTooNewError when it was written by a newer gpuscope.
     """
     p = Path(path).expanduser()
+    _require_writable(p)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(file_uri(p, "rwc"), uri=True, check_same_thread=False, isolation_level=None)
-        if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
-            # Only settable before the first table: lets --max-db give pages back.
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        conn.create_function("gs_hist_merge", 2, _hist_merge, deterministic=True)
-        if _schema_version(conn) == 0:
-            foreign = [
-                r[0]
-                for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-                if r[0] not in ("schema_migrations",) and not r[0].startswith("sqlite_")
-            ]
-            if foreign:
-                conn.close()
-                raise DatabaseError(
-                    f"{p}: not a gpuscope database (it has other tables: {', '.join(sorted(foreign)[:5])})",
-                    remedy="record into a new file with --db PATH; convert an Ingero file with `gpuscope import`",
-                )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
-        migrate(conn)
-    except sqlite3.DatabaseError as exc:
-        raise DatabaseError(f"{p}: {_describe(exc)}") from None
     except OSError as exc:
-        raise DatabaseError(f"{p}: cannot create: {exc.strerror}") from None
+        raise DatabaseError(f"{p}: cannot create its folder: {exc.strerror}") from None
+    try:
+        conn = sqlite3.connect(file_uri(p, "rwc"), uri=True, check_same_thread=False, isolation_level=None)
+        try:
+            _prepare_writer(conn, p)
+        except BaseException:
+            conn.close()
+            raise
+    except sqlite3.DatabaseError as exc:
+        raise _database_error(p, exc, DatabaseError.remedy) from None
     return conn
+
+
+def _prepare_writer(conn: sqlite3.Connection, p: Path) -> None:
+    existing = int(conn.execute("PRAGMA page_count").fetchone()[0]) > 0
+    if not existing:
+        # Only settable before the first table: lets --max-db give pages back.
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    conn.create_function("gs_hist_merge", 2, _hist_merge, deterministic=True)
+    if _schema_version(conn) == 0:
+        foreign = [
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if r[0] not in ("schema_migrations",) and not r[0].startswith("sqlite_")
+        ]
+        if foreign:
+            raise DatabaseError(
+                f"{p}: not a gpuscope database (it has other tables: {', '.join(sorted(foreign)[:5])})",
+                remedy="record into a new file with --db PATH; convert an Ingero file with `gpuscope import`",
+            )
+    if existing:
+        # Before the first write (journal_mode included): appending to a damaged
+        # file spreads the damage, and retention and incremental vacuum move
+        # pages anywhere in it.
+        size = p.stat().st_size
+        problem = first_problem(
+            conn, full=size <= WRITER_FULL_CHECK_BYTES, file_size=None if wal_has_frames(p) else size
+        )
+        if problem:
+            raise DatabaseError(f"{p}: is damaged ({problem})", remedy=WRITER_DAMAGE_REMEDY)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=5000")
+    migrate(conn)
 
 
 def _hist_merge(a: bytes | None, b: bytes | None) -> bytes:
@@ -79,31 +107,141 @@ def file_uri(path: str | os.PathLike[str], mode: str) -> str:
     return f"file:{quote(os.fspath(path))}?mode={mode}"
 
 
+class ReadMode(enum.Enum):
+    """How a recording is opened for reading, so that no file beside it is created or changed."""
+
+    CLOSED = "closed"
+    """Nobody has it open and its ``-wal`` is absent or empty: ``immutable=1``, no locks, no ``-wal``/``-shm``."""
+    LIVE = "live"
+    """A process has it open (a trace, another reader): plain ``mode=ro`` through the ``-wal``/``-shm`` it keeps."""
+    KILLED = "killed"
+    """Nobody has it open but its ``-wal`` holds commits (the writer was killed): a private snapshot is read."""
+
+
+def read_mode(path: str | os.PathLike[str]) -> ReadMode:
+    """How ``connect_reader`` would open the recording at ``path`` right now (learnt without opening it).
+
+    Where ``/proc/locks`` cannot be read, every recording counts as live:
+    plain ``mode=ro`` is always correct, only not always traceless.
+    """
+    if not os.access(PROC_LOCKS, os.R_OK) or recording_holders(path):
+        return ReadMode.LIVE
+    if wal_has_frames(path) or _hot_journal(path):
+        return ReadMode.KILLED
+    return ReadMode.CLOSED
+
+
+def _hot_journal(path: str | os.PathLike[str]) -> bool:
+    """A rollback journal left by a killed writer of a file not in WAL mode (an Ingero file, say)."""
+    try:
+        return os.path.getsize(f"{os.fspath(path)}-journal") > 0
+    except OSError:
+        return False
+
+
+def read_uri(path: str | os.PathLike[str]) -> tuple[str, ReadMode]:
+    """The URI that reads the recording at ``path`` without touching its folder, and how it reads it.
+
+    For ``ATTACH`` as much as for ``connect``. A closed recording is opened
+    ``immutable=1``: SQLite then takes no lock and never looks for, creates or
+    deletes a ``-wal``/``-shm``, so it reads from read-only folders and media
+    and leaves nothing behind. A live one is opened plain ``mode=ro``: its
+    writer keeps the ``-wal`` and ``-shm``, so nothing is created, and a
+    read-only connection never checkpoints, truncates or deletes them when it
+    closes; a reader who may not write the ``-shm`` (another user) reads
+    through SQLite's read-only shared memory. A killed one is read from a
+    private snapshot (``gpuscope.store.snapshot``).
+
+    The race that remains: a writer that opens a recording *after* a reader
+    chose ``immutable=1`` (a new ``gpuscope trace --db`` on the same file)
+    changes pages under a reader that takes no lock; that reader may then
+    miss rows or stop with "database disk image is malformed", and a rerun
+    reads it as live. Likewise a writer closing between the choice and the
+    open of a live reader leaves that reader to create an empty ``-wal`` and
+    ``-shm``. Both windows are as short as a read; neither loses data.
+    """
+    p = Path(path)
+    for _attempt in range(3):
+        mode = read_mode(p)
+        if mode is ReadMode.LIVE:
+            return file_uri(p, "ro"), mode
+        if mode is ReadMode.CLOSED:
+            return file_uri(p, "ro") + "&immutable=1", mode
+        try:
+            return file_uri(private_snapshot(p), "ro") + "&immutable=1", mode
+        except SourceChangedError:
+            continue  # a writer opened it while it was copied: choose again
+        except PermissionError as exc:
+            raise _permission_denied(p, Path(exc.filename or p)) from None
+    # Still changing after three copies: a writer is at work, so read it as live.
+    return file_uri(p, "ro"), ReadMode.LIVE
+
+
+def open_read_only(path: str | os.PathLike[str]) -> tuple[sqlite3.Connection, ReadMode]:
+    """A ``query_only`` connection to any SQLite file (no gpuscope checks), and how it was opened.
+
+    Raises DatabaseError for a missing or unreadable file.
+    """
+    p = Path(path).expanduser()
+    _require_readable(p)
+    uri, mode = read_uri(p)
+    if mode is ReadMode.LIVE:
+        for companion in (Path(f"{p}-wal"), Path(f"{p}-shm")):
+            if os.path.exists(companion) and not os.access(companion, os.R_OK, effective_ids=True):
+                raise _permission_denied(p, companion)
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.execute("PRAGMA query_only=1")
+    except sqlite3.DatabaseError as exc:
+        raise _database_error(p, exc, _READER_REMEDY) from None
+    return conn, mode
+
+
 def connect_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open an existing gpuscope database read-only (``mode=ro`` and ``query_only``).
+    """Open an existing gpuscope database read-only, leaving no file beside it (see ``read_uri``).
 
     Never migrates: reading an archive must not change it. Files of other
     formats are opened through ``gpuscope.recording.open_recording``.
+
+    Raises DatabaseError (missing, unreadable, not gpuscope's, damaged) or
+    SchemaTooNewError.
     """
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
+    conn, mode = open_read_only(p)
     try:
-        conn = sqlite3.connect(file_uri(p, "ro"), uri=True, check_same_thread=False)
-        conn.execute("PRAGMA query_only=1")
+        verify_reader(conn, p, mode)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def verify_reader(conn: sqlite3.Connection, path: Path, mode: ReadMode) -> None:
+    """Refuse what ``open_read_only`` opened unless it is a sound gpuscope database of a schema this one reads.
+
+    A closed file (or the snapshot of a killed one) up to
+    ``READER_FULL_CHECK_BYTES`` gets a full ``quick_check``; a larger or live
+    one the bounded check (numbers in ``gpuscope.store.integrity``).
+    """
+    try:
         version = _schema_version(conn)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
     except sqlite3.DatabaseError as exc:
-        raise DatabaseError(f"{p}: {_describe(exc)}", remedy="check the file is a gpuscope database") from None
+        raise _database_error(path, exc, _READER_REMEDY) from None
     if version > SCHEMA_VERSION:
-        conn.close()
-        raise SchemaTooNewError(f"{p}: schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
+        raise SchemaTooNewError(f"{path}: schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
     if "event_log" not in tables:
-        conn.close()
         raise DatabaseError(
-            f"{p}: not a gpuscope database (no event_log table)", remedy="pass a database written by `gpuscope trace`"
+            f"{path}: not a gpuscope database (no event_log table)",
+            remedy="pass a database written by `gpuscope trace`",
         )
-    return conn
+    if mode is ReadMode.LIVE:
+        problem = first_problem(conn, full=False)
+    else:
+        size = os.stat(database_path(conn)).st_size
+        problem = first_problem(conn, full=size <= READER_FULL_CHECK_BYTES, file_size=size)
+    if problem:
+        raise DatabaseError(f"{path}: is damaged ({problem})", remedy=READER_DAMAGE_REMEDY)
 
 
 def database_path(conn: sqlite3.Connection) -> str:
@@ -112,10 +250,8 @@ def database_path(conn: sqlite3.Connection) -> str:
 
 
 def connect_probe(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open any SQLite file read-only to look at its schema (no gpuscope checks)."""
-    conn = sqlite3.connect(file_uri(path, "ro"), uri=True)
-    conn.execute("PRAGMA query_only=1")
-    return conn
+    """Open any SQLite file read-only to look at its schema (no gpuscope checks), as readers open one."""
+    return open_read_only(path)[0]
 
 
 def table_names(conn: sqlite3.Connection) -> set[str]:
@@ -168,10 +304,77 @@ def _statements(sql: str) -> list[str]:
     return out
 
 
-def _describe(exc: sqlite3.DatabaseError) -> str:
+WRITER_DAMAGE_REMEDY = (
+    "record into a new file with --db NEW.db; salvage the rest with `sqlite3 OLD.db .recover | sqlite3 NEW.db`"
+)
+READER_DAMAGE_REMEDY = "salvage what is left with `sqlite3 FILE .recover | sqlite3 NEW.db` and read NEW.db"
+_READER_REMEDY = "check the file is a gpuscope database"
+_PERMISSION_REMEDY = "ask the file's owner for access (or run as that user), or pass another path with --db PATH"
+
+
+def _database_error(p: Path, exc: sqlite3.DatabaseError, remedy: str) -> DatabaseError:
+    """The one-line error for an SQLite failure on ``p``."""
     msg = str(exc)
-    if "file is not a database" in msg or "malformed" in msg:
-        return f"not a valid SQLite database ({msg})"
-    if "readonly" in msg or "unable to open" in msg:
-        return f"cannot write ({msg})"
-    return msg
+    if is_damage(exc) and "not a database" not in msg:
+        return DatabaseError(f"{p}: is damaged ({msg})", remedy=READER_DAMAGE_REMEDY)
+    if is_damage(exc):
+        return DatabaseError(f"{p}: not a valid SQLite database ({msg})", remedy=remedy)
+    if "readonly" in msg:
+        return DatabaseError(f"{p}: permission denied ({msg})", remedy=_PERMISSION_REMEDY)
+    return DatabaseError(f"{p}: {msg}", remedy=remedy)
+
+
+def _permission_denied(p: Path, what: Path, *, writing: bool = False) -> DatabaseError:
+    """``p``: permission denied, naming ``what`` when it is not ``p`` itself (its folder, its ``-wal``)."""
+    if what == p:
+        where = ""
+    elif os.path.isdir(what):
+        where = f" (folder {what})"
+    else:
+        where = f" ({what.name})"
+    if writing and _read_only_file_system(what):
+        where += " on a read-only file system"
+    return DatabaseError(f"{p}: permission denied{where}", remedy=_PERMISSION_REMEDY)
+
+
+def _read_only_file_system(path: Path) -> bool:
+    for candidate in (path, *path.parents):
+        try:
+            return bool(os.statvfs(candidate).f_flag & os.ST_RDONLY)
+        except OSError:
+            continue
+    return False
+
+
+def _require_readable(p: Path) -> None:
+    """Refuse a missing or unreadable file with a clear line (stat and access only: nothing is opened)."""
+    try:
+        st = os.stat(p)
+    except PermissionError:
+        raise _permission_denied(p, p.parent) from None
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
+    if not os.access(p, os.R_OK, effective_ids=True):
+        raise _permission_denied(p, p)
+
+
+def _require_writable(p: Path) -> None:
+    """Refuse a path this user may not write, or whose folder cannot take the ``-wal`` and ``-shm``."""
+    try:
+        exists = stat.S_ISREG(os.stat(p).st_mode)
+    except PermissionError:
+        raise _permission_denied(p, p.parent, writing=True) from None
+    except OSError:
+        exists = False
+    if exists and not os.access(p, os.W_OK, effective_ids=True):
+        raise _permission_denied(p, p, writing=True)
+    folder = next((d for d in p.parents if os.path.exists(d)), None)
+    # SQLite creates NAME-wal and NAME-shm beside the file: the folder must be writable too.
+    if folder is not None and not os.access(folder, os.W_OK | os.X_OK, effective_ids=True):
+        raise DatabaseError(
+            f"{p}: permission denied (folder {folder}: a recording needs its -wal and -shm beside it)"
+            + (" on a read-only file system" if _read_only_file_system(folder) else ""),
+            remedy="record into a folder you may write with --db PATH",
+        )

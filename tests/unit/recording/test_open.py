@@ -38,8 +38,7 @@ def test_a_recording_whose_name_holds_uri_characters_opens_as_itself(tmp_path: P
     finally:
         conn.close()
     assert events > 0
-    stray = {p.name for p in tmp_path.iterdir()} - set(before) - {f"{name}-wal", f"{name}-shm"}
-    assert stray == set()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_explain_reads_a_recording_named_with_a_hash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,3 +108,29 @@ def test_the_conversion_cache_falls_back_to_a_temporary_folder_when_home_cannot_
     # then it is a private folder under the temporary directory
     assert cache.parent == tmp_path / "tmp" and cache.is_dir()
     assert cache.stat().st_mode & 0o077 == 0
+
+
+def test_a_recording_is_opened_once_and_its_format_told_from_that_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a recording, and format sniffing that would fail if it were used
+    db = _recording(tmp_path / "r.db")
+    import gpuscope.recording.open as opening
+
+    def no_sniffing(path: object) -> Format:
+        raise AssertionError("open_recording sniffed the format with a separate open")
+
+    monkeypatch.setattr(opening, "detect_format", no_sniffing)
+    # when it is opened, then it reads without a second open
+    conn = open_recording(db)
+    try:
+        assert conn.execute("SELECT count(*) FROM event_log").fetchone()[0] > 0
+    finally:
+        conn.close()
+
+
+def test_telling_the_format_leaves_nothing_beside_the_recording(tmp_path: Path) -> None:
+    db = _recording(tmp_path / "r.db")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert detect_format(db) is Format.GPUSCOPE
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
