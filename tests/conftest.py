@@ -76,6 +76,19 @@ def build_standins(out: Path) -> StandinLibs:
     return StandinLibs(out, out / "libcudart.so.12", out / "libcuda.so.1", out / "libnccl.so.2")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Snapshots of killed recordings and Ingero conversions go to a cache of the test run, not the user's."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory: pytest.TempPathFactory) -> StandinLibs:
     """The stand-in libcudart.so.12 and libcuda.so.1, compiled for this test run."""

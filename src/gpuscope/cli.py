@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from gpuscope._version import __version__
 from gpuscope.commands import Command
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
+from gpuscope.store.connect import READER_DAMAGE_REMEDY
 
 COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "demo", "version"]
 
@@ -114,6 +115,9 @@ def _dispatch(argv: list[str] | None) -> int:
         if args.verbose >= 2:
             traceback.print_exc()
         print(f"error: database: {exc}", file=sys.stderr)
+        if "malformed" in str(exc):
+            # Damage deep in a large table passes the bounded check on open and shows only here.
+            print(f"  fix: the recording is damaged: {READER_DAMAGE_REMEDY}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

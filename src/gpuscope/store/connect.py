@@ -282,7 +282,10 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(f"PRAGMA user_version={m.version}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # SQLite has rolled back already after some errors (a full disk):
+            # a second ROLLBACK would replace the real error with its own.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
     sources, ops = lookup_rows()
     conn.execute("BEGIN")

@@ -33,7 +33,7 @@ from pathlib import Path
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database, ensure_op
-from gpuscope.store.connect import connect_reader, file_uri
+from gpuscope.store.connect import connect_reader, read_uri
 from gpuscope.store.liveness import recording_holders
 
 Progress = Callable[[str], None]
@@ -177,7 +177,8 @@ def set_clock_offset(conn: sqlite3.Connection, offset: ClockOffset, measured_at_
 
 @contextlib.contextmanager
 def _attached(out: sqlite3.Connection, path: Path) -> Iterator[None]:
-    out.execute("ATTACH DATABASE ? AS src", (file_uri(path, "ro"),))
+    # The same read path as every reader: nothing is created beside an input.
+    out.execute("ATTACH DATABASE ? AS src", (read_uri(path)[0],))
     try:
         yield
     finally:
