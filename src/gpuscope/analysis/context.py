@@ -31,6 +31,10 @@ class Context:
     ``attribution``: ranks, communicators and containers read from the
     recording's tables (rules read them with ``attribution_of``, which adds
     the communicators initialised in the window).
+    ``tracer_pids``: the recording agent's own processes. The CPU they take
+    from traced threads is the measured cost of tracing, not a cause: it is
+    left out of ``preempted_ns`` and ``preempting`` and counted apart in
+    ``tracer_preempted_ns``.
     """
 
     def __init__(
@@ -44,6 +48,7 @@ class Context:
         frees_recorded: bool = True,
         pids_without_frees: frozenset[int] = frozenset(),
         attribution: Attribution = EMPTY,
+        tracer_pids: frozenset[int] = frozenset(),
     ) -> None:
         self.frame = frame
         self.window = window
@@ -53,6 +58,7 @@ class Context:
         self.frees_recorded = frees_recorded
         self.pids_without_frees = pids_without_frees
         self.attribution = attribution
+        self.tracer_pids = tracer_pids
         self._groups: dict[tuple[int, bool], list[tuple[int, int, np.ndarray]]] = {}
 
     def op_summary(self, pid: int, op: int) -> tuple[int, int, int, int, int] | None:
@@ -84,12 +90,33 @@ class Context:
     def sched(self) -> np.ndarray:
         return np.flatnonzero(self.frame.op == SCHED)
 
-    def _offcpu(self, preempted: bool) -> np.ndarray:
-        f, c, s = self.frame, self.calls, self.sched
-        s = s[(f.arg0[s] != 0) == preempted]
-        if not preempted:
-            s = np.setdiff1d(s, self.stateless_sched, assume_unique=True)
+    def _offcpu(self, s: np.ndarray) -> np.ndarray:
+        """Per call: the time the off-CPU intervals ``s`` of its own thread cover."""
+        f, c = self.frame, self.calls
         return overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+
+    @cached_property
+    def _by_tracer(self) -> np.ndarray:
+        """Per sched row: True when the task that took the CPU belongs to the tracer."""
+        f, s = self.frame, self.sched
+        if not self.tracer_pids:
+            return np.zeros(len(s), dtype=bool)
+        by: np.ndarray = np.isin(f.handle[s] >> 32, np.fromiter(self.tracer_pids, dtype=np.int64))
+        by &= f.arg0[s] != 0
+        return by
+
+    @cached_property
+    def preempting(self) -> np.ndarray:
+        """sched_switch rows where another task took a traced thread's CPU (the tracer's own excepted)."""
+        f, s = self.frame, self.sched
+        rows: np.ndarray = s[(f.arg0[s] != 0) & ~self._by_tracer]
+        return rows
+
+    @cached_property
+    def tracer_preempting(self) -> np.ndarray:
+        """sched_switch rows where the tracer itself took a traced thread's CPU."""
+        rows: np.ndarray = self.sched[self._by_tracer]
+        return rows
 
     @cached_property
     def stateless_sched(self) -> np.ndarray:
@@ -104,13 +131,20 @@ class Context:
 
     @cached_property
     def preempted_ns(self) -> np.ndarray:
-        """Per call: time its thread was runnable but off CPU (another task had it)."""
-        return self._offcpu(True)
+        """Per call: time its thread was runnable but off CPU (another task, not the tracer, had it)."""
+        return self._offcpu(self.preempting)
+
+    @cached_property
+    def tracer_preempted_ns(self) -> np.ndarray:
+        """Per call: time its thread was runnable but the tracer had its CPU (tracing overhead)."""
+        return self._offcpu(self.tracer_preempting)
 
     @cached_property
     def voluntary_ns(self) -> np.ndarray:
         """Per call: time its thread was blocked by its own choice (sleep, wait, I/O)."""
-        return self._offcpu(False)
+        f, s = self.frame, self.sched
+        s = np.setdiff1d(s[f.arg0[s] == 0], self.stateless_sched, assume_unique=True)
+        return self._offcpu(s)
 
     @cached_property
     def cold(self) -> np.ndarray:

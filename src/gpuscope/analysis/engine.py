@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from gpuscope.analysis.attribution import EMPTY, Attribution, load_attribution
+from gpuscope.analysis.caveats import counted_by_source, window_caveats, with_caveats
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import (
     BUCKET_NS,
@@ -29,10 +30,12 @@ from gpuscope.analysis.frame import (
     recording_bounds,
 )
 from gpuscope.analysis.intervals import overlap_by_key
+from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
+from gpuscope.analysis.recording_state import RecordingState, read_recording_state
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError
-from gpuscope.model.findings import Finding, Severity
+from gpuscope.model.findings import Caveat, Finding, Severity
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.recording import open_recording
 from gpuscope.store.sessions_read import recording_origin_ns
@@ -59,6 +62,14 @@ class ExplainOptions:
 
 @dataclass(frozen=True, slots=True)
 class Report:
+    """Ranked findings and stats of a window.
+
+    ``recording``: how the recording's sessions ended and what each source
+    lost (None when analysed without the file); ``caveats``: the sources that
+    lost events in the window, which make its stats lower bounds;
+    ``overhead``: the tracer's own preemption of traced threads.
+    """
+
     window: Window
     findings: tuple[Finding, ...]
     stats: tuple[OpStats, ...]
@@ -66,6 +77,9 @@ class Report:
     stored: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     stats_from: str = "events"  # "aggregates": exact per-second counts, the same in every storage mode
+    recording: RecordingState | None = None
+    caveats: tuple[Caveat, ...] = ()
+    overhead: TracerOverhead | None = None
 
     def as_dict(self, per_process: bool = False) -> dict[str, object]:
         d: dict[str, object] = {
@@ -75,6 +89,9 @@ class Report:
             "stats_from": self.stats_from,
             "stored": self.stored,
             "notes": list(self.notes),
+            "recording": self.recording.as_dict() if self.recording is not None else None,
+            "caveats": [c.as_dict() for c in self.caveats],
+            "overhead": self.overhead.as_dict() if self.overhead is not None else None,
         }
         if per_process:
             d["per_process"] = [s.as_dict() for s in self.per_process]
@@ -146,6 +163,7 @@ def analyse(
     frees_recorded: bool = True,
     pids_without_frees: frozenset[int] = frozenset(),
     attribution: Attribution = EMPTY,
+    tracer: TracerIdentity = NO_TRACER,
 ) -> Report:
     """Evaluate every rule and rank findings: severity, then time lost.
 
@@ -153,6 +171,8 @@ def analyse(
     window's event count come from them; otherwise from the rows.
     ``attribution`` (ranks, communicators, containers; ``load_attribution``)
     lets the rules name who a process is; without it they name pids.
+    ``tracer`` (``identify_tracer``): the recording agent, whose CPU time is
+    reported as overhead and never as a cause.
     """
     ctx = Context(
         frame,
@@ -163,6 +183,7 @@ def analyse(
         frees_recorded=frees_recorded,
         pids_without_frees=pids_without_frees,
         attribution=attribution,
+        tracer_pids=tracer.pids,
     )
     findings: list[Finding] = []
     for rule in rules:
@@ -192,6 +213,7 @@ def analyse(
         tuple(per_process),
         notes=_stateless_note(ctx),
         stats_from="events" if aggregates is None else "aggregates",
+        overhead=measure_overhead(ctx, tracer),
     )
 
 
@@ -254,6 +276,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             no_frees = pids_without_frees(conn)
             # Ranks, communicators and containers, for the rules that name them.
             attribution = load_attribution(conn)
+            tracer = identify_tracer(conn)
         except sqlite3.DatabaseError as exc:
             raise DatabaseError(
                 f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
@@ -268,10 +291,27 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             frees_recorded=no_frees is not None,
             pids_without_frees=no_frees or frozenset(),
             attribution=attribution,
+            tracer=tracer,
         )
-        return _with_call_sites(conn, report)
+        report = _with_call_sites(conn, report)
+        # Drops are not per process: with --pid the counted events are a subset, so no share is given.
+        counted = None if opts.pids else counted_by_source(aggregates)
+        try:
+            state = read_recording_state(conn, path, window=report.window, counted=counted)
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseError(
+                f"{path}: cannot read its sessions ({exc})", remedy="check the file is a gpuscope database"
+            ) from None
+        return with_recording(report, state)
     finally:
         conn.close()
+
+
+def with_recording(report: Report, state: RecordingState) -> Report:
+    """The report with the recording's state, and caveats where events of a number's source were lost."""
+    return replace(
+        report, recording=state, findings=with_caveats(report.findings, state), caveats=window_caveats(state)
+    )
 
 
 def _with_call_sites(conn: sqlite3.Connection, report: Report) -> Report:

@@ -146,12 +146,44 @@ class Symptom:
         return d
 
 
+@dataclass(frozen=True, slots=True)
+class Caveat:
+    """Why some numbers are incomplete: events of one source were lost while they were measured.
+
+    ``kind`` is "lower-bound": counts and totals of that source are at least
+    what is shown. ``dropped``: events of ``source`` ("cuda", "driver",
+    "nccl", "host"; "stack" for call stacks) the kernel could not hand over
+    during the analysed window; ``unlocated``: more lost by a session that
+    overlaps the window, at times the recording does not say; ``share``:
+    ``dropped`` / (counted + ``dropped``) of that source in the window, when
+    the counts are known. ``text`` is the sentence shown to people.
+    """
+
+    kind: str
+    source: str
+    dropped: int
+    unlocated: int = 0
+    share: float | None = None
+    text: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "dropped": self.dropped,
+            "unlocated": self.unlocated,
+            "share": None if self.share is None else round(self.share, 4),
+            "text": self.text,
+        }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     """One ranked conclusion, built by keyword. ``lost_ns`` is the wall time the problem costs (for ranking).
 
     ``rule`` is the id of the rule that concluded it; ``kind`` names the
-    problem (the same as ``rule`` for every built-in rule).
+    problem (the same as ``rule`` for every built-in rule). ``caveats`` say
+    which of its numbers are lower bounds (events of their source were lost).
     """
 
     rule: str
@@ -162,6 +194,7 @@ class Finding:
     fix: str
     lost_ns: int = 0
     wall_ns: int = 0
+    caveats: tuple[Caveat, ...] = ()
 
     @property
     def id(self) -> str:
@@ -183,4 +216,5 @@ class Finding:
             "causes": [c.as_dict() for c in self.causes],
             "fix": self.fix,
             "impact": {"lost_ns": self.lost_ns, "wall_ns": self.wall_ns, "lost_share": round(self.lost_share, 4)},
+            "caveats": [c.as_dict() for c in self.caveats],
         }

@@ -22,12 +22,38 @@ def _stats_table(rows: tuple[OpStats, ...] | list[OpStats], limit: int = 12) -> 
     return out
 
 
+def _recording_lines(report: Report) -> list[str]:
+    """How the recording ended, what it lost (with the measured fix) and what tracing itself cost."""
+    lines: list[str] = []
+    rec = report.recording
+    if rec is not None:
+        lines.extend(f"Recording: {note}" for note in rec.notes())
+        if rec.advice:
+            lines.append(f"  fix: {rec.advice}")
+    o = report.overhead
+    if o is not None and o.preempted_ns > 0:
+        pids = ", ".join(str(p) for p in sorted(o.tracer.pids))
+        how = ", recognised by its name" if o.tracer.found_by != "sessions" else ""
+        lines.append(
+            f"Tracer overhead: gpuscope itself (pid {pids}{how}) kept the traced threads off their CPU for "
+            f"{fmt_ns(o.preempted_ns)} ({o.share:.0%} of the time they were preempted; {fmt_ns(o.in_calls_ns)} "
+            "inside CUDA calls): the measured cost of recording, not a cause"
+        )
+    return lines
+
+
+def _stats_caveats(report: Report) -> list[str]:
+    """The caveats of the CUDA call tables: host drops do not touch them."""
+    return [f"  caveat: {c.text}" for c in report.caveats if c.source != "host"]
+
+
 def render_report(report: Report, per_process: bool = False) -> str:
     w = report.window
     lines = [
         f"Window: {fmt_ns(w.length_ns)} ({w.events:,} events) ending "
         f"{fmt_ns(w.recording_end_ns - w.end_ns)} before the end of the recording"
     ]
+    lines.extend(_recording_lines(report))
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     if report.findings:
         summary = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items(), reverse=True) if n)
@@ -48,11 +74,13 @@ def render_report(report: Report, per_process: bool = False) -> str:
         for c in f.causes:
             for ev in c.evidence:
                 lines.append(f"   - {ev}")
+        lines.extend(f"   caveat: {c.text}" for c in f.caveats)
         lines.append(f"   fix: {f.fix}")
     if report.stats:
         lines.append("")
         lines.append("CUDA API summary:")
         lines.extend(_stats_table(report.stats))
+        lines.extend(_stats_caveats(report))
     if per_process and report.per_process:
         lines.append("")
         lines.append("Per process:")
@@ -60,6 +88,7 @@ def render_report(report: Report, per_process: bool = False) -> str:
             rows = [s for s in report.per_process if s.pid == pid]
             lines.append(f" pid {pid}: {sum(r.count for r in rows):,} calls")
             lines.extend(_stats_table(rows))
+        lines.extend(_stats_caveats(report))
         pids = {s.pid for s in report.per_process}
         if len(pids) > 1:
             lines.append(f" {len(pids)} processes share the GPU (see gpu-contention findings for the effect)")

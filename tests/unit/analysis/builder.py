@@ -12,10 +12,14 @@ from gpuscope.analysis.context import Context
 from gpuscope.analysis.engine import Report, analyse
 from gpuscope.analysis.frame import EventFrame, Window
 from gpuscope.model.ops import Op
+from gpuscope.store.aggregates import insert_drops
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.sessions_write import SessionCounts, close_session, mark_committed
 
 MS = 1_000_000
 US = 1_000
+S = 1_000_000_000
+WALL0 = 1_700_000_000_000_000_000  # the wall-clock start of ``to_db``'s session (its monotonic start is 0)
 
 
 @dataclass
@@ -93,10 +97,12 @@ class Events:
     def kinds(self) -> list[str]:
         return [f.kind for f in self.report().findings]
 
-    def to_db(self, path: Path) -> Path:
+    def to_db(self, path: Path, *, agent_pid: int | None = None) -> Path:
+        """Write the rows as session 1 (left open: ``end_session`` closes it); ``agent_pid``: its tracer."""
         conn = connect_writer(path)
         conn.execute(
-            "INSERT INTO sessions(uuid, node, started_wall_ns, started_mono_ns) VALUES ('t', 'n', 1700000000000000000, 0)"
+            "INSERT INTO sessions(uuid, node, started_wall_ns, started_mono_ns, agent_pid) VALUES ('t', 'n', ?, 0, ?)",
+            (WALL0, agent_pid),
         )
         conn.execute("INSERT INTO comms(id, comm) VALUES (1, 'train')")
         for pid, comm in self.comms.items():
@@ -119,3 +125,45 @@ def steady_training(ev: Events, n: int = 200, pid: int = 100, start: int = 0, pe
         ev.add(Op.cudaStreamSynchronize, t + 10 * US, 50 * US, pid)
         syncs.append(t + 10 * US)
     return syncs
+
+
+def end_session(
+    path: Path,
+    at_ns: int,
+    *,
+    end_reason: str = "stopped",
+    recorded: int = 0,
+    drops: dict[str, int] | None = None,
+) -> None:
+    """Close session 1 at monotonic ``at_ns`` the way an agent does: final counters, stop time, reason.
+
+    ``drops``: the tracer's counters by name (``drop_cuda``, ...); ``dropped`` is set to their event total.
+    """
+    counters = dict(drops or {})
+    dropped = sum(counters.get(k, 0) for k in ("drop_cuda", "drop_driver", "drop_host", "drop_nccl"))
+    counters["dropped"] = dropped
+    conn = connect_writer(path)
+    close_session(
+        conn,
+        1,
+        SessionCounts(recorded, dropped, counters, (), ()),
+        stopped_wall_ns=WALL0 + at_ns,
+        stopped_mono_ns=at_ns,
+        end_reason=end_reason,
+    )
+    conn.close()
+
+
+def commit_until(path: Path, at_ns: int) -> None:
+    """Say, as a running agent does at each commit, that session 1 is complete up to monotonic ``at_ns``."""
+    conn = connect_writer(path)
+    mark_committed(conn, 1, WALL0 + at_ns, at_ns)
+    conn.close()
+
+
+def log_drops(path: Path, by_second: dict[int, dict[str, int]]) -> None:
+    """Store when session 1 dropped events: {monotonic second (ns): {source: events}}."""
+    conn = connect_writer(path)
+    for bucket, drops in by_second.items():
+        insert_drops(conn, 1, bucket, drops)
+    conn.close()

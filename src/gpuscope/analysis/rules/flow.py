@@ -111,7 +111,9 @@ class SyncStallRule:
             # Union over threads: time at least one thread waited, so shares stay <= 100%.
             s, e = merge(f.ts[c[pos]], f.ts[c[pos]] + f.dur[c[pos]])
             total = int((e - s).sum())
-            host = int(ctx.preempted_ns[pos].sum()) * total // max(int(f.dur[c[pos]].sum()), 1)
+            # Preemption by the tracer too: it is not GPU work either, though never a cause to report.
+            preempted = int(ctx.preempted_ns[pos].sum()) + int(ctx.tracer_preempted_ns[pos].sum())
+            host = preempted * total // max(int(f.dur[c[pos]].sum()), 1)
             if total < SYNC_SHARE * wall or host > HOST_EXPLAINED_MAX * total:
                 continue
             # Waiting while another process's work holds the GPU is gpu-contention, not this process's own load.

@@ -19,9 +19,13 @@ BURST_MAX_NS = 100_000_000
 
 
 def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tuple[list[str], tuple[Culprit, ...]]:
-    """Which tasks took the CPU from this process's threads during its calls, by overlapped time."""
-    f, c, s = ctx.frame, ctx.calls, ctx.sched
-    s = s[(f.arg0[s] != 0) & (f.pid[s] == pid)]
+    """Which tasks took the CPU from this process's threads during its calls, by overlapped time.
+
+    The tracer is never one of them (``Context.preempting``): its CPU time is
+    the measured overhead of recording, reported apart, not a task to move.
+    """
+    f, c, s = ctx.frame, ctx.calls, ctx.preempting
+    s = s[f.pid[s] == pid]
     mine = c[f.pid[c] == pid]
     if other_cgroup_only:
         s = s[f.stream[s] != f.cgroup[s]]
@@ -81,8 +85,8 @@ class NoisyNeighbourRule:
     id = "noisy-neighbour"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c, s = ctx.frame, ctx.calls, ctx.sched
-        s = s[(f.arg0[s] != 0) & (f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
+        f, c, s = ctx.frame, ctx.calls, ctx.preempting
+        s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
         if len(s) == 0:
             return []
         cause = overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])

@@ -281,9 +281,13 @@ class NcclStragglerRule:
 
     def _off_cpu_per_step(self, ctx: Context, s: RankSteps, lag: Lag, preempted: bool) -> tuple[float, np.ndarray]:
         """Off-CPU time of the rank's threads inside its slow part of each step, per step; and the rows."""
-        f, sched = ctx.frame, ctx.sched
-        rows = sched[(f.pid[sched] == s.member.pid) & ((f.arg0[sched] != 0) == preempted)]
-        if not preempted:
+        f = ctx.frame
+        if preempted:
+            # Preemption by the tracer is its measured overhead, never a rank's cause (Context.preempting).
+            rows = ctx.preempting[f.pid[ctx.preempting] == s.member.pid]
+        else:
+            sched = ctx.sched
+            rows = sched[(f.pid[sched] == s.member.pid) & (f.arg0[sched] == 0)]
             rows = rows[~np.isin(rows, ctx.stateless_sched)]
         q_start, q_end = (s.gap_start[1:], s.ts[1:]) if lag.measure == "gap" else (s.ts[:-1], s.ts[1:])
         if len(rows) == 0 or len(q_start) == 0:
