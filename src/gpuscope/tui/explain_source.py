@@ -12,6 +12,7 @@ while the trace is still running.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -136,7 +137,8 @@ class ExplainFindings:
             conn.close()
         if len(frame) == 0:
             return []
-        ctx = Context(frame, window, attribution=attribution)
+        # This process is the tracer: its CPU is overhead, never a cause to move away.
+        ctx = Context(frame, window, attribution=attribution, tracer_pids=frozenset({os.getpid()}))
         found: list[Finding] = []
         for rule in self.rules:
             found.extend(rule.evaluate(ctx))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
 from gpuscope.model.ops import Op
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.snapshot import LiveWindow, Preemptions
-from tests.unit.analysis.builder import MS, US, Events
+from tests.unit.analysis.builder import MS, US, Events, S, steady_training
+from tests.unit.analysis.test_explain_overhead import _preempt
 from tests.unit.analysis.test_rules_nccl import PIDS
 from tests.unit.analysis.test_rules_nccl_hang import _hung_job
 
@@ -92,3 +94,18 @@ def test_a_hung_rank_is_named_by_the_rank_the_recording_holds_for_it(tmp_path: P
     found = live.run_once()
     # then
     assert [(f.kind, f.symptom.pid, f.symptom.extra["rank"]) for f in found] == [("nccl-hang", PIDS[2], 2)]
+
+
+def test_the_live_rules_never_blame_the_tracer_for_preempting_traced_threads(tmp_path: Path) -> None:
+    # given syncs slowed by this very process (the tracer, in the live view) taking their CPU
+    me = os.getpid()
+    ev = Events(comms={100: "train", me: "gpuscope"})
+    _preempt(ev, steady_training(ev, 400), 4, 0, me)
+    db = ev.to_db(tmp_path / "live.db")
+    live = ExplainFindings(db, every_s=0.0, clock_ns=lambda: 4 * S + 100 * MS)
+    # when the live rules run
+    found = live.run_once()
+    # then no finding names the tracer as a cause
+    culprits = {c.pid for f in found for cause in f.causes for c in cause.culprits}
+    assert me not in culprits
+    assert "cpu-preemption" not in [f.kind for f in found]
