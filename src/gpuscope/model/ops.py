@@ -119,12 +119,16 @@ class OpInfo:
     description: str
 
 
+# Op ids are laid out by source: CUDA runtime < 64 <= driver < 128 <= NCCL < 192 <= host.
+FIRST_HOST_OP_ID = 192
+
+
 def source_of(op_id: int) -> Source:
     if op_id < 64:
         return Source.CUDA
     if op_id < 128:
         return Source.DRIVER
-    if op_id < 192:
+    if op_id < FIRST_HOST_OP_ID:
         return Source.NCCL
     return Source.HOST
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.connect import table_names
 
 AggregateRow = tuple[int, int, int, int, int, int, int, int, int, bytes | None]
@@ -39,7 +40,8 @@ def aggregate_rows(
     where = "bucket_ns > ? AND bucket_ns <= ?"
     params: list[int] = [after_bucket_ns, last_bucket_ns]
     if pids:
-        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
+        # Host events of every process stay (a neighbour's CPU is a cause); NCCL calls are GPU calls.
+        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= {FIRST_HOST_OP_ID})"
         params += list(pids)
     rows: list[AggregateRow] = conn.execute(
         "SELECT bucket_ns, pid, op_id, count, stored, sum_duration_ns, min_duration_ns, max_duration_ns, sum_bytes, "

@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.statement import Statement
 
 COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
@@ -84,7 +85,8 @@ def frame_row_chunks(
     where = "ts_ns <= ? AND ts_ns + duration_ns >= ?"
     params: list[int] = [end_ns, start_ns]
     if pids:
-        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= 128)"
+        # Host events of every process stay (a neighbour's CPU is a cause); NCCL calls are GPU calls.
+        where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= {FIRST_HOST_OP_ID})"
         params += list(pids)
     if thin:
         # A CASE over a few (pid, op) keys is evaluated in C per row: far cheaper than returning the row.

@@ -109,10 +109,12 @@ def test_frame_rows_are_the_events_that_overlap_the_window(tmp_path: Path) -> No
     assert [r[0] for r in rows] == [0, 20 * MS]
 
 
-def test_frame_rows_of_chosen_pids_keep_every_host_event(tmp_path: Path) -> None:
+def test_frame_rows_of_chosen_pids_keep_every_host_event_but_not_other_processes_gpu_calls(tmp_path: Path) -> None:
+    # given GPU calls of two processes (NCCL included: GPU calls too) and a host event of the other one
     ev = Events()
     ev.add(Op.cudaLaunchKernel, 0, 5 * US, pid=100)
     ev.add(Op.cudaLaunchKernel, 1 * MS, 5 * US, pid=200)
+    ev.add(Op.ncclAllReduce, 1 * MS, 5 * US, pid=200)
     ev.sched(2 * MS, 20 * US, pid=200, preempted=True)
     with reading(record(ev, tmp_path / "rec.db")) as conn:
         rows = _frame_rows(conn, pids=(100,))
