@@ -219,7 +219,11 @@ class SizeCap:
         transaction before it is committed all the same.
         """
         if _size(f"{self.path}-wal") > self.wal_bytes:
-            checkpoint(conn)
+            # PASSIVE: a TRUNCATE checkpoint locks readers out while it cuts the
+            # WAL (a `sqlite3` shell, which has no busy timeout, then fails with
+            # "database is locked"). Once everything is copied back, the next
+            # transaction starts the WAL over and journal_size_limit cuts it.
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         high = self.max_bytes * HIGH_WATER
         if self.max_bytes <= 0 or bytes_at_checkpoint(self.path) <= high:
             return False
