@@ -36,6 +36,7 @@ from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
+from gpuscope.model.drops import DROP_SOURCES
 from gpuscope.model.ops import Op
 from gpuscope.stacks.collector import StackCollector
 from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates, insert_drops
@@ -76,15 +77,6 @@ POLL_BUDGET_S = 0.1
 # on 2 CPUs: 1 << 15 dropped 70-74 % of a 2M-call burst, 1 << 17 59-64 %,
 # 1 << 18 57-61 %).
 READ_BATCH = 1 << 17
-# Kernel drop counters -> the source they cost (drop_log.source).
-DROP_SOURCES = {
-    "drop_cuda": "cuda",
-    "drop_driver": "driver",
-    "drop_nccl": "nccl",
-    "drop_host": "host",
-    "drop_stack": "stack",
-    "drop_aux": "exec",
-}
 
 
 class TraceSession:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.analysis.frame import BUCKET_NS, Window
-from gpuscope.model.drops import drop_advice
+from gpuscope.model.drops import DROP_SOURCES, drop_advice
 from gpuscope.store.aggregates_read import DropRow, drop_rows
 from gpuscope.store.events_read import event_span
 from gpuscope.store.liveness import recording_holders
@@ -40,15 +40,6 @@ from gpuscope.store.sessions_read import (
     session_states,
 )
 
-# The agent's drop counters (``sessions.drops``) and the source each costs, as ``drop_log.source`` names it.
-DROP_COUNTERS = {
-    "drop_cuda": "cuda",
-    "drop_driver": "driver",
-    "drop_nccl": "nccl",
-    "drop_host": "host",
-    "drop_stack": "stack",
-    "drop_aux": "exec",
-}
 # Sources whose losses are events (the ``dropped`` total); "stack" loses call stacks, "exec" command lines.
 EVENT_SOURCES = ("cuda", "driver", "nccl", "host")
 _SOURCE_ORDER = (*EVENT_SOURCES, "stack", "exec")
@@ -313,7 +304,7 @@ def session_statuses(
                 until_from,
                 s.events_recorded,
                 s.events_dropped,
-                {src: n for k, src in DROP_COUNTERS.items() if (n := s.drops.get(k, 0)) > 0},
+                {src: n for k, src in DROP_SOURCES.items() if (n := s.drops.get(k, 0)) > 0},
                 f,
             )
         )

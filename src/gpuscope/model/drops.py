@@ -24,6 +24,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# The tracer's drop counters (``sessions.drops``) and the source each costs, as ``drop_log.source`` names it.
+DROP_SOURCES = {
+    "drop_cuda": "cuda",
+    "drop_driver": "driver",
+    "drop_nccl": "nccl",
+    "drop_host": "host",
+    "drop_stack": "stack",
+    "drop_aux": "exec",
+}
+
 DEFAULT_RING_BYTES = 32 << 20
 LARGE_RING_BYTES = 128 << 20
 
