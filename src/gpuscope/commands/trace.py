@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 from typing import NoReturn
 
 from gpuscope.agent.launch import StopSignals, finish, launch_held
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
+from gpuscope.analysis.recording_state import iso_wall
 from gpuscope.commands._options import add_db_option, db_from_args, duration_s, size_bytes
 from gpuscope.config import load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, ProcessNotFoundError, UsageError
@@ -169,7 +169,8 @@ def _recording_failed(
     counters = session.finish()
     kept = session.writer.rows_written
     lost = session.writer.rows_lost
-    at = _clock(session.committed_wall_ns)
+    # The same "complete up to" time explain and query will show for this session.
+    at = iso_wall(session.committed_wall_ns) or "its start"
     what = f"the file system of {session.db_path} is full" if reason == "disk full" else reason
     print(f"\ngpuscope: recording stopped at {at}: {what}", file=sys.stderr)
     if proc is not None:
@@ -194,12 +195,6 @@ def _recording_failed(
         f"{counters.get('dropped', 0):,} events dropped in the kernel",
         remedy=remedy,
     )
-
-
-def _clock(wall_ns: int | None) -> str:
-    if wall_ns is None:
-        return "its start"
-    return datetime.fromtimestamp(wall_ns / 1e9).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -11,9 +11,11 @@ each moved page passes through the WAL: on a small cap that alone would
 carry the file past it. It runs only when the file is over the cap (an
 existing recording opened with a smaller one) and at a session's end.
 
-The WAL is bounded as well: checkpoints run every ``wal_autocheckpoint``
-pages, ``journal_size_limit`` truncates it after each, and the cap counts it
-twice (until a checkpoint truncates it, its pages are in both files). A
+The WAL is bounded as well: it is checkpointed after any commit that leaves
+it over a fraction of the cap (SQLite's own automatic checkpoint is off, see
+``SizeCap.configure``), ``journal_size_limit`` cuts it back when it starts
+over, and the cap counts it twice (until a checkpoint truncates it, its pages
+are in both files). A
 reader holding an old snapshot pins the WAL: it cannot be reset under the
 reader, and deleting rows then would not shorten it. While that keeps the
 recording at the cap, event rows are shed (counted, never stored; the
@@ -75,7 +77,7 @@ def usage(conn: sqlite3.Connection, path: Path) -> Usage:
         conn.execute("PRAGMA freelist_count").fetchone()[0]
     )
     wal_twice = 2 * _size(f"{path}-wal") + _size(f"{path}-shm")
-    return Usage(live * page + wal_twice, _size(str(path)) + wal_twice, page, live)
+    return Usage(live * page + wal_twice, bytes_at_checkpoint(path), page, live)
 
 
 def checkpoint(conn: sqlite3.Connection, *, wait: bool = False) -> bool:

@@ -1,10 +1,11 @@
 """The single writer: a thread that turns decoded event batches into rows.
 
-Batches come in through a queue bounded in rows. When SQLite cannot keep up,
-``put`` blocks, the collector stops draining, the BPF ring fills and the
-kernel side counts every record it cannot reserve: an event is either stored
-or counted as dropped, never lost in between. Transactions commit at least
-every 250 ms, so a killed agent loses only its last fraction of a second.
+Batches come in through a queue bounded in time (rows at the writer's
+measured pace). When SQLite cannot keep up, ``put`` blocks, the collector
+stops draining, the BPF ring fills and the kernel side counts every record
+it cannot reserve: an event is either stored or counted as dropped, never
+lost in between. Transactions commit at least every 200 ms (``Durability``),
+so a killed agent loses only its last fraction of a second.
 
 Everything else a recording writes (the session row, processes, cgroups,
 stacks, aggregates) goes through the same queue as a named store function,
@@ -279,10 +280,14 @@ class EventWriter:
                 item = nxt
             self._commit(newest)
 
-    def _take(self, batch: _Batch) -> int:
+    def _dequeued(self, batch: _Batch) -> None:
+        """A batch left the queue: make room for the producer waiting in ``put``."""
         with self._room:
             self._pending_rows -= len(batch.events)
             self._room.notify_all()
+
+    def _take(self, batch: _Batch) -> int:
+        self._dequeued(batch)
         if self.shed:
             self.rows_shed += len(batch.events)
             return 0
@@ -308,9 +313,7 @@ class EventWriter:
             if item is None:
                 return
             if isinstance(item, _Batch):
-                with self._room:
-                    self._pending_rows -= len(item.events)
-                    self._room.notify_all()
+                self._dequeued(item)
                 self._lost_here += len(item.events)
                 continue
             try:
