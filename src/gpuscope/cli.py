@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from gpuscope._version import __version__
 from gpuscope.commands import Command
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
-from gpuscope.store.connect import READER_DAMAGE_REMEDY
+from gpuscope.store.integrity import READER_DAMAGE_REMEDY
 
 COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "demo", "version"]
 

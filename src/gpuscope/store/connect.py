@@ -13,7 +13,14 @@ from urllib.parse import quote
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
 from gpuscope.config import resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
-from gpuscope.store.integrity import READER_FULL_CHECK_BYTES, WRITER_FULL_CHECK_BYTES, first_problem, is_damage
+from gpuscope.store.integrity import (
+    READER_DAMAGE_REMEDY,
+    READER_FULL_CHECK_BYTES,
+    WRITER_DAMAGE_REMEDY,
+    WRITER_FULL_CHECK_BYTES,
+    first_problem,
+    is_damage,
+)
 from gpuscope.store.liveness import PROC_LOCKS, recording_holders, wal_has_frames
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION, lookup_rows
 from gpuscope.store.snapshot import SourceChangedError, private_snapshot
@@ -307,10 +314,6 @@ def _statements(sql: str) -> list[str]:
     return out
 
 
-WRITER_DAMAGE_REMEDY = (
-    "record into a new file with --db NEW.db; salvage the rest with `sqlite3 OLD.db .recover | sqlite3 NEW.db`"
-)
-READER_DAMAGE_REMEDY = "salvage what is left with `sqlite3 FILE .recover | sqlite3 NEW.db` and read NEW.db"
 _READER_REMEDY = "check the file is a gpuscope database"
 _PERMISSION_REMEDY = "ask the file's owner for access (or run as that user), or pass another path with --db PATH"
 

@@ -38,6 +38,13 @@ _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 
 
+# The fix lines for a damaged recording: for one about to be appended to, and for one being read.
+WRITER_DAMAGE_REMEDY = (
+    "record into a new file with --db NEW.db; salvage the rest with `sqlite3 OLD.db .recover | sqlite3 NEW.db`"
+)
+READER_DAMAGE_REMEDY = "salvage what is left with `sqlite3 FILE .recover | sqlite3 NEW.db` and read NEW.db"
+
+
 def first_problem(conn: sqlite3.Connection, *, full: bool, file_size: int | None = None) -> str | None:
     """The first problem found in the ``main`` database of ``conn`` (one line), or None when it looks sound.
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gpuscope.errors import DatabaseError
+from gpuscope.store.integrity import READER_DAMAGE_REMEDY
 
 UNUSED_AFTER_S = 7 * 24 * 3600
 UNFINISHED_AFTER_S = 3600  # no copy takes an hour: its reader is dead
@@ -142,7 +143,7 @@ def _checkpoint(copy: Path, *, shown: Path) -> None:
     except sqlite3.DatabaseError as exc:
         raise DatabaseError(
             f"{shown}: its writer was killed and what it committed cannot be read ({exc})",
-            remedy="salvage what is left with `sqlite3 FILE .recover | sqlite3 NEW.db` and read NEW.db",
+            remedy=READER_DAMAGE_REMEDY,
         ) from None
     finally:
         conn.close()
