@@ -5,14 +5,12 @@ And a trace refuses to append to a damaged recording before it runs the command.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,11 +21,11 @@ import pytest
 
 from gpuscope.store.connect import ReadMode, read_mode
 from tests.conftest import run_gpuscope
+from tests.other_user import as_nobody
 from tests.privileged.support import LineReader, background, gpuscope_cmd
 from tests.unit.store.test_connect_integrity import leftmost_child, recording, root_page, smash
 
 HEADER_END = "Hit Ctrl-C to end."
-NOBODY = 65534
 
 
 # -- helpers -------------------------------------------------------------------
@@ -45,27 +43,6 @@ def shared_dir() -> Iterator[Path]:
             if sub.is_dir():
                 sub.chmod(0o755)
         shutil.rmtree(d)
-
-
-@functools.cache
-def _nobody_prefix() -> list[str] | None:
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return None
-    prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import gpuscope"], capture_output=True, timeout=60)
-    return prefix if probe.returncode == 0 else None
-
-
-def as_nobody(argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` as the user nobody, with a home and cache of its own (skips where impossible)."""
-    prefix = _nobody_prefix()
-    if prefix is None:
-        pytest.skip("cannot run this interpreter as the user nobody here")
-    home.mkdir(exist_ok=True)
-    os.chown(home, NOBODY, NOBODY)
-    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"))
-    return subprocess.run([*prefix, *argv], env=env, capture_output=True, text=True, timeout=120)
 
 
 def count_query(db: Path) -> list[str]:

@@ -8,7 +8,6 @@ this process cannot switch users.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import shutil
@@ -28,9 +27,9 @@ import pytest
 from gpuscope.errors import DatabaseError
 from gpuscope.recording import open_recording
 from gpuscope.store.connect import ReadMode, connect_reader, read_mode
+from tests.other_user import as_nobody
 from tests.unit.analysis.builder import Events, steady_training
 
-NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
 
 # A writer that commits ``N`` event rows, one transaction each, says so, then obeys stdin:
@@ -146,28 +145,6 @@ def killed_writer(db: Path, rows: int) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     assert Path(f"{db}-wal").stat().st_size > 32, "precondition: the commits are still in the -wal"
-
-
-@functools.cache
-def _nobody_prefix() -> list[str] | None:
-    """The command prefix that runs this interpreter as nobody, or None where that cannot be done."""
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() != 0 or setpriv is None:
-        return None
-    prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import gpuscope"], capture_output=True, timeout=60)
-    return prefix if probe.returncode == 0 else None
-
-
-def as_nobody(argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` as the user nobody, with a cache of its own under ``home`` (skips where impossible)."""
-    prefix = _nobody_prefix()
-    if prefix is None:
-        pytest.skip("cannot run this interpreter as the user nobody here")
-    home.mkdir(exist_ok=True)
-    os.chown(home, NOBODY, NOBODY)
-    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"))
-    return subprocess.run([*prefix, *argv], env=env, capture_output=True, text=True, timeout=120)
 
 
 def gpuscope_query(db: Path, sql: str = "SELECT count(*) AS n FROM events") -> list[str]:
