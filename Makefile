@@ -44,7 +44,12 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# bpftrace is the yardstick of bench/vs_bpftrace.py, not a dependency of gpuscope.
 bench: setup
+	@if command -v apt-get >/dev/null 2>&1 && ! command -v bpftrace >/dev/null 2>&1; then \
+	  echo "installing: bpftrace (for bench/vs_bpftrace.py)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace; \
+	fi
 	$(PY) bench/run.py
 
 clean:

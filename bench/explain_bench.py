@@ -1,6 +1,6 @@
 """Benchmark `gpuscope explain` over generated databases of 1M and 10M events.
 
-Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir /tmp/gsbench] [--keep] [--no-aggregates]
+Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir DIR] [--keep] [--no-aggregates]
 
 Events are generated inside SQLite with a recursive CTE (no Python loop per
 row): one traced process with four threads making a realistic mix of CUDA
@@ -144,7 +144,8 @@ print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000")
-    ap.add_argument("--dir", default="/tmp/gpuscope-bench")
+    # Under bench/.build (ignored by git), not /tmp: the 10M-event file is gigabytes, kept for --keep.
+    ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / ".build" / "explain"))
     ap.add_argument("--keep", action="store_true", help="reuse existing databases of the same size")
     ap.add_argument("--no-aggregates", action="store_true", help="rows only, as in files recorded before aggregates")
     args = ap.parse_args()

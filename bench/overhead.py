@@ -1,6 +1,6 @@
 """overhead: added cost per traced call, against the bare uprobe floor on the same function.
 
-Five configurations are measured in one run, interleaved repetition by
+Six configurations are measured in one run, interleaved repetition by
 repetition so that drift (frequency, noisy neighbours) hits all of them alike:
 
   a  no probe                               baseline ns/call
@@ -8,6 +8,8 @@ repetition so that drift (frequency, noisy neighbours) hits all of them alike:
   c  empty uprobe + empty uretprobe         floor, entry + return
   d  gpuscope, entry-only (entry_only=1)    compared with b
   e  gpuscope, entry + return (default)     compared with c
+  f  e with call stacks (the default stack policy; GPUSCOPE_BENCH_STACK_EVERY=N
+     sets the per-site full-stack interval, 1 = a full stack on every call)
 
 Every configuration attaches to every offset gpuscope's probe plan covers in
 the library (one uprobe_multi link per direction), so only the programs
@@ -51,14 +53,16 @@ from gpuscope.agent.discovery import CudaLibrary, Discovery, probe_plan
 from gpuscope.agent.tracer import TraceOptions, Tracer
 from gpuscope.bpf.loader import BpfObject
 from gpuscope.model.ops import Op
+from gpuscope.stacks.policy import DEFAULT_STACK_EVERY, stack_policy
 
-CONFIGS = ("a", "b", "c", "d", "e")
+CONFIGS = ("a", "b", "c", "d", "e", "f")
 LABELS = {
     "a": "no probe",
     "b": "empty uprobe",
     "c": "empty uprobe+uretprobe",
     "d": "gpuscope entry-only",
     "e": "gpuscope entry+return",
+    "f": "gpuscope entry+return with stacks",
 }
 TARGET_RATIO = 1.10
 
@@ -110,10 +114,17 @@ def _run_empty(exe: Path, empty: BpfObject, target: Target, iters: int, ret: boo
     return Run(ns, mean, -1, calls, 0)
 
 
-def _run_gpuscope(exe: Path, target: Target, iters: int, entry_only: bool) -> Run:
+def _stack_options() -> dict[str, object]:
+    """TraceOptions for config f: native stacks (the loop is C) under the stack policy."""
+    every = int(os.environ.get("GPUSCOPE_BENCH_STACK_EVERY", DEFAULT_STACK_EVERY))
+    return {"stacks": 1, "stack_policy": stack_policy(every)}
+
+
+def _run_gpuscope(exe: Path, target: Target, iters: int, entry_only: bool, stacks: bool = False) -> Run:
     # Unfiltered: the loop process becomes a target on its first call, as any
     # CUDA process would under `gpuscope trace` without --pid.
-    tracer = Tracer(TraceOptions(filter_targets=False, entry_only=entry_only, host=False))
+    extra = _stack_options() if stacks else {}
+    tracer = Tracer(TraceOptions(filter_targets=False, entry_only=entry_only, host=False, **extra))  # type: ignore[arg-type]
     try:
         tracer.attach_library(target.library)
         ns, mean, calls, pid = _call_loop(exe, target, iters)
@@ -174,8 +185,9 @@ def _prog_stats_rows(exe: Path, empty: BpfObject, target: Target, iters: int) ->
             _call_loop(exe, target, iters)
             stats[k] = _prog_ns_per_run()
             empty.detach_all()
-        for k, entry_only in (("d", True), ("e", False)):
-            tracer = Tracer(TraceOptions(filter_targets=False, entry_only=entry_only, host=False))
+        for k, entry_only in (("d", True), ("e", False), ("f", False)):
+            extra = _stack_options() if k == "f" else {}
+            tracer = Tracer(TraceOptions(filter_targets=False, entry_only=entry_only, host=False, **extra))  # type: ignore[arg-type]
             try:
                 tracer.attach_library(target.library)
                 _call_loop(exe, target, iters)
@@ -231,6 +243,7 @@ def run(quick: bool = False, function: str = "cudaLaunchKernel") -> list[Result]
         "c": lambda t: _run_empty(exe, empty, t, iters, ret=True),
         "d": lambda t: _run_gpuscope(exe, t, iters, entry_only=True),
         "e": lambda t: _run_gpuscope(exe, t, iters, entry_only=False),
+        "f": lambda t: _run_gpuscope(exe, t, iters, entry_only=False, stacks=True),
     }
     rows: list[Result] = []
     pin_to(CONSUMER_CPU)
@@ -261,7 +274,7 @@ def _rows(target: Target, runs: dict[str, list[Run]], iters: int, reps: int) -> 
     rows = [Result(bench, "a no probe", f"{base:.1f} ns/call", "", f"baseline; mean {mean['a']:.1f} ns")]
     for k in CONFIGS[1:]:
         note = f"mean +{mean[k] - mean['a']:.0f} ns"
-        if k in ("d", "e"):
+        if k in ("d", "e", "f"):
             got = [r.records for r in runs[k]]
             want = [r.expected for r in runs[k]]
             drops = sum(r.dropped for r in runs[k])

@@ -1,6 +1,6 @@
 """Run gpuscope's benchmarks and print one table: numbers beside their targets.
 
-    python bench/run.py [--quick] [overhead|drain|startup|kill ...]
+    python bench/run.py [--quick] [overhead|drain|startup|kill|vs_bpftrace|late_loads ...]
 
 Needs root (BPF, uprobes). Benchmarks report; they never fail on a missed
 target. Exit status: 0, or 1 when a benchmark could not run at all.
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import Result, render_table
 
-BENCHES = ("overhead", "drain", "startup", "kill")
+BENCHES = ("overhead", "drain", "startup", "kill", "vs_bpftrace", "late_loads")
 
 
 def _runner(name: str) -> Callable[[bool], list[Result]]:
@@ -37,6 +37,14 @@ def _runner(name: str) -> Callable[[bool], list[Result]]:
         import kill_bench
 
         return kill_bench.run
+    if name == "vs_bpftrace":
+        import vs_bpftrace
+
+        return vs_bpftrace.run
+    if name == "late_loads":
+        import late_loads
+
+        return late_loads.run
     import startup
 
     return startup.run

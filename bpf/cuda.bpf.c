@@ -32,11 +32,16 @@ struct gs_call {
 	__u64 out_ptr; /* where the API writes its result handle (cudaMalloc's devPtr) */
 	__u32 op;
 	__u32 _pad;
+	__u64 site; /* the call's site (gs_stack_header.site), for its event */
 };
 
+/* Per-thread state, one task-storage lookup per probe: the open calls, and
+ * the thread's cgroup v1 id, which costs ten dependent reads (~340 ns) and
+ * so is re-read only every 1024 records (in case the thread moved). */
 struct gs_call_stack {
 	__u32 depth;
-	__u32 _pad;
+	__u32 v1_age;
+	__u64 v1_id;
 	struct gs_call calls[GS_MAX_DEPTH];
 };
 
@@ -295,39 +300,23 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 	}
 }
 
-/* The v1 cgroup id costs ten dependent reads (~340 ns); cache it per thread
- * and re-read it every 1024 records, in case the thread moved. */
-struct gs_v1_cache {
-	__u64 id;
-	__u32 age;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct gs_v1_cache);
-} v1_cache SEC(".maps");
-
-static __always_inline __u64 gs_cached_cgroup_v1_id(void)
+static __always_inline __u64 gs_cached_cgroup_v1_id(struct task_struct *t, struct gs_call_stack *st)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-	struct gs_v1_cache *c = bpf_task_storage_get(&v1_cache, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-
-	if (!c)
+	if (!st)
 		return gs_cgroup_v1_id(t);
-	if (c->age == 0)
-		c->id = gs_cgroup_v1_id(t);
-	c->age = (c->age + 1) & 1023;
-	return c->id;
+	if (st->v1_age == 0)
+		st->v1_id = gs_cgroup_v1_id(t);
+	st->v1_age = (st->v1_age + 1) & 1023;
+	return st->v1_id;
 }
 
-static __always_inline void gs_fill_task(struct gs_event *e, __u64 pid_tgid)
+static __always_inline void gs_fill_task(struct gs_event *e, __u64 pid_tgid, struct task_struct *t,
+					 struct gs_call_stack *st)
 {
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->cgroup_id = bpf_get_current_cgroup_id();
-	e->cgroup_v1_id = gs_cached_cgroup_v1_id();
+	e->cgroup_v1_id = gs_cached_cgroup_v1_id(t, st);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 }
 
@@ -346,12 +335,20 @@ int gs_cuda_entry(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
+	struct task_struct *task = bpf_get_current_task_btf();
+	/* A thread that has its state was checked at its first traced call, and
+	 * a process leaves the target set only when its last thread exits: so the
+	 * target lookup runs once per thread, not once per call. */
+	struct gs_call_stack *st = bpf_task_storage_get(&call_stacks, task, 0, 0);
 
-	if (!gs_is_target(tgid)) {
-		if (filter_targets)
-			return 0;
-		__u8 one = 1;
-		bpf_map_update_elem(&targets, &tgid, &one, BPF_NOEXIST);
+	if (!st) {
+		if (!gs_is_target(tgid)) {
+			if (filter_targets)
+				return 0;
+			__u8 one = 1;
+			bpf_map_update_elem(&targets, &tgid, &one, BPF_NOEXIST);
+		}
+		st = bpf_task_storage_get(&call_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	}
 
 	if (entry_only) {
@@ -365,18 +362,17 @@ int gs_cuda_entry(struct pt_regs *ctx)
 		if (!e)
 			return 0;
 		e->ts_ns = bpf_ktime_get_ns();
-		if (sb)
+		if (sb) {
 			gs_stack_emit(sb, e->ts_ns);
-		gs_fill_task(e, pid_tgid);
+			e->site = sb->h.site;
+		}
+		gs_fill_task(e, pid_tgid, task, st);
 		gs_copy_call(e, &c);
 		e->flags = GS_FLAG_ENTRY_ONLY;
 		gs_submit(e);
 		return 0;
 	}
 
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct gs_call_stack *st =
-		bpf_task_storage_get(&call_stacks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st)
 		return 0;
 	__u32 d = st->depth;
@@ -393,8 +389,10 @@ int gs_cuda_entry(struct pt_regs *ctx)
 	/* Last, so the probe's own work is not counted in the call's duration
 	 * (only the stack record's copy into the ring is). */
 	c->ts_ns = bpf_ktime_get_ns();
-	if (sb)
+	if (sb) {
 		gs_stack_emit(sb, c->ts_ns);
+		c->site = sb->h.site;
+	}
 	return 0;
 }
 
@@ -405,13 +403,15 @@ int gs_cuda_return(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
 
-	/* Untraced processes never pushed a frame: not a mismatch, just not ours. */
-	if (filter_targets && !gs_is_target(pid_tgid >> 32))
-		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct gs_call_stack *st = bpf_task_storage_get(&call_stacks, task, 0, 0);
 
+	/* Only the entry checks the target set: a frame on this thread's stack
+	 * means the call was traced. Without one, an untraced process is not a
+	 * mismatch, just not ours (the lookup runs on this rare path only). */
 	if (!st || st->depth == 0 || st->depth > GS_MAX_DEPTH) {
+		if (filter_targets && !gs_is_target(pid_tgid >> 32))
+			return 0;
 		gs_count(GS_STAT_UNMATCHED_RET);
 		return 0;
 	}
@@ -437,8 +437,9 @@ int gs_cuda_return(struct pt_regs *ctx)
 		return 0;
 	e->ts_ns = c->ts_ns;
 	e->duration_ns = now - c->ts_ns;
-	gs_fill_task(e, pid_tgid);
+	gs_fill_task(e, pid_tgid, task, st);
 	gs_copy_call(e, c);
+	e->site = c->site;
 	e->ret = (__s32)PT_REGS_RC(ctx);
 	if (c->out_ptr && e->ret == 0)
 		e->handle = gs_read_u64((void *)c->out_ptr);

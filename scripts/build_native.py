@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-BPF_SOURCES = ["cuda", "host", "io", "net", "mem"]
+BPF_SOURCES = ["cuda", "host", "io", "net", "mem", "loads"]
 _ARCH = {"x86_64": "x86", "aarch64": "arm64"}
 
 

@@ -7,13 +7,20 @@ rewrites the README between the markers:
     <!-- sample:live -->     ... <!-- /sample:live -->
     <!-- sample:explain -->  ... <!-- /sample:explain -->
 
+The samples name no path of the machine that made them: the run records into
+``gpuscope.db`` in a scratch working directory (removed afterwards), as
+``gpuscope trace --db gpuscope.db`` would, and the package's folder is shown
+as ``…/site-packages/gpuscope``, where pip puts it. A sample that still shows
+a machine path (``machine_paths``) is not written.
+
 Usage: sudo .venv/bin/python scripts/readme_samples.py [--check] [--scale F]
---check exits 1 when the markers are missing instead of writing.
+--check writes nothing: it exits 1 when a marker is missing or a sample shows a machine path.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -23,12 +30,37 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 WIDTH = 100
 MARKERS = ("live", "explain")
+DB_NAME = "gpuscope.db"  # relative, so the live view's header shows just this name
+COMMAND = f"$ sudo gpuscope trace --db {DB_NAME} -- python train.py"
+PACKAGE_SHOWN = "…/site-packages/gpuscope"
+
+# Paths that belong to one machine or one run, wherever they appear in a document.
+_MACHINE_PATHS = re.compile(
+    r"""
+    (?<![\w.~-])(?:
+        /home/[\w.-]+                              # a user's home
+      | /Users/[\w.-]+
+      | /root(?=/|\b)                               # root's home
+      | /(?:var/)?tmp/(?:tmp|pytest-of-)[\w.-]*     # tempfile's tmpXXXXXXXX, pytest's folders
+      | /(?:var/)?tmp/[\w.]+(?:-[\w.]+)*-[a-z0-9_]{8}(?![\w.-])  # mkdtemp(prefix="name-"): name-XXXXXXXX
+      | /[\w./-]*/src/gpuscope(?=/|\b)              # the package inside a source checkout
+    )
+    """,
+    re.X,
+)
 
 
-def scrub(text: str, work: Path) -> str:
-    """Take this machine's paths out of a sample: the package as pip installs it, the demo's folder by a fixed name."""
-    package = str(ROOT / "src" / "gpuscope")
-    return text.replace(package, "…/site-packages/gpuscope").replace(str(work), "/tmp/gpuscope-demo")
+def machine_paths(text: str, checkout: Path = ROOT) -> list[str]:
+    """The paths in ``text`` that belong to one machine: the checkout, a home, a random temporary folder."""
+    found = [m.group(0) for m in _MACHINE_PATHS.finditer(text)]
+    if checkout != Path("/"):
+        found += re.findall(rf"{re.escape(str(checkout))}(?![\w.-])", text)
+    return found
+
+
+def scrub(text: str) -> str:
+    """Show the package where pip installs it instead of where this checkout holds it."""
+    return text.replace(str(ROOT / "src" / "gpuscope"), PACKAGE_SHOWN)
 
 
 def replace_section(text: str, name: str, body: str) -> str:
@@ -64,9 +96,12 @@ def main() -> int:
     args = ap.parse_args()
     text = README.read_text()
     if args.check:
-        missing = [m for m in MARKERS if section(text, m) is None]
-        print("missing: " + ", ".join(missing) if missing else "ok")
-        return 1 if missing else 0
+        problems = [f"missing: {m}" for m in MARKERS if section(text, m) is None]
+        problems += [
+            f"machine path in the {m} sample: {p}" for m in MARKERS for p in machine_paths(section(text, m) or "")
+        ]
+        print("\n".join(problems) or "ok")
+        return 1 if problems else 0
     from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
     from gpuscope.render.explain import render_report
     from gpuscope.tui.snapshot import LiveSnapshot
@@ -78,18 +113,28 @@ def main() -> int:
         if not best or score >= sum(1 for f in best[0].findings if "preemption" in f):
             best[:] = [snap]
 
-    work = Path(tempfile.mkdtemp(prefix="gpuscope-readme-"))
-    with DemoRunner(work / "demo.db", scale=args.scale) as runner:
-        result = runner.run(REGISTRY.get("incident"), DemoMode.LIVE, snapshots=keep)
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="gpuscope-readme-") as work:
+        os.chdir(work)
+        try:
+            with DemoRunner(Path(DB_NAME), scale=args.scale) as runner:
+                result = runner.run(REGISTRY.get("incident"), DemoMode.LIVE, snapshots=keep)
+        finally:
+            os.chdir(here)
     if not best or not result.as_expected:
         print(f"the incident run did not end as expected (top: {result.top_kind}); README unchanged", file=sys.stderr)
         return 1
-    live = scrub(render_live(best[0]), work)
-    report = scrub(render_report(result.report), work)
-    text = replace_section(text, "live", "$ sudo gpuscope trace -- python train.py\n" + live)
-    text = replace_section(text, "explain", "$ gpuscope explain\n" + report)
-    README.write_text(text)
-    print(f"README.md samples regenerated from {result.db} (session {result.session_id})")
+    live = COMMAND + "\n" + scrub(render_live(best[0]))
+    report = "$ gpuscope explain\n" + scrub(render_report(result.report))
+    leaked = machine_paths(live + "\n" + report)
+    if leaked:
+        print(
+            f"a sample shows a path of this machine ({', '.join(sorted(set(leaked)))}); README unchanged",
+            file=sys.stderr,
+        )
+        return 1
+    README.write_text(replace_section(replace_section(text, "live", live), "explain", report))
+    print(f"README.md samples regenerated (session {result.session_id}; the recording was removed with its folder)")
     return 0
 
 

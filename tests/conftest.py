@@ -2,6 +2,13 @@
 
 Everything native the tests need is compiled here from the project's own C
 sources (native/standin, tests/workloads) into a session temp dir.
+
+The run has a temporary directory of its own (``TMPDIR``, for this process
+and every command it starts); pytest's ``tmp_path`` folders live in it too.
+Anything else found there at the end is something gpuscope or a test left
+behind: the run fails and names it. The folder is removed when pytest exits
+(pass ``--basetemp DIR`` to keep the tests' folders for a look), and the next
+run removes one whose run was killed before it could.
 """
 
 from __future__ import annotations
@@ -9,9 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +30,86 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN_SRC = ROOT / "native" / "standin"
 WORKLOADS_SRC = ROOT / "tests" / "workloads"
+
+
+# -- the run's own temporary directory --------------------------------------------
+
+_RUN_TMP_PREFIX = "gpuscope-tests-"
+_RUN_TMP_KEY = pytest.StashKey[Path]()
+_LEFT_BEHIND_KEY = pytest.StashKey[list[str]]()
+_OLD_TMPDIR_KEY = pytest.StashKey[str | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point TMPDIR at a fresh folder for this run, before pytest or any test asks for a temporary path."""
+    _remove_stale_run_folders(Path(tempfile.gettempdir()))
+    # The pid in the name lets a later run remove the folder of a run that was killed before it could.
+    run_tmp = Path(tempfile.mkdtemp(prefix=f"{_RUN_TMP_PREFIX}{os.getpid()}-"))
+    # Sticky and world-writable like /tmp: tests that run commands as another user need to reach it.
+    run_tmp.chmod(0o1777)
+    config.stash[_RUN_TMP_KEY] = run_tmp
+    config.stash[_OLD_TMPDIR_KEY] = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(run_tmp)
+    tempfile.tempdir = None  # tempfile caches the folder it chose first: make it read TMPDIR again
+
+
+def _remove_stale_run_folders(tmp: Path) -> None:
+    """Remove the folders that runs killed before their end left (their pytest process is gone)."""
+    for folder in tmp.glob(f"{_RUN_TMP_PREFIX}*-*"):
+        pid = folder.name[len(_RUN_TMP_PREFIX) :].split("-", 1)[0]
+        try:
+            ours = folder.is_dir() and folder.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if ours and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            _remove_tree(folder)
+
+
+def _remove_tree(folder: Path) -> None:
+    """Remove ``folder``, also where a test left a folder in it read-only (permission tests)."""
+    for parent, dirs, _ in os.walk(folder):
+        for name in dirs:
+            with suppress(OSError):
+                sub = os.path.join(parent, name)
+                os.chmod(sub, os.stat(sub).st_mode | stat.S_IRWXU)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def left_behind(run_tmp: Path) -> list[str]:
+    """What lies in the run's temporary directory besides pytest's own folders (``pytest-of-<user>``)."""
+    return sorted(p.name for p in run_tmp.iterdir() if not p.name.startswith("pytest-of-"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when something other than pytest's folders was left in the temporary directory."""
+    run_tmp = session.config.stash.get(_RUN_TMP_KEY, None)
+    if run_tmp is None or not run_tmp.is_dir():
+        return
+    left = left_behind(run_tmp)
+    session.config.stash[_LEFT_BEHIND_KEY] = left
+    if left and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT_BEHIND_KEY, [])
+    if left:
+        terminalreporter.section("left in the temporary directory", red=True)
+        terminalreporter.line(f"the run left {len(left)} entr{'y' if len(left) == 1 else 'ies'}: {', '.join(left)}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's temporary directory, pytest's folders included (``--basetemp DIR`` keeps them elsewhere)."""
+    run_tmp = config.stash.get(_RUN_TMP_KEY, None)
+    if run_tmp is None:
+        return
+    _remove_tree(run_tmp)
+    old = config.stash.get(_OLD_TMPDIR_KEY, None)
+    if old is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = old
+    tempfile.tempdir = None
 
 
 def _cc() -> str:
@@ -160,7 +250,7 @@ class TraceRun:
             conn.close()
 
     def op_counts(self) -> dict[str, int]:
-        return {str(op): int(n) for op, n in self.query("SELECT op, count(*) FROM events GROUP BY op")}
+        return {str(op): int(str(n)) for op, n in self.query("SELECT op, count(*) FROM events GROUP BY op")}
 
 
 def run_gpuscope(

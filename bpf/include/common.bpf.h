@@ -109,6 +109,7 @@ static __always_inline struct gs_event *gs_reserve(__u16 op)
 	e->stream = 0;
 	e->arg0 = 0;
 	e->arg1 = 0;
+	e->site = 0;
 	e->cgroup_v1_id = 0;
 	return e;
 }

@@ -132,7 +132,10 @@ enum gs_stat {
 	GS_STAT_DROP_NCCL = 6,    /* ring full: NCCL record lost */
 	GS_STAT_DROP_AUX = 7,     /* aux ring full: exec argv record lost */
 	GS_STAT_DROP_STACK = 8,   /* stack ring full: the call's stack record lost (the call is kept) */
-	GS_STAT_MAX = 9,
+	GS_STAT_HOLD = 9,         /* a process was stopped at its first mmap of an unknown CUDA library */
+	GS_STAT_HOLD_EXPIRED = 10,/* ... and resumed by the kernel's time bound, not by the agent */
+	GS_STAT_DROP_LOAD = 11,   /* load ring full: a late library load not reported */
+	GS_STAT_MAX = 12,
 };
 
 /*
@@ -180,6 +183,7 @@ struct gs_event {
 	__u64 arg0;
 	__u64 arg1;
 	__u64 cgroup_v1_id; /* memory-controller cgroup v1 id (hybrid hosts), else 0 */
+	__u64 site;         /* the call site whose last full stack this call has (gs_stack_header.site); 0: none */
 	char comm[GS_TASK_COMM_LEN];
 };
 
@@ -249,6 +253,82 @@ struct gs_stack_header {
 	__u64 ret_ip;    /* the return address at [sp] on entry: the direct caller */
 	__u64 ret_ino;   /* inode of the file mapped at ret_ip; 0 when anonymous */
 	__u64 ret_off;   /* file offset of ret_ip in that file */
+	__u64 site;      /* the call site's id (per process), 0 when none */
+};
+
+/* Call sites. A call whose site (thread, op, return address at [sp], the
+ * caller's return address, innermost Python code and instruction) was seen
+ * before takes no stack: its event names the site (gs_event.site) and user
+ * space gives it the site's last full stack. The first call at a site, and
+ * one call in N after it, take a full stack, which names the site too. */
+
+/*
+ * A code object's description, on the `stack_events` ring the first time a
+ * process's stack shows it (a per-process "seen" set in BPF), ahead of the
+ * stack record that refers to it. User space caches it by (pid, code), so
+ * Python frames resolve after the process has exited. The record is a
+ * gs_stack_header with op = GS_STACK_OP_CODE and no frames, then this. Strings are a compact str's raw
+ * characters (kind = bytes per character: 1 ASCII/latin-1, 2 UCS2, 4 UCS4;
+ * 0 = unreadable or not compact), cut at the array's size; *_len are the
+ * full lengths, in characters for strings, bytes for the line table.
+ */
+#define GS_STACK_OP_CODE 0xffff
+#define GS_CODE_NAME 128
+#define GS_CODE_FILE 256
+#define GS_CODE_LINETABLE 1024
+
+enum gs_code_flag {
+	GS_CODE_NOT_CODE = 1,   /* the frame's executable is not a code object (3.12+ shim frames) */
+	GS_CODE_UNREADABLE = 2, /* the code object itself could not be read */
+};
+
+struct gs_py_code {
+	__u64 code;             /* the code object's address */
+	__s32 firstlineno;
+	__u32 linetable_len;
+	__u32 qualname_len;
+	__u32 filename_len;
+	__u8 qualname_kind;
+	__u8 filename_kind;
+	__u16 flags;            /* enum gs_code_flag */
+	__u32 _pad;
+	char qualname[GS_CODE_NAME];
+	char filename[GS_CODE_FILE];
+	__u8 linetable[GS_CODE_LINETABLE];
+};
+
+/* A library file as the kernel names it: s_dev (major << 20 | minor) and inode. */
+struct gs_lib_key {
+	__u64 dev;
+	__u64 ino;
+};
+
+/* Values of the `lib_state` map (written by user space). */
+enum gs_lib_state {
+	GS_LIB_PROBED = 1,     /* probes attached */
+	GS_LIB_NOT_PROBED = 2, /* seen, and not a library gpuscope probes */
+};
+
+/* gs_load_event.held */
+enum gs_hold_kind {
+	GS_HOLD_NONE = 0,    /* not held: holds are off or unsupported */
+	GS_HOLD_STOPPED = 1, /* stopped (SIGSTOP) until user space resumes it */
+	GS_HOLD_VISIBLE = 2, /* not held: a debugger or a job-control shell would see the stop */
+};
+
+#define GS_LOAD_NAME 64
+
+/* On the `load_events` ring: a process mapped a CUDA library file that user
+ * space has not seen (bpf/loads.bpf.c). */
+struct gs_load_event {
+	__u64 ts_ns;
+	__u32 pid;
+	__u32 tid;
+	__u64 dev;
+	__u64 ino;
+	__s32 fd;   /* the descriptor the file was mapped from */
+	__u32 held; /* enum gs_hold_kind */
+	char name[GS_LOAD_NAME];
 };
 
 /* Where to find Python frames in one interpreter version (written by user
@@ -265,6 +345,13 @@ struct gs_py_offsets {
 	__u32 frame_instr;
 	__u32 tid_is_pthread;/* 3.10: thread_id is pthread_self(), the thread's fs base */
 	__u32 instr_is_int;  /* 3.10: f_lasti is a 4-byte instruction index */
+	/* code objects, read in BPF the first time a process shows one (gs_py_code) */
+	__u32 co_filename;
+	__u32 co_qualname;   /* co_name on 3.10 */
+	__u32 co_firstlineno;
+	__u32 co_linetable;
+	__u32 ascii_size;    /* sizeof(PyASCIIObject): where an ASCII str's characters start */
+	__u32 compact_size;  /* sizeof(PyCompactUnicodeObject): where a UCS1/2/4 str's start */
 	__u32 _pad;
 };
 

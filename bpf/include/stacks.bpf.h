@@ -39,7 +39,9 @@ struct {
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
 } stack_events SEC(".maps");
 
-/* op -> policy: 0 never, 1 every call, N >= 2 one call in N (per CPU). */
+/* op -> policy: 0 no stacks; 1 a full stack on every call; N >= 2 a full
+ * stack on the first call at each call site and on every Nth call there, a
+ * site reference (no frames) on the others. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, GS_OP_MAX);
@@ -47,12 +49,53 @@ struct {
 	__type(value, __u32);
 } stack_policy SEC(".maps");
 
+/* What tells call sites apart: cheap to read at every call (a handful of
+ * user reads), unlike a full unwind. */
+struct gs_site_key {
+	__u32 tgid;
+	__u32 tid;      /* per thread: threads often share a line but not their callers */
+	__u32 op;
+	__u32 _pad;
+	__u64 ret;      /* return address at [sp]: the direct caller */
+	__u64 ret2;     /* [rbp + 8]: the caller's caller, when it keeps frame pointers */
+	__u64 py_code;  /* innermost Python frame (cached thread state), 0 when none */
+	__u64 py_instr;
+};
+
+struct gs_site {
+	__u64 id;
+	__u64 calls; /* calls at the site since it was first seen */
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GS_OP_MAX);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gs_site_key);
+	__type(value, struct gs_site);
+} stack_sites SEC(".maps");
+
+/* Site ids: one counter, touched only on a site's first call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u32);
-} stack_counts SEC(".maps");
+	__type(value, __u64);
+} stack_site_ids SEC(".maps");
+
+/* A Python thread's state address, found by the full walk and kept with the
+ * task, so a site reference reads the innermost frame without walking the
+ * interpreter's thread list. `runtime` guards against an exec. */
+struct gs_py_thread {
+	__u64 tstate;
+	__u64 runtime;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct gs_py_thread);
+} py_threads SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -76,6 +119,10 @@ struct gs_stack_buf {
 	 * record is header, frames, window, with no gaps. */
 	__u64 window[GS_STACK_WINDOW];
 	__u64 sp; /* user sp at entry; not part of the record */
+	struct gs_site_key site_key;
+	__u64 tstate;   /* the walk's thread state, to cache */
+	__u32 new_site; /* first call at the site: record it once the stack is out */
+	__u32 full;     /* take and emit the full stack; 0: the call only names its site */
 };
 
 struct {
@@ -84,26 +131,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct gs_stack_buf);
 } stack_scratch SEC(".maps");
-
-/* Should this call carry a stack? Decided before any stack work. */
-static __always_inline int gs_stack_wanted(__u32 op)
-{
-	__u32 key = op & (GS_OP_MAX - 1);
-	__u32 *every, *n;
-
-	if (!stack_mode)
-		return 0;
-	every = bpf_map_lookup_elem(&stack_policy, &key);
-	if (!every || *every == 0)
-		return 0;
-	if (*every == 1)
-		return 1;
-	n = bpf_map_lookup_elem(&stack_counts, &key);
-	if (!n)
-		return 0;
-	*n += 1;
-	return *n % *every == 1 % *every;
-}
 
 struct gs_vma_ctx {
 	__u64 addr;
@@ -130,6 +157,145 @@ static __always_inline __u64 gs_user_u64(__u64 addr)
 	return v;
 }
 
+/* Code objects already described to user space, per process: a code record
+ * goes out only the first time a process's stack shows a code object. LRU,
+ * so a long run with endless generated code re-describes rather than stalls. */
+struct gs_py_seen_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 code;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct gs_py_seen_key);
+	__type(value, __u8);
+} py_code_seen SEC(".maps");
+
+/* The record: a stack header (op GS_STACK_OP_CODE, no frames), then the code. */
+struct gs_py_code_rec {
+	struct gs_stack_header h;
+	struct gs_py_code c;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gs_py_code_rec);
+} py_code_scratch SEC(".maps");
+
+/* The leading fields of a compact str (PyASCIIObject), the same on 3.10-3.13. */
+struct gs_py_str_head {
+	__u64 refcnt;
+	__u64 type;
+	__s64 length;
+	__u64 hash;
+	__u32 state;
+};
+
+/* Copy a compact str's characters (at most `cap` bytes); returns bytes per
+ * character, 0 when it is not a readable compact str. */
+static __always_inline __u8 gs_py_str(__u64 obj, const struct gs_py_offsets *o, char *dst, __u32 cap, __u32 *len)
+{
+	struct gs_py_str_head s;
+	__u64 kind, n; /* 64-bit: a 32-bit size is re-extended past the verifier's bound check */
+
+	if (!obj || bpf_probe_read_user(&s, sizeof(s), (void *)obj))
+		return 0;
+	kind = (s.state >> 2) & 7;
+	if (!((s.state >> 5) & 1) || (kind != 1 && kind != 2 && kind != 4) || s.length < 0 || s.length > 1 << 20)
+		return 0;
+	*len = s.length;
+	n = (__u64)s.length * kind;
+	if (n > cap)
+		n = cap;
+	/* Re-check after an opaque copy: clang would otherwise fold the bound
+	 * into a form the verifier cannot follow to the helper's size. */
+	barrier_var(n);
+	if (n > cap)
+		return 0;
+	if (bpf_probe_read_user(dst, n, (void *)(obj + ((s.state >> 6) & 1 ? o->ascii_size : o->compact_size))))
+		return 0;
+	return kind;
+}
+
+/* Describe a code object on the stack ring (a BPF-to-BPF call: the walk's
+ * loop stays small for the verifier, and this runs once per code object). */
+static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_offsets *o)
+{
+	__u32 zero = 0;
+	struct gs_py_code_rec *rec = bpf_map_lookup_elem(&py_code_scratch, &zero);
+	__u64 ptrs[4] = {}, type = 0, tp_name = 0, lt = 0;
+	char tname[8] = {};
+	__s64 size = 0;
+	__u64 n;
+
+	struct gs_py_code *r;
+
+	if (!rec || !o)
+		return 0;
+	__builtin_memset(&rec->h, 0, sizeof(rec->h));
+	rec->h.pid = tgid;
+	rec->h.op = GS_STACK_OP_CODE;
+	r = &rec->c;
+	r->code = code;
+	r->flags = 0;
+	r->firstlineno = 0;
+	r->linetable_len = r->qualname_len = r->filename_len = 0;
+	r->qualname_kind = r->filename_kind = 0;
+	/* ob_type->tp_name: frames of 3.12+ may run a non-code executable. */
+	type = gs_user_u64(code + 8);
+	tp_name = type ? gs_user_u64(type + 24) : 0;
+	if (!tp_name || bpf_probe_read_user(tname, 5, (void *)tp_name)) {
+		r->flags = GS_CODE_UNREADABLE;
+	} else if (tname[0] != 'c' || tname[1] != 'o' || tname[2] != 'd' || tname[3] != 'e' || tname[4]) {
+		r->flags = GS_CODE_NOT_CODE;
+	} else {
+		ptrs[0] = gs_user_u64(code + o->co_filename);
+		ptrs[1] = gs_user_u64(code + o->co_qualname);
+		ptrs[2] = gs_user_u64(code + o->co_linetable);
+		bpf_probe_read_user(&r->firstlineno, sizeof(r->firstlineno), (void *)(code + o->co_firstlineno));
+		r->filename_kind = gs_py_str(ptrs[0], o, r->filename, sizeof(r->filename), &r->filename_len);
+		r->qualname_kind = gs_py_str(ptrs[1], o, r->qualname, sizeof(r->qualname), &r->qualname_len);
+		/* bytes object: ob_size at 16, ob_sval at 32 */
+		lt = ptrs[2];
+		if (lt && !bpf_probe_read_user(&size, sizeof(size), (void *)(lt + 16)) && size >= 0) {
+			r->linetable_len = size;
+			n = size > sizeof(r->linetable) ? sizeof(r->linetable) : (__u64)size;
+			barrier_var(n);
+			if (n > sizeof(r->linetable))
+				n = 0;
+			if (bpf_probe_read_user(r->linetable, n, (void *)(lt + 32)))
+				r->flags = GS_CODE_UNREADABLE;
+		} else {
+			r->flags = GS_CODE_UNREADABLE;
+		}
+		if (!r->filename_kind || !r->qualname_kind)
+			r->flags = GS_CODE_UNREADABLE;
+	}
+	if (bpf_ringbuf_output(&stack_events, rec, sizeof(*rec), BPF_RB_NO_WAKEUP)) {
+		gs_count(GS_STAT_DROP_STACK);
+		return -1;
+	}
+	return 0;
+}
+
+/* First sight of this code object in this process: describe it. */
+static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, const struct gs_py_offsets *o)
+{
+	struct gs_py_seen_key k = {.tgid = tgid, .code = code};
+	__u8 one = 1;
+
+	if (!code || bpf_map_lookup_elem(&py_code_seen, &k))
+		return;
+	/* Marked seen only once described: a record lost to a full ring is
+	 * retried at the next stack that shows the object. */
+	if (!gs_py_describe(tgid, code, o))
+		bpf_map_update_elem(&py_code_seen, &k, &one, BPF_ANY);
+}
+
 static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u32 tid, struct task_struct *task)
 {
 	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
@@ -153,6 +319,7 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 	}
 	if (i == GS_PY_MAX_THREADS || !tstate)
 		return GS_PY_NO_THREAD;
+	b->tstate = tstate;
 	frame = gs_user_u64(tstate + o->tstate_frame);
 	if (o->cframe_frame >= 0 && frame)
 		frame = gs_user_u64(frame + (__u32)o->cframe_frame);
@@ -160,6 +327,7 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 		struct gs_py_frame *pf = &b->py[i];
 		pf->code = gs_user_u64(frame + o->frame_code);
 		pf->instr = gs_user_u64(frame + o->frame_instr);
+		gs_py_note_code(tgid, pf->code, o);
 		if (o->instr_is_int)
 			pf->instr &= 0xffffffff;
 		n = i + 1;
@@ -169,16 +337,68 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 	return GS_PY_OK;
 }
 
-/* Capture the stack into the per-CPU scratch buffer; NULL when not wanted. */
+/* The innermost Python frame through the thread's cached state; 0 when the
+ * thread has none cached yet (its first call takes the full walk). */
+static __always_inline int gs_py_innermost(struct gs_site_key *k, struct task_struct *task, __u32 tgid)
+{
+	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
+	struct gs_py_thread *th;
+	struct gs_py_offsets *o;
+	__u64 frame;
+	__u32 ver;
+
+	if (!proc)
+		return 1; /* not Python: nothing to add to the key */
+	ver = proc->version;
+	o = bpf_map_lookup_elem(&py_offsets, &ver);
+	if (!o || !o->frame_previous)
+		return 1;
+	th = bpf_task_storage_get(&py_threads, task, 0, 0);
+	if (!th || th->runtime != proc->runtime)
+		return 0;
+	frame = gs_user_u64(th->tstate + o->tstate_frame);
+	if (o->cframe_frame >= 0 && frame)
+		frame = gs_user_u64(frame + (__u32)o->cframe_frame);
+	if (!frame)
+		return 1;
+	k->py_code = gs_user_u64(frame + o->frame_code);
+	k->py_instr = gs_user_u64(frame + o->frame_instr);
+	return 1;
+}
+
+static __always_inline void gs_py_cache_thread(struct task_struct *task, __u32 tgid, __u64 tstate)
+{
+	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
+	struct gs_py_thread *th;
+
+	if (!proc || !tstate)
+		return;
+	th = bpf_task_storage_get(&py_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (th) {
+		th->tstate = tstate;
+		th->runtime = proc->runtime;
+	}
+}
+
+/* Capture the stack into the per-CPU scratch buffer; NULL when not wanted.
+ * `full` says whether it holds a full stack to emit; either way h.site names
+ * the call's site (0 when it has none), for its event. */
 static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx, __u32 op, __u64 pid_tgid)
 {
-	__u32 zero = 0;
+	__u32 zero = 0, key = op & (GS_OP_MAX - 1);
 	struct gs_stack_buf *b;
 	struct task_struct *task;
 	struct gs_vma_ctx vc = {};
+	struct gs_site *site;
+	__u64 fp[2] = {};
+	__u32 *every;
+	int cheap = 1;
 	long n;
 
-	if (!gs_stack_wanted(op))
+	if (!stack_mode)
+		return 0;
+	every = bpf_map_lookup_elem(&stack_policy, &key);
+	if (!every || *every == 0)
 		return 0;
 	b = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!b)
@@ -187,18 +407,59 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	b->h.pid = pid_tgid >> 32;
 	b->h.tid = (__u32)pid_tgid;
 	b->h.op = op;
+	b->h.n_native = 0;
 	b->h.n_py = 0;
 	b->h.py_status = GS_PY_NONE;
+	b->h.ret_ino = 0;
+	b->h.ret_off = 0;
+	b->h.site = 0;
+	b->full = 1;
 	b->sp = PT_REGS_SP(ctx);
-	n = bpf_get_stack(ctx, b->native, sizeof(b->native), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
-	b->h.n_native = n > 0 ? n / sizeof(struct gs_native_frame) : 0;
+	b->tstate = 0;
+	b->new_site = 0;
 	vc.addr = gs_user_u64(b->sp);
 	b->h.ret_ip = vc.addr;
+
+	/* The site: entry runs before the callee's prologue, so rbp is still
+	 * the caller's frame pointer and [rbp + 8] its return address. */
+	__builtin_memset(&b->site_key, 0, sizeof(b->site_key));
+	b->site_key.tgid = pid_tgid >> 32;
+	b->site_key.tid = (__u32)pid_tgid;
+	b->site_key.op = op;
+	b->site_key.ret = vc.addr;
+	if (stack_mode >= 2)
+		cheap = gs_py_innermost(&b->site_key, task, pid_tgid >> 32);
+	/* The innermost Python frame already tells a Python caller's sites
+	 * apart (and [rbp] there is the FFI's frame): the caller's caller is
+	 * read for native callers only. */
+	if (!b->site_key.py_code && PT_REGS_FP(ctx) && !bpf_probe_read_user(fp, sizeof(fp), (void *)PT_REGS_FP(ctx)))
+		b->site_key.ret2 = fp[1];
+	site = bpf_map_lookup_elem(&stack_sites, &b->site_key);
+	if (site) {
+		__u64 calls = __sync_fetch_and_add(&site->calls, 1) + 1;
+		b->h.site = site->id;
+		if (cheap && *every > 1 && calls % *every) {
+			b->full = 0;
+			return b;
+		}
+	} else if (cheap) {
+		__u64 *ids = bpf_map_lookup_elem(&stack_site_ids, &zero);
+		if (ids) {
+			b->h.site = __sync_fetch_and_add(ids, 1) + 1;
+			b->new_site = 1;
+		}
+	}
+
+	n = bpf_get_stack(ctx, b->native, sizeof(b->native), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+	b->h.n_native = n > 0 ? n / sizeof(struct gs_native_frame) : 0;
 	bpf_find_vma(task, vc.addr, gs_vma_cb, &vc, 0);
 	b->h.ret_ino = vc.ino;
 	b->h.ret_off = vc.off;
-	if (stack_mode >= 2)
+	if (stack_mode >= 2) {
 		b->h.py_status = gs_py_walk(b, pid_tgid >> 32, (__u32)pid_tgid, task);
+		if (b->h.py_status == GS_PY_OK)
+			gs_py_cache_thread(task, pid_tgid >> 32, b->tstate);
+	}
 	return b;
 }
 
@@ -208,6 +469,8 @@ static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 	__u64 size;
 	__u32 frames;
 
+	if (!b->full)
+		return;
 	b->h.ts_ns = ts_ns;
 	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
 	size = sizeof(b->h) + frames;
@@ -238,8 +501,16 @@ static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 	}
 	if (size > offsetof(struct gs_stack_buf, sp))
 		size = offsetof(struct gs_stack_buf, sp);
-	if (bpf_ringbuf_output(&stack_events, b, size, BPF_RB_NO_WAKEUP))
+	if (bpf_ringbuf_output(&stack_events, b, size, BPF_RB_NO_WAKEUP)) {
 		gs_count(GS_STAT_DROP_STACK);
+		return;
+	}
+	/* Known only once its stack is out: a site whose first record was
+	 * lost takes a full stack again at its next call. */
+	if (b->new_site) {
+		struct gs_site v = {.id = b->h.site, .calls = 1};
+		bpf_map_update_elem(&stack_sites, &b->site_key, &v, BPF_NOEXIST);
+	}
 }
 
 #endif /* GPUSCOPE_STACKS_BPF_H */

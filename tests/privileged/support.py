@@ -90,14 +90,14 @@ class LineReader:
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             try:
-                line = self._q.get(timeout=left)
+                got = self._q.get(timeout=left)
             except queue.Empty:
                 break
-            if line is None:
+            if got is None:
                 break
-            self.lines.append(line)
-            if predicate(line):
-                return line
+            self.lines.append(got)
+            if predicate(got):
+                return got
         raise AssertionError(f"no matching line within {timeout}s; got: {''.join(self.lines)!r}")
 
     def rest(self, timeout: float) -> str:

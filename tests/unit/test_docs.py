@@ -135,3 +135,21 @@ def test_every_option_of_the_command_is_described_in_its_guide(name: str) -> Non
     missing = [opt for opt in options if not re.search(rf"`{re.escape(opt)}[` ]", guide)]
     missing += [p for p in positionals if not re.search(rf"`[^`]*\b{re.escape(p)}\b[^`]*`", guide, flags=re.I)]
     assert not missing, f"options of gpuscope {name} not described in docs/{name}.md"
+
+
+def _load_readme_samples_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("readme_samples", ROOT / "scripts" / "readme_samples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_doc_shows_a_path_of_the_machine_it_was_written_on() -> None:
+    # given the README and every page under docs/ (samples and examples included)
+    machine_paths = _load_readme_samples_script().machine_paths
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+    # then none names this checkout, a home folder or a random temporary folder
+    found = {str(p.relative_to(ROOT)): machine_paths(p.read_text(), ROOT) for p in pages}
+    assert {page: paths for page, paths in found.items() if paths} == {}

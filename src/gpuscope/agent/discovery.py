@@ -223,3 +223,27 @@ class Discovery:
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 self.scan_process(int(entry))
+
+    def add_mapped(self, path: str, found_via: str) -> tuple[CudaLibrary | None, bool]:
+        """A library file a process has mapped: (the library, whether it is new).
+
+        ``path`` may reach the file through ``/proc/PID/root`` (another mount
+        namespace), so it is not resolved further; a copy already known by its
+        inode is returned as it is. None when the file is not one gpuscope probes.
+        """
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None, False
+        key = (st.st_dev, st.st_ino)
+        if key in self._libs:
+            return self._libs[key], False
+        kind = library_kind(path)
+        try:
+            if kind is None or not probe_plan(path):
+                return None, False
+        except (ElfError, OSError):
+            return None, False
+        lib = CudaLibrary(path, kind, _version_of(path), found_via, key)
+        self._libs[key] = lib
+        return lib, True

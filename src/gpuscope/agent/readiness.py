@@ -95,8 +95,36 @@ def check_probes() -> CheckResult:
     return CheckResult("gpuscope probes", Status.OK, f"ring buffer, task storage; attached {attached}")
 
 
+def check_late_loads() -> CheckResult:
+    """Libraries mapped after start: reported by the kernel, and their process held until attached."""
+    from gpuscope.agent.tracer import HOLD_MAX_S, TraceOptions, Tracer
+
+    name = "late library loads"
+    try:
+        t = Tracer(TraceOptions(ring_bytes=1 << 16, host=False))
+    except GpuscopeError as exc:
+        return CheckResult(name, Status.FAIL, str(exc), exc.remedy)
+    error = t.late_loads_error
+    t.close()
+    if error is not None:
+        return CheckResult(
+            name,
+            Status.WARN,
+            f"not reported ({error}): found by a once-a-second rescan, after their first calls",
+            "Linux 6.13+ reports each library at its first mapping and holds the process until it is attached",
+        )
+    if not features.can_hold_processes():
+        return CheckResult(
+            name,
+            Status.WARN,
+            "reported at their first mapping, attached without holding the process: its first calls may be missed",
+            "Linux 6.13+ (bpf_send_signal_task) lets gpuscope hold the process until the probes are attached",
+        )
+    return CheckResult(name, Status.OK, f"held at their first mapping until attached (at most {HOLD_MAX_S:g} s)")
+
+
 def check_uprobe_multi() -> CheckResult:
-    f = features.probe_uprobe_multi()
+    f = features.attach_uprobe_multi_link()
     if f.available:
         return CheckResult("uprobe_multi", Status.OK, f.detail)
     return CheckResult(
@@ -184,6 +212,7 @@ CHECKS: list[Callable[[], CheckResult | list[CheckResult]]] = [
     check_libbpf,
     check_bpf_load,
     check_probes,
+    check_late_loads,
     check_uprobe_multi,
     check_tracefs,
     check_cuda_libraries,

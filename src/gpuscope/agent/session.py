@@ -8,6 +8,8 @@ counters, the session row and library discovery for new target processes.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import platform
 import socket
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuscope._version import __version__
+from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, Discovery
 from gpuscope.agent.identity import (
     CgroupInfo,
@@ -30,10 +33,12 @@ from gpuscope.agent.identity import (
     rank_info,
     read_environ,
 )
+from gpuscope.agent.late_loads import LateLoads
 from gpuscope.agent.live_stats import LiveStats, Tick
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
+from gpuscope.bpf.features import can_hold_processes
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.drops import DROP_SOURCES
@@ -79,6 +84,15 @@ POLL_BUDGET_S = 0.1
 READ_BATCH = 1 << 17
 
 
+def _late_loads_mode(opts: TraceOptions, tracer: Tracer) -> str:
+    """How libraries mapped after start are handled: hold, attach (no hold), rescan (not reported), off."""
+    if not opts.late_loads:
+        return "off"
+    if tracer.late_loads_error is not None:
+        return "rescan"
+    return "hold" if opts.hold and can_hold_processes() else "attach"
+
+
 class TraceSession:
     """Record a trace into a database until ``stop`` says so."""
 
@@ -96,22 +110,34 @@ class TraceSession:
         record_all: bool = False,
         max_db_bytes: int = DEFAULT_MAX_DB,
         keep_first_s: float = 10.0,
+        tracer: Background[Tracer] | None = None,
     ) -> None:
         self.db_path = Path(db_path).expanduser()
         self.node = node or socket.gethostname()
-        self.opts = opts
-        self.discovery = Discovery()
-        self._explicit_libs = bool(libraries)
-        for path in libraries or []:
-            self.discovery.add(path, "--lib")
-        if not libraries:
-            if command:
-                self.discovery.scan_command(command, discovery_env or dict(os.environ))
-            elif scan_system:
-                self.discovery.scan_system(discovery_env)
-        self.stats = LiveStats()
-        self.conn = connect_writer(self.db_path)
-        self.tracer = Tracer(opts)
+        self.opts = opts = self.options_for(opts, libraries)
+        # The verifier takes a few hundred ms: the probes load on a thread
+        # (or already do, started by the caller with options_for's options)
+        # while discovery and the recording get ready.
+        loading = tracer or Background(lambda: Tracer(opts), name="gpuscope-load")
+        try:
+            self.discovery = Discovery()
+            self._explicit_libs = bool(libraries)
+            for path in libraries or []:
+                self.discovery.add(path, "--lib")
+            if not libraries:
+                if command:
+                    self.discovery.scan_command(command, discovery_env or dict(os.environ))
+                elif scan_system:
+                    self.discovery.scan_system(discovery_env)
+            self.stats = LiveStats()
+            # Called with each batch of events as it is stored (the live view's explain rules).
+            self.stored_listeners: list[Callable[[np.ndarray], None]] = []
+            self.conn = connect_writer(self.db_path)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                loading.result().close()
+            raise
+        self.tracer = loading.result()
         self.started_mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         self.started_wall_ns = time.time_ns()
         self.flags: dict[str, object] = {
@@ -123,6 +149,7 @@ class TraceSession:
             "storage": "all" if record_all else "selective",
             "max_db_bytes": max_db_bytes,
             "stacks": ["off", "native", "native+python"][opts.stacks],
+            "late_loads": _late_loads_mode(opts, self.tracer),
         }
         major, minor = libbpf().version()
         self.session_id = create_session(
@@ -179,8 +206,17 @@ class TraceSession:
         self._t0 = time.monotonic()
         for lib in self.discovery.libraries:
             self.tracer.attach_library(lib)
+        # Libraries mapped from now on are attached before their first call.
+        self.late_loads = LateLoads(self.tracer, self.discovery)
+        self.late_loads.start()
 
     # -- setup ---------------------------------------------------------------
+
+    @staticmethod
+    def options_for(opts: TraceOptions, libraries: list[str] | None) -> TraceOptions:
+        """The options the tracer of a session over ``libraries`` is loaded with."""
+        # The user named the libraries: trace those, and only those.
+        return dataclasses.replace(opts, late_loads=False) if libraries else opts
 
     def add_target(self, pid: int, *, before_exec: bool = False) -> None:
         """Trace a process (and its descendants).
@@ -215,7 +251,6 @@ class TraceSession:
                 break
             total += len(ev)
             new_pids = self.stats.update(ev)
-            self._store(ev)
             for pid in new_pids:
                 self._note_process(pid)
             self._note_communicators(ev)
@@ -224,6 +259,19 @@ class TraceSession:
             # After exec, the process is another program: refresh what we know.
             for pid in np.unique(ev["pid"][ev["op"] == Op.process_exec]).tolist():
                 self._note_process(pid, refresh=True)
+            # The full stacks of these calls were taken at their entries, so
+            # they are on the stack ring before their events (at their returns);
+            # read once the processes above are known, to name their frames.
+            self._drain_stacks()
+            self._store(ev)
+        self._read_aux()
+        if self.stacks is not None:
+            self._drain_stacks()
+            self.stacks.link(self.writer)
+        return total
+
+    def _read_aux(self) -> None:
+        """Exec records: argv, environment, and the new program for stacks."""
         for rec in self.tracer.read_aux():
             if rec.kind == AuxKind.EXEC_ENV:
                 self._exec_environ(rec.pid, rec.payload)
@@ -235,11 +283,17 @@ class TraceSession:
                 # exec replaced the program: its argv is the command line now
                 # (and a short-lived process may be gone before /proc is read).
                 self.writer.write(set_process_cmdline, self.session_id, rec.pid, argv, time.time_ns())
-        if self.stacks is not None:
-            for att in self.tracer.attached.values():
-                self.stacks.note_library(att.library.path)
-            self.stacks.drain(self.tracer.read_stacks(), self.writer)
-        return total
+
+    def _drain_stacks(self) -> int:
+        """Resolve what the stack ring holds (a bounded batch); return the records read."""
+        if self.stacks is None:
+            return 0
+        # A program's exec record is on the aux ring before its first stack:
+        # read it first, so the stacks name the program's frames.
+        self._read_aux()
+        for att in self.attached:
+            self.stacks.note_library(att.library.path)
+        return self.stacks.drain(self.tracer.read_stacks(), self.writer)
 
     @property
     def failure(self) -> str | None:
@@ -267,7 +321,8 @@ class TraceSession:
         self._save_counters(counters)
         self._log_drops(counters)
         self._flush_page_allocs()
-        if not self._explicit_libs:
+        if self.flags["late_loads"] == "rescan":
+            # The kernel cannot report late loads here: look for them in the maps.
             for pid in list(self.stats.pids)[:256]:
                 for lib in self.discovery.scan_process(pid):
                     self.tracer.attach_library(lib)
@@ -305,6 +360,8 @@ class TraceSession:
         # Rows the store could not keep (the aggregates still count their events).
         drops["rows_shed_db_cap"] = self.writer.rows_shed
         drops["rows_lost_store"] = self.writer.rows_lost
+        # Stored calls left without a stack: their site's full stack was lost to a full stack ring.
+        drops["stacks_unattributed"] = self.stacks.unattributed if self.stacks is not None else 0
         counts = SessionCounts(
             events_recorded=self.stats.events,
             events_dropped=counters["dropped"],
@@ -443,7 +500,10 @@ class TraceSession:
         """Count every event in the aggregates; store the rows the policy keeps."""
         keep = np.ones(len(ev), dtype=bool) if keep_all else self.policy.keep(ev, self.stats.per_op)
         self.aggregator.add(ev, keep)
-        self.writer.put(ev if keep.all() else ev[keep])
+        stored = ev if keep.all() else ev[keep]
+        self.writer.put(stored, self.stacks.stack_hashes(stored) if self.stacks is not None else None)
+        for listener in self.stored_listeners:
+            listener(stored)
 
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)
@@ -463,10 +523,22 @@ class TraceSession:
         if self._final is not None:
             return self._final
         tracer = self.tracer
-        # Detach first so nothing new arrives, then empty the ring.
+        self.late_loads.stop()
         libraries = self.attached
-        tracer.detach()
+        # Detach on a thread and drain meanwhile: closing the probes waits out
+        # RCU grace periods, a backlog in the ring needs the CPU. Once
+        # detached, nothing new arrives: the last poll empties the ring.
+        detaching = Background(tracer.detach, name="gpuscope-detach")
+        while not detaching.done():
+            if self.poll(POLL_BUDGET_S) == 0:
+                detaching.wait(POLL_INTERVAL_S)
+        detaching.result()
         self.poll()
+        if self.stacks is not None:
+            # Every full stack still on the ring, then the calls that wait for one.
+            while self._drain_stacks():
+                pass
+            self.stacks.link(self.writer, final=True)
         self._flush_page_allocs()
         self._flush_aggregates(None)
         self._log_drops(tracer.counters())

@@ -89,13 +89,30 @@ class StoragePolicy:
             sel = (ev["op"] == op) & ~keep
             keep[sel] = ev["duration_ns"][sel] > self.slow_factor * hist.percentile(50)
         keep |= self._first_of_runs(ev)
-        launches = np.flatnonzero(np.isin(ev["op"], _LAUNCH_OPS) & ~keep)
-        for i in launches.tolist():
-            key = (int(ev["pid"][i]), int(ev["handle"][i]))
-            if key not in self._seen_kernels:
-                self._seen_kernels.add(key)
-                keep[i] = True
-        # First launches that were kept for another reason still count as seen.
-        for i in np.flatnonzero(np.isin(ev["op"], _LAUNCH_OPS) & keep).tolist():
-            self._seen_kernels.add((int(ev["pid"][i]), int(ev["handle"][i])))
+        keep |= self._first_launches(ev, keep)
         return keep
+
+    def _first_launches(self, ev: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """The first not-yet-kept launch of each kernel (pid, function) never seen before.
+
+        Work per distinct kernel in the batch, not per launch: a batch holds
+        thousands of launches of a few dozen kernels.
+        """
+        out = np.zeros(len(ev), dtype=bool)
+        is_launch = np.isin(ev["op"], _LAUNCH_OPS)
+        if not is_launch.any():
+            return out
+        pids, handles = ev["pid"], ev["handle"]
+        for pid in np.unique(pids[is_launch]).tolist():
+            mine = is_launch & (pids == pid)
+            candidates = np.flatnonzero(mine & ~keep)
+            if len(candidates):
+                # return_index: the first occurrence of each handle, in arrival order.
+                uniq, first = np.unique(handles[candidates], return_index=True)
+                for h, i in zip(uniq.tolist(), candidates[first].tolist(), strict=True):
+                    if (pid, h) not in self._seen_kernels:
+                        out[i] = True
+            # Every kernel launched in this batch counts as seen now, whether
+            # its first launch was kept here or for another reason.
+            self._seen_kernels.update((pid, h) for h in np.unique(handles[mine]).tolist())
+        return out

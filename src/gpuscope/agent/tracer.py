@@ -7,8 +7,11 @@ map. It knows nothing about storage.
 
 from __future__ import annotations
 
+import enum
 import os
+import signal
 import struct
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,11 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
+from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
 from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader, VarReader
-from gpuscope.bpf.wire import DROP_STATS, STAT_SLOTS, Stat
-from gpuscope.errors import ProcessNotFoundError
+from gpuscope.bpf.wire import DROP_STATS, LOAD_EVENT_DTYPE, STAT_SLOTS, Stat
+from gpuscope.errors import BpfLoadError, ProcessNotFoundError
 from gpuscope.model.ops import Op
 
 HOST_PROGRAMS = {
@@ -45,32 +49,26 @@ HOST_DOMAINS = {
     },
 }
 AUX_RING_BYTES = 1 << 20
+LOAD_RING_BYTES = 256 << 10
+LOAD_PROGRAMS = ("gs_vm_unmapped_area", "gs_agent_exit", "gs_hold_sweep")
+# The longest the kernel keeps a process stopped at a late library load, even
+# when the agent cannot run (attaching takes milliseconds).
+HOLD_MAX_S = 2.0
 STACK_RING_BYTES = 8 << 20
 # How long programs that read the old page-counter generation may still run.
 _GEN_GRACE_S = 0.002
 
 
-@dataclass(frozen=True, slots=True)
-class TraceOptions:
-    """What to trace and how.
+class LibState(enum.IntEnum):
+    """What the kernel's ``lib_state`` map says of a library file (enum gs_lib_state)."""
 
-    filter_targets: only the given pids (and descendants); otherwise any
-        process that calls a probed API becomes a target.
-    entry_only: record calls at entry without durations (cheapest).
-    """
+    PROBED = 1
+    NOT_PROBED = 2  # not a library gpuscope probes (no probed symbol, unreadable)
 
-    filter_targets: bool = True
-    entry_only: bool = False
-    host: bool = True
-    wakeups: bool = True
-    ring_bytes: int = 32 << 20
-    force_classic_uprobes: bool = False
-    io: bool = True
-    tcp: bool = True
-    memory: bool = True
-    # 0 off, 1 native frames, 2 native + Python frames (see gpuscope.stacks.policy)
-    stacks: int = 2
-    stack_policy: tuple[tuple[int, int], ...] = ()
+
+def kernel_file_key(st: os.stat_result) -> tuple[int, int]:
+    """A file's (dev, inode) as BPF reads it from the inode: s_dev is MAJOR << 20 | MINOR."""
+    return (os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino
 
 
 @dataclass
@@ -98,6 +96,12 @@ class Tracer:
         self.ring: RingReader | None = None
         self.aux: AuxReader | None = None
         self.stack_ring: VarReader | None = None
+        self._loads: BpfObject | None = None
+        # Why libraries mapped after start are not reported (None: they are).
+        self.late_loads_error: str | None = None if opts.late_loads else "off"
+        self.load_ring: VarReader | None = None
+        # attach_library runs on the main thread and on the late-load watcher.
+        self._attach_lock = threading.Lock()
         self._page_gen = 0
         try:
             self._load()
@@ -153,8 +157,33 @@ class Tracer:
             for prog, tp in progs.items():
                 obj.attach_auto(prog)
                 self.host_links.append(tp)
+        if o.late_loads:
+            try:
+                self._load_late_loads(host)
+            except BpfLoadError as exc:
+                # An older kernel (no vm_unmapped_area BTF tracepoint, no
+                # bpf_task_pt_regs): the once-a-second rescan of target
+                # processes' maps still finds late libraries, after their first calls.
+                self.late_loads_error = str(exc)
+                if self._loads is not None:
+                    self._loads.close()
+                    self._loads = None
         self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
         self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
+
+    def _load_late_loads(self, host: BpfObject) -> None:
+        loads = BpfObject(object_path("loads.bpf.o"))
+        self._loads = loads
+        for m in ("targets", "stats"):
+            loads.reuse_map(m, host.map_fd(m))
+        loads.set_const("filter_targets", 1 if self.opts.filter_targets else 0)
+        loads.set_const("self_tgid", os.getpid())
+        loads.set_const("hold_enabled", 1 if self.opts.hold else 0)
+        loads.set_const("hold_max_ns", int(HOLD_MAX_S * 1e9))
+        loads.load()
+        for prog in LOAD_PROGRAMS:
+            loads.attach_auto(prog)
+        self.load_ring = VarReader(loads.map_fd("load_events"), LOAD_RING_BYTES)
 
     # -- targets -------------------------------------------------------------
 
@@ -170,6 +199,16 @@ class Tracer:
 
     def attach_library(self, lib: CudaLibrary) -> AttachedLibrary | None:
         """Attach entry (and return) probes to every probed API in one library."""
+        with self._attach_lock:
+            att = self._attach_library(lib)
+        if att is not None:
+            try:
+                self.mark_library(kernel_file_key(os.stat(lib.path)), LibState.PROBED)
+            except OSError:
+                pass
+        return att
+
+    def _attach_library(self, lib: CudaLibrary) -> AttachedLibrary | None:
         if lib.inode in self.attached or self._cuda is None:
             return None
         plan = probe_plan(lib.path)
@@ -190,6 +229,40 @@ class Tracer:
         att.ops.update(op for _, op, _ in plan)
         self.attached[lib.inode] = att
         return att
+
+    # -- libraries mapped after start -----------------------------------------
+
+    def mark_library(self, key: tuple[int, int], state: LibState) -> None:
+        """Tell the kernel a library file is dealt with: its next mappings are not reported."""
+        if self._loads is not None:
+            self._loads.lib.map_update(self._loads.map_fd("lib_state"), struct.pack("<QQ", *key), bytes([state]))
+
+    def read_loads(self) -> np.ndarray:
+        """Late library loads the kernel reported since the last read (LOAD_EVENT_DTYPE)."""
+        if self.load_ring is None:
+            return np.zeros(0, dtype=LOAD_EVENT_DTYPE)
+        recs = self.load_ring.read()
+        return np.frombuffer(b"".join(recs), dtype=LOAD_EVENT_DTYPE) if recs else np.zeros(0, LOAD_EVENT_DTYPE)
+
+    @property
+    def load_fd(self) -> int | None:
+        """A descriptor that polls readable when a late load is reported."""
+        return self._loads.map_fd("load_events") if self._loads is not None else None
+
+    def release(self, pid: int) -> None:
+        """Let a held process run again."""
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        if self._loads is not None:
+            self._loads.lib.map_delete(self._loads.map_fd("holds"), struct.pack("<I", pid))
+
+    def held_pids(self) -> list[int]:
+        """Processes the kernel holds now."""
+        if self._loads is None:
+            return []
+        return [struct.unpack("<I", k)[0] for k in self._loads.lib.map_keys(self._loads.map_fd("holds"), 4)]
 
     # -- reading -------------------------------------------------------------
 
@@ -261,11 +334,20 @@ class Tracer:
 
     def detach(self) -> None:
         """Remove every probe; the ring keeps what was already submitted."""
-        for obj in self._domains.values():
-            obj.detach_all()
-        if self._cuda is not None:
-            self._cuda.detach_all()
-        self._host.detach_all()
+        if self._loads is not None:
+            # No new holds from here on; let go of any still in place.
+            self._loads.detach_all()
+            for pid in self.held_pids():
+                self.release(pid)
+        objs = [*self._domains.values(), *([self._cuda] if self._cuda is not None else []), self._host]
+        links = [(obj, link) for obj in objs for link in reversed(obj.links)]
+        # Return probes go before entry probes, so that no call can enter
+        # unseen and return seen; within each step the links go together.
+        returns = [(o, lk) for o, lk in links if lk.description.startswith("gs_cuda_return")]
+        _destroy_together(returns)
+        _destroy_together([(o, lk) for o, lk in links if not lk.description.startswith("gs_cuda_return")])
+        for obj in objs:
+            obj.links.clear()
         self.attached.clear()
 
     def close(self) -> None:
@@ -278,6 +360,14 @@ class Tracer:
         if self.stack_ring is not None:
             self.stack_ring.close()
             self.stack_ring = None
+        if self.load_ring is not None:
+            self.load_ring.close()
+            self.load_ring = None
+        if self._loads is not None:
+            for pid in self.held_pids():
+                self.release(pid)
+            self._loads.close()
+            self._loads = None
         for obj in self._domains.values():
             obj.close()
         self._domains.clear()
@@ -286,3 +376,28 @@ class Tracer:
             self._cuda = None
         self._host.close()
         self.attached.clear()
+
+
+# Closing a uprobe link waits for RCU grace periods (16-76 ms a link measured
+# on the 2-CPU VM, 4 uprobe_multi links 170 ms one after the other); links
+# closed at the same time wait for the same grace periods.
+_DETACH_THREADS = 8
+
+
+def _destroy_together(links: list[tuple[BpfObject, Link]]) -> None:
+    """Destroy links on up to ``_DETACH_THREADS`` threads at once; return when all are gone."""
+    if len(links) <= 1:
+        for obj, link in links:
+            link.destroy(obj.lib)
+        return
+
+    def destroy(group: list[tuple[BpfObject, Link]]) -> None:
+        for obj, link in group:
+            link.destroy(obj.lib)
+
+    n = min(_DETACH_THREADS, len(links))
+    threads = [threading.Thread(target=destroy, args=(links[i::n],), name="gpuscope-detach") for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

@@ -54,6 +54,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 BPF_PROG_TYPE_KPROBE = 2
 BPF_TRACE_UPROBE_MULTI = 48
 BPF_LINK_CREATE = 28
+BPF_PROG_LOAD = 5
 BPF_F_UPROBE_MULTI_RETURN = 1
 _SYS_BPF = 321  # x86_64
 
@@ -95,6 +96,26 @@ class Libbpf:
         self._lib.libbpf_set_print(ctypes.cast(self._quiet_cb, c_void_p))
 
     # -- raw syscalls libbpf 1.1 has no API for -----------------------------
+
+    def load_uprobe_multi_stub(self) -> int:
+        """Load a two-instruction uprobe_multi program (``return 0``) and return its fd: for feature probes.
+
+        Raises OSError with the kernel's errno when the kernel refuses it.
+        """
+        insns = (ctypes.c_uint8 * 16)(0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0)  # r0 = 0; exit
+        license_ = ctypes.create_string_buffer(b"GPL")
+        attr = (ctypes.c_uint8 * 128)()
+        base = ctypes.addressof(attr)
+        ctypes.c_uint32.from_address(base + 0).value = BPF_PROG_TYPE_KPROBE
+        ctypes.c_uint32.from_address(base + 4).value = 2
+        ctypes.c_uint64.from_address(base + 8).value = ctypes.addressof(insns)
+        ctypes.c_uint64.from_address(base + 16).value = ctypes.addressof(license_)
+        ctypes.c_uint32.from_address(base + 68).value = BPF_TRACE_UPROBE_MULTI  # expected_attach_type
+        fd = int(self._libc.syscall(_SYS_BPF, BPF_PROG_LOAD, attr, 128))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return fd
 
     def link_create_uprobe_multi(
         self,

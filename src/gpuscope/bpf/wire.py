@@ -28,6 +28,7 @@ EVENT_FIELDS: list[tuple[str, str]] = [
     ("arg0", "<u8"),
     ("arg1", "<u8"),
     ("cgroup_v1_id", "<u8"),
+    ("site", "<u8"),
     ("comm", f"S{TASK_COMM_LEN}"),
 ]
 EVENT_DTYPE = np.dtype(EVENT_FIELDS, align=True)
@@ -58,9 +59,12 @@ class Stat(enum.IntEnum):
     DROP_NCCL = 6
     DROP_AUX = 7
     DROP_STACK = 8
+    HOLD = 9
+    HOLD_EXPIRED = 10
+    DROP_LOAD = 11
 
 
-STAT_SLOTS = 9
+STAT_SLOTS = 12
 DROP_STATS = (Stat.DROP_CUDA, Stat.DROP_DRIVER, Stat.DROP_HOST, Stat.DROP_NCCL)
 
 # struct gs_aux_header + payload on the aux ring (variable length, rare).
@@ -71,6 +75,30 @@ AUX_PAYLOAD = 512
 class AuxKind(enum.IntEnum):
     EXEC_ARGV = 1
     EXEC_ENV = 2
+
+
+# struct gs_load_event on the `load_events` ring (bpf/loads.bpf.c).
+LOAD_NAME = 64
+LOAD_EVENT_DTYPE = np.dtype(
+    [
+        ("ts_ns", "<u8"),
+        ("pid", "<u4"),
+        ("tid", "<u4"),
+        ("dev", "<u8"),
+        ("ino", "<u8"),
+        ("fd", "<i4"),
+        ("held", "<u4"),
+        ("name", f"S{LOAD_NAME}"),
+    ]
+)
+
+
+class HoldKind(enum.IntEnum):
+    """What the kernel did with a process that mapped an unknown library (enum gs_hold_kind)."""
+
+    NONE = 0
+    STOPPED = 1
+    VISIBLE = 2
 
 
 def unpack_dim(packed: int) -> tuple[int, int, int]:
@@ -92,6 +120,7 @@ STACK_HEADER_DTYPE = np.dtype(
         ("ret_ip", "<u8"),
         ("ret_ino", "<u8"),
         ("ret_off", "<u8"),
+        ("site", "<u8"),
     ]
 )
 NATIVE_FRAME_DTYPE = np.dtype([("status", "<i4"), ("build_id", "S20"), ("offset_or_ip", "<u8")])
@@ -108,10 +137,45 @@ PY_OFFSETS_FIELDS = (
     "frame_instr",
     "tid_is_pthread",
     "instr_is_int",
+    "co_filename",
+    "co_qualname",
+    "co_firstlineno",
+    "co_linetable",
+    "ascii_size",
+    "compact_size",
     "_pad",
 )
 STACK_MAX_NATIVE = 32
 STACK_MAX_PY = 32
+# A code object's description on the same ring: a stack header whose op is
+# STACK_OP_CODE, then struct gs_py_code.
+STACK_OP_CODE = 0xFFFF
+CODE_NAME = 128
+CODE_FILE = 256
+CODE_LINETABLE = 1024
+PY_CODE_DTYPE = np.dtype(
+    [
+        ("code", "<u8"),
+        ("firstlineno", "<i4"),
+        ("linetable_len", "<u4"),
+        ("qualname_len", "<u4"),
+        ("filename_len", "<u4"),
+        ("qualname_kind", "u1"),
+        ("filename_kind", "u1"),
+        ("flags", "<u2"),
+        ("_pad", "<u4"),
+        ("qualname", f"S{CODE_NAME}"),
+        ("filename", f"S{CODE_FILE}"),
+        ("linetable", f"S{CODE_LINETABLE}"),
+    ]
+)
+
+
+class CodeFlag(enum.IntFlag):
+    """What went wrong describing a code object in BPF (enum gs_code_flag)."""
+
+    NOT_CODE = 1
+    UNREADABLE = 2
 
 
 class PyStatus(enum.IntEnum):

@@ -9,11 +9,16 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuscope.config import DEFAULT_DB, resolve_db_path
 from gpuscope.errors import UsageError
 from gpuscope.model.units import parse_duration_s, parse_size
-from gpuscope.query.filters import EventFilter
+
+if TYPE_CHECKING:
+    # Imported where used: the query package loads the query engine and the
+    # recording formats, which `trace` never needs (about 50 ms at its start).
+    from gpuscope.query.filters import EventFilter
 
 
 def add_db_option(p: argparse.ArgumentParser, *, purpose: str = "the recording to read") -> None:
@@ -55,6 +60,8 @@ def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True) -> None
 
 def filter_from_args(args: argparse.Namespace) -> EventFilter:
     """Parse the filter options; raises UsageError for text that is neither a duration nor ISO 8601."""
+    from gpuscope.query.filters import EventFilter
+
     return EventFilter.from_options(
         since=args.since, start=args.start, end=args.end, pids=args.pid, nodes=getattr(args, "node", None) or []
     )

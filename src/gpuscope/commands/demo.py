@@ -50,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     # Not the shared --db: six scenarios must not land in the user's recording unless it is named.
     p.add_argument(
-        "--db", metavar="PATH", help="keep the data in this database (default: a fresh temporary one, path printed)"
+        "--db",
+        metavar="PATH",
+        help="keep the data in this database (default: ~/.cache/gpuscope/demo/demo.db, replaced by each run; path printed)",
     )
     p.add_argument(
         "--scale",

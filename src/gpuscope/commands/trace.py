@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from gpuscope.agent.launch import StopSignals, finish, launch_held
-from gpuscope.agent.session import TraceSession
-from gpuscope.agent.tracer import TraceOptions
-from gpuscope.analysis.recording_state import iso_wall
 from gpuscope.commands._options import add_db_option, db_from_args, duration_s, size_bytes
 from gpuscope.config import load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, ProcessNotFoundError, UsageError
-from gpuscope.render.summary import render_summary
 from gpuscope.stacks.policy import parse_overrides, stack_policy
-from gpuscope.tui.explain_source import ExplainFindings
-from gpuscope.tui.findings import builtin_findings
-from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpuscope.agent.background import Background
+    from gpuscope.agent.late_loads import LateLoads
+    from gpuscope.agent.options import TraceOptions
+    from gpuscope.agent.session import TraceSession
+    from gpuscope.agent.tracer import Tracer
+    from gpuscope.tui.explain_source import ExplainFindings
 
 NAME = "trace"
 HELP = "trace CUDA Runtime/Driver calls and host events into SQLite (needs root)"
@@ -40,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
     p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
     p.add_argument("--no-wakeups", action="store_true", help="do not record sched_wakeup events")
+    p.add_argument(
+        "--no-hold",
+        action="store_true",
+        help="do not stop a process at its first mapping of a CUDA library found after start "
+        "(it is attached as fast as possible instead; its first calls may be missed)",
+    )
     p.add_argument(
         "--record-all",
         action="store_true",
@@ -80,7 +91,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="OP=N",
-        help="stack policy for one op: 0 never, 1 every call, N one call in N (default: launches 1 in 64)",
+        help="stack policy for one op: 0 no stacks, 1 a full stack on every call, N a full stack on the first call "
+        "at each call site and on one call in N there (default 1024)",
     )
     p.add_argument(
         "--hang-threshold",
@@ -91,7 +103,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
+# GIL switch interval while tracing. The probes load on a thread that makes
+# hundreds of short ctypes calls, each waiting up to the interval (5 ms by
+# default) to take the GIL back from the main thread's imports.
+SWITCH_INTERVAL_S = 0.0002
+
+
 def run(args: argparse.Namespace) -> int:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        return _run(args)
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     command = _command(args)
     for pid in args.pid:
         if not os.path.exists(f"/proc/{pid}"):
@@ -101,49 +128,66 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--lib {lib}: no such file")
     duration = duration_s("--duration", args.duration) if args.duration else None
     hang_threshold_ns = int(duration_s("--hang-threshold", args.hang_threshold, examples="30s, 2m") * 1e9)
-    session = _session(args, command)
+    setup = _setup(args, command)
+    # Start-up waits mostly for the verifier: the probes load on a thread
+    # from here, while the modules below are imported and the session opens
+    # the recording and finds the libraries.
+    from gpuscope.agent.background import Background
+
+    loading = Background(lambda: _load_tracer(setup.opts), name="gpuscope-load")
+    try:
+        from gpuscope.render.summary import render_summary
+        from gpuscope.tui.explain_source import ExplainFindings
+        from gpuscope.tui.findings import builtin_findings
+        from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
+
+        session = _session(args, command, setup, loading)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            loading.result().close()
+        raise
     proc: subprocess.Popen[bytes] | None = None
+    explain: ExplainFindings | None = None
     try:
         for pid in args.pid:
             session.add_target(pid)
         if not session.attached:
             raise NoCudaLibraryError("no CUDA library (libcudart / libcuda) found to attach to")
-        _print_header(session, command, args.pid)
-        mode = choose_mode(no_tui=args.no_tui, json=args.json, stdout_is_tty=sys.stdout.isatty())
-        # Explain rules over the recent recording, beside the built-in live findings.
-        explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
-        live = LiveOutput(
-            session, mode, _target_text(command, args.pid), findings=[*builtin_findings(session.flags), explain]
-        )
-        if command:
-            proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
-        deadline = time.monotonic() + duration if duration else None
+        # Ctrl-C is a stop request from the moment the header says so, even
+        # before the command is launched (it is then stopped at once).
         with StopSignals() as stop:
+            _print_header(session, command, args.pid)
+            mode = choose_mode(no_tui=args.no_tui, json=args.json, stdout_is_tty=sys.stdout.isatty())
+            # Explain rules over the recent recording, beside the built-in live findings.
+            explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
+            # Handed the rows as they are stored, it never reads them back out of the recording.
+            session.stored_listeners.append(explain.feed)
+            live = LiveOutput(
+                session, mode, _target_text(command, args.pid), findings=[*builtin_findings(session.flags), explain]
+            )
+            if command:
+                proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
+            deadline = time.monotonic() + duration if duration else None
 
             def should_stop() -> bool:
                 if stop.requested or (deadline is not None and time.monotonic() >= deadline):
                     return True
                 return proc is not None and proc.poll() is not None
 
-            try:
-                with live:
-                    session.run(should_stop, live.on_tick)
-            finally:
-                # An evaluation still running on its thread would be torn down
-                # mid-numpy at interpreter exit (abort): let it finish first.
-                explain.close()
+            with live:
+                session.run(should_stop, live.on_tick)
             if session.failure is not None:
-                _recording_failed(session, proc, command, stop)
+                _recording_failed(session, proc, command, stop, explain)
         exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
     except BaseException as exc:
-        session.finish()
+        _finish(session, explain)
         if proc is not None and proc.poll() is None and not isinstance(exc, KeyboardInterrupt):
             # The tracer failed, not the workload: it is left to run (detached
             # from the probes by finish()), and the user is told where it is.
             print(f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced", file=sys.stderr)
         raise
     elapsed = time.monotonic() - session._t0
-    counters = session.finish()
+    counters = _finish(session, explain)
     live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
     # Machine formats keep stdout for themselves: the human summary goes to stderr.
     out = sys.stderr if mode is OutputMode.JSON else sys.stdout
@@ -151,12 +195,46 @@ def run(args: argparse.Namespace) -> int:
         render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted),
         file=out,
     )
+    for line in _late_load_lines(session.late_loads):
+        print(line, file=out)
     print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next", file=out)
     return exit_code
 
 
+def _late_load_lines(late: LateLoads) -> list[str]:
+    """What was attached after start, and how long processes were held for it."""
+    from gpuscope.bpf.wire import HoldKind
+
+    attached = sorted({load.path for load in late.loads if load.attached})
+    lines = []
+    if attached:
+        held = [load.held_ms for load in late.loads if load.held is HoldKind.STOPPED]
+        hold = f"; {len(held)} process(es) held at the load, longest {max(held):.1f} ms" if held else ""
+        lines.append(f"attached after start: {', '.join(attached)}{hold}")
+    lines.extend(f"gpuscope: a library loaded after start was not attached: {err}" for err in late.errors)
+    return lines
+
+
+def _finish(session: TraceSession, explain: ExplainFindings | None) -> dict[str, int]:
+    """Close the session, then wait for a live explain evaluation still running.
+
+    The evaluation must end before the interpreter does (a thread torn down
+    mid-numpy aborts the process); it runs on while the session detaches and
+    drains instead of before.
+    """
+    try:
+        return session.finish()
+    finally:
+        if explain is not None:
+            explain.close()
+
+
 def _recording_failed(
-    session: TraceSession, proc: subprocess.Popen[bytes] | None, command: list[str], stop: StopSignals
+    session: TraceSession,
+    proc: subprocess.Popen[bytes] | None,
+    command: list[str],
+    stop: StopSignals,
+    explain: ExplainFindings | None,
 ) -> NoReturn:
     """The store failed: close the recording now, leave the workload unharmed, then say what was kept.
 
@@ -165,8 +243,10 @@ def _recording_failed(
     and SIGTERM still reach it), so scripts that run ``gpuscope trace -- CMD``
     see it end before gpuscope does.
     """
+    from gpuscope.analysis.recording_state import iso_wall
+
     reason = session.failure or "error"
-    counters = session.finish()
+    counters = _finish(session, explain)
     kept = session.writer.rows_written
     lost = session.writer.rows_lost
     # The same "complete up to" time explain and query will show for this session.
@@ -202,11 +282,24 @@ def _command(args: argparse.Namespace) -> list[str]:
     return command[1:] if command and command[0] == "--" else command
 
 
+def _load_tracer(opts: TraceOptions) -> Tracer:
+    """Load the probes. On the loading thread: it imports the tracer (numpy and the
+    BPF loader) itself, so the verifier starts while the main thread imports the rest."""
+    from gpuscope.agent.tracer import Tracer
+
+    return Tracer(opts)
+
+
 def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions:
+    from gpuscope.agent.options import TraceOptions
+
     ring = size_bytes("--ring-size", args.ring_size)
     if ring < 4096 or ring & (ring - 1):
         raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
     return TraceOptions(
+        # --lib names every library to trace: none is attached later.
+        late_loads=not args.lib,
+        hold=not args.no_hold,
         filter_targets=bool(args.pid or command),
         entry_only=args.entry_only,
         host=not args.no_host,
@@ -221,8 +314,18 @@ def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions
     )
 
 
-def _session(args: argparse.Namespace, command: list[str]) -> TraceSession:
-    """Open the recording and load the probes (nothing is attached to a process yet)."""
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """The session's settings, checked before anything is loaded."""
+
+    opts: TraceOptions
+    db: Path
+    node: str | None
+    max_db: int
+    keep_first_s: float
+
+
+def _setup(args: argparse.Namespace, command: list[str]) -> _Setup:
     opts = _trace_options(args, command)
     max_db = size_bytes("--max-db", args.max_db)
     if 0 < max_db < (1 << 20):
@@ -230,16 +333,24 @@ def _session(args: argparse.Namespace, command: list[str]) -> TraceSession:
     node = args.node or load_config().get("node")
     if node is not None and (":" in node or not node.strip()):
         raise UsageError(f"--node {node!r}: a node name must be non-empty and may not contain ':'")
+    return _Setup(opts, db_from_args(args), node, max_db, duration_s("--keep-first", args.keep_first))
+
+
+def _session(args: argparse.Namespace, command: list[str], setup: _Setup, tracer: Background[Tracer]) -> TraceSession:
+    """Open the recording with the probes ``tracer`` loads (nothing is attached to a process yet)."""
+    from gpuscope.agent.session import TraceSession
+
     return TraceSession(
-        opts,
-        db_from_args(args),
-        node=node,
+        setup.opts,
+        setup.db,
+        node=setup.node,
         argv=sys.argv,
         record_all=args.record_all,
-        max_db_bytes=max_db,
-        keep_first_s=duration_s("--keep-first", args.keep_first),
+        max_db_bytes=setup.max_db,
+        keep_first_s=setup.keep_first_s,
         libraries=args.lib,
         command=command or None,
+        tracer=tracer,
     )
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import enum
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 
 from gpuscope.agent.launch import launch_held
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
@@ -21,6 +25,7 @@ from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
 from gpuscope.recording import open_recording
 from gpuscope.store.findings import save_findings
 from gpuscope.store.sessions_read import last_session, session_offsets
+from gpuscope.store.snapshot import user_cache_dir
 from gpuscope.tui.snapshot import LiveSnapshot
 
 
@@ -62,9 +67,48 @@ def ebpf_usable() -> tuple[bool, str]:
     return feat.available, feat.detail
 
 
+# The files SQLite and the tracer keep beside a recording.
+_COMPANIONS = ("", "-wal", "-shm", "-journal", "-reserve")
+
+
 def default_db() -> Path:
-    """A fresh database in a new temporary directory."""
-    return Path(tempfile.mkdtemp(prefix="gpuscope-demo-")) / "demo.db"
+    """The demo's own recording, ``$XDG_CACHE_HOME/gpuscope/demo/demo.db``, emptied for this run.
+
+    One fixed place instead of a new temporary folder per run: the path the
+    demo prints still works for `explain` and `query` afterwards, and runs do
+    not pile up. The previous run's recording is removed here.
+    Raises DatabaseError when the cache folder cannot be made.
+    """
+    folder = user_cache_dir("demo", remedy="pass `--db PATH` to keep the demo's recording elsewhere")
+    db = folder / "demo.db"
+    for suffix in _COMPANIONS:
+        with suppress(FileNotFoundError):
+            os.unlink(f"{db}{suffix}")
+    return db
+
+
+@contextmanager
+def termination_interrupts() -> Iterator[None]:
+    """Inside: SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does.
+
+    A demo stopped by ``kill`` or a closed terminal then still kills its CPU
+    hogs and workloads and removes its work folder (the default action would
+    end the process with none of that done). Only the main thread can take
+    signals; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def _last_session(db: Path) -> tuple[int, int]:
@@ -84,7 +128,9 @@ class DemoRunner:
         workdir: where live workloads are compiled (default: a temporary folder,
             made on the first live run and removed by ``close`` or with the runner).
 
-    Usable as a context manager, which closes it.
+    Usable as a context manager, which closes it; inside it SIGTERM and SIGHUP
+    interrupt like Ctrl-C (``termination_interrupts``), so the folder goes and
+    no workload outlives a killed demo.
     """
 
     def __init__(self, db: Path, *, scale: float = 1.0, workdir: Path | None = None) -> None:
@@ -95,6 +141,7 @@ class DemoRunner:
         self._workdir = workdir
         self._own_workdir: tempfile.TemporaryDirectory[str] | None = None
         self._programs: Workloads | None = None
+        self._signals: ExitStack | None = None
 
     @property
     def workdir(self) -> Path:
@@ -113,10 +160,17 @@ class DemoRunner:
             self._programs = None  # they were compiled into the folder just removed
 
     def __enter__(self) -> DemoRunner:
+        self._signals = ExitStack()
+        self._signals.enter_context(termination_interrupts())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self._signals is not None:
+                self._signals.close()
+                self._signals = None
 
     def run(
         self,
@@ -189,19 +243,22 @@ class DemoRunner:
             if not session.attached:
                 raise EnvironmentUnsupported("no CUDA library found for the PyTorch workload")
             proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
-            started = time.monotonic()
-            stop_at = started + 600
-            expected = scenario.live_seconds * self.scale + 5
+            try:
+                started = time.monotonic()
+                stop_at = started + 600
+                expected = scenario.live_seconds * self.scale + 5
 
-            def done() -> bool:
-                if progress:
-                    progress(min((time.monotonic() - started) / expected, 0.99), "PyTorch workload")
-                return proc.poll() is not None or time.monotonic() > stop_at
+                def done() -> bool:
+                    if progress:
+                        progress(min((time.monotonic() - started) / expected, 0.99), "PyTorch workload")
+                    return proc.poll() is not None or time.monotonic() > stop_at
 
-            session.run(done)
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+                session.run(done)
+            finally:
+                # Also when interrupted: the workload must not outlive the demo.
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
         finally:
             session.finish()
 

@@ -2,7 +2,11 @@
 
 Runs on the collector thread. Rows go to the writer thread like everything
 else, as named store writes: each distinct stack once (``insert_stacks``),
-one link per call (``insert_event_stacks``).
+one link per stored call (``insert_event_stacks``). A call with a full stack
+is linked by its record; a call that only names its site (most calls, see
+gpuscope.stacks.policy) is linked to the site's last full stack, read from
+the stack ring before the call's event (``stack_hashes``; ``link`` for calls
+whose site's stack came later).
 """
 
 from __future__ import annotations
@@ -13,16 +17,31 @@ import time
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol
 
+import numpy as np
+
 from gpuscope.stacks.python import LAYOUTS, find_interpreter, sanity_check
-from gpuscope.stacks.records import RawStack, decode
+from gpuscope.stacks.records import CodeRecord, RawStack, decode
 from gpuscope.stacks.resolve import StackResolver
-from gpuscope.store.stacks_write import EventStackRow, StackRow, insert_event_stacks, insert_stacks
+from gpuscope.store.stacks_write import (
+    EventStackRow,
+    StackRow,
+    insert_event_stack_block,
+    insert_event_stacks,
+    insert_stacks,
+)
 
 P = ParamSpec("P")
 # A process that looks like Python but has not mapped its runtime yet (just
 # exec'd) is looked at again on every drain for this long.
 PYTHON_LOOKUP_S = 3.0
 _MAX_CACHED = 200_000
+# A call whose site's full stack has not been read yet waits this long for it
+# (the stack ring is read 2,048 records a poll) before it counts as unattributed.
+LINK_WAIT_S = 2.0
+# Sites are packed with their pid into one integer key: pids stay below 2**22.
+_SITE_BITS = 42
+# What a call waiting for its site's stack keeps.
+_CALL_DTYPE = np.dtype([("pid", "<i8"), ("tid", "<i8"), ("ts_ns", "<i8"), ("site", "<u8")])
 
 
 class Writer(Protocol):
@@ -53,6 +72,12 @@ class StackCollector:
         self.resolver = resolver or StackResolver()
         self.records = 0
         self._by_key: dict[bytes, int] = {}
+        # (pid, site id) -> the stack hash of the site's last full stack
+        self._by_site: dict[tuple[int, int], int] = {}
+        # stored calls whose site's full stack never arrived (its record was lost)
+        self.unattributed = 0
+        # (first seen, calls) that name a site not resolved yet: pid, tid, ts_ns, site
+        self._unlinked: list[tuple[float, np.ndarray]] = []
         self._stored: set[int] = set()
         self._python_pending: dict[int, float] = {}
         self._python_done: set[int] = set()
@@ -129,6 +154,10 @@ class StackCollector:
             raw = decode(body)
             if raw is None:
                 continue
+            if isinstance(raw, CodeRecord):
+                # Ahead of the stacks that show it: cache it before they resolve.
+                self.resolver.note_code(raw)
+                continue
             if raw.window and not self.resolver.files.has_maps(raw.pid):
                 self.note_process(raw.pid)
             key = raw.key + self.resolver.scan_key(raw)
@@ -138,12 +167,79 @@ class StackCollector:
                 if len(self._by_key) > _MAX_CACHED:
                     self._by_key.clear()
                 self._by_key[key] = h
+            if raw.site:
+                if len(self._by_site) > _MAX_CACHED:
+                    self._by_site.clear()
+                self._by_site[(raw.pid, raw.site)] = h
             links.append((self.session_id, raw.pid, raw.tid, raw.ts_ns, h))
         if new_stacks:
             writer.write(insert_stacks, new_stacks)
         writer.write(insert_event_stacks, links)
         self.records += len(links)
-        return len(links)
+        return len(bodies)
+
+    def stack_hashes(self, ev: np.ndarray) -> np.ndarray | None:
+        """The stack hash of each stored call (EVENT_DTYPE) that names its site, 0 for the others; None if none does.
+
+        Known for the sites whose full stack has been read; the calls at the
+        others (their site's stack is further down the stack ring) wait for ``link``.
+        """
+        named = np.flatnonzero(ev["site"] != 0)
+        if not len(named):
+            return None
+        calls = np.empty(len(named), dtype=_CALL_DTYPE)
+        for name in _CALL_DTYPE.names or ():
+            calls[name] = ev[name][named]
+        hashes, ok = self._site_hashes(calls)
+        if not ok.all():
+            self._unlinked.append((time.monotonic(), calls[~ok]))
+        out = np.zeros(len(ev), dtype=np.int64)
+        out[named[ok]] = hashes[ok]
+        self.records += int(ok.sum())
+        return out
+
+    def link(self, writer: Writer, *, final: bool = False) -> None:
+        """Link the calls still waiting for their site's stack; give up on them after a while (all, if final)."""
+        if not self._unlinked:
+            return
+        now = time.monotonic()
+        waiting: list[tuple[float, np.ndarray]] = []
+        for seen, calls in self._unlinked:
+            hashes, ok = self._site_hashes(calls)
+            if ok.any():
+                linked = calls[ok]
+                writer.write(
+                    insert_event_stack_block,
+                    np.column_stack(
+                        [
+                            np.full(len(linked), self.session_id, dtype=np.int64),
+                            linked["pid"],
+                            linked["tid"],
+                            linked["ts_ns"],
+                            hashes[ok],
+                        ]
+                    ),
+                )
+                self.records += len(linked)
+            rest = calls[~ok]
+            if len(rest):
+                if final or now - seen > LINK_WAIT_S:
+                    self.unattributed += len(rest)
+                else:
+                    waiting.append((seen, rest))
+        self._unlinked = waiting
+
+    def _site_hashes(self, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the stack hash of each call's site, whether its site's stack is known)."""
+        key = (calls["pid"].astype(np.uint64) << np.uint64(_SITE_BITS)) | (
+            calls["site"] & np.uint64((1 << _SITE_BITS) - 1)
+        )
+        uniq, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        found = [self._by_site.get((k >> _SITE_BITS, k & ((1 << _SITE_BITS) - 1))) for k in uniq.tolist()]
+        ok = np.array([h is not None for h in found], dtype=bool)[inverse]
+        hashes = np.array([0 if h is None else h for h in found], dtype=np.int64)[inverse]
+        return hashes, ok
 
     def _resolve(self, raw: RawStack, new_stacks: list[StackRow]) -> int:
         if raw.pid not in self.resolver.files._maps:

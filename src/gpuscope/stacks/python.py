@@ -57,7 +57,7 @@ class PyLayout:
     def pack(self) -> bytes:
         """struct gs_py_offsets."""
         return struct.pack(
-            "<IIIIIiIIIIII",
+            "<IIIIIiIIIIIIIIIIII",
             self.interp_head,
             self.threads_head,
             self.tstate_next,
@@ -69,6 +69,12 @@ class PyLayout:
             self.frame_instr,
             int(self.tid_is_pthread),
             int(self.instr_is_int),
+            self.co_filename,
+            self.co_qualname,
+            self.co_firstlineno,
+            self.co_linetable,
+            self.ascii_size,
+            self.compact_size,
             0,
         )
 

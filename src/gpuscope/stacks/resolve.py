@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpuscope.bpf.wire import STACK_MAX_NATIVE, PyStatus
+from gpuscope.bpf.wire import STACK_MAX_NATIVE, CodeFlag, PyStatus
 from gpuscope.stacks.files import FileIndex
 from gpuscope.stacks.frames import Frame, Stack
 from gpuscope.stacks.python import NOT_CODE, CodeInfo, Interpreter, ProcessMemory, executing_line, lasti_of, read_code
-from gpuscope.stacks.records import RawStack
+from gpuscope.stacks.records import CodeRecord, RawStack
 from gpuscope.stacks.scan import BOTTOM_FUNCTIONS, Callee, CodeReader, scan
 from gpuscope.stacks.symbols import Demangler, SymbolCache
 
@@ -33,6 +33,22 @@ class StackResolver:
         self.code = CodeReader()
         self.interpreters: dict[int, Interpreter] = {}
         self._code: dict[tuple[int, int], CodeInfo | None] = {}
+        # Descriptions BPF had to cut short: used only when the live process cannot be read.
+        self._partial: dict[tuple[int, int], CodeInfo] = {}
+
+    def note_code(self, rec: CodeRecord) -> None:
+        """Cache a code object as BPF described it, so it resolves after the process exits."""
+        key = (rec.pid, rec.code)
+        if rec.flags & CodeFlag.NOT_CODE:
+            self._code[key] = NOT_CODE
+        elif rec.flags & CodeFlag.UNREADABLE:
+            return
+        elif rec.complete:
+            self._code[key] = CodeInfo(rec.filename, rec.qualname, rec.firstlineno, rec.linetable)
+            self._partial.pop(key, None)
+        else:
+            self._code.pop(key, None)
+            self._partial[key] = CodeInfo(rec.filename, rec.qualname, rec.firstlineno, rec.linetable)
 
     # -- native ----------------------------------------------------------------
 
@@ -185,7 +201,7 @@ class StackResolver:
                 if key not in self._code:
                     if mem is None:
                         mem = ProcessMemory(raw.pid)
-                    self._code[key] = read_code(mem, code, lay) if mem.alive else None
+                    self._code[key] = (read_code(mem, code, lay) if mem.alive else None) or self._partial.get(key)
                 info = self._code[key]
                 if info is None:
                     out.append(Frame("python", address=f"{code:#x}", marker="code object unreadable (process exited?)"))

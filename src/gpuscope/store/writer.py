@@ -25,14 +25,24 @@ from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
+from gpuscope.store.stacks_write import insert_event_stack_block
+
 __all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
 
 P = ParamSpec("P")
 
-_INSERT = (
+_INSERT_INTO = (
     "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
-    "bytes, handle, stream, arg0, arg1, cgroup_v1_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "bytes, handle, stream, arg0, arg1, cgroup_v1_id) VALUES "
 )
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT = _INSERT_INTO + _ROW
+# Rows per statement for the bulk of a batch: one statement step per 32 rows
+# costs ~40 % less CPU than one per row (measured: 1.6 vs 2.5 us a row), and
+# the sqlite3 module lets go of the GIL once per step, not once per row.
+# 32 x 16 = 512 parameters, under SQLite's oldest limit of 999.
+_ROWS_PER_INSERT = 32
+_INSERT_MANY = _INSERT_INTO + ", ".join([_ROW] * _ROWS_PER_INSERT)
 _U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
 
 
@@ -72,6 +82,9 @@ class _Batch:
     events: np.ndarray
     read_wall_ns: int
     read_mono_ns: int
+    # Each event's stack hash (0: none), stored as its link in event_stacks
+    # with the event (or shed with it), and counted with it in a transaction.
+    stack_hashes: np.ndarray | None = None
 
 
 _Item = _Batch | _Write | _Maintenance
@@ -155,8 +168,8 @@ class EventWriter:
 
     # -- producer side -------------------------------------------------------
 
-    def put(self, events: np.ndarray) -> None:
-        """Queue a batch; blocks while the writer is behind (backpressure).
+    def put(self, events: np.ndarray, stack_hashes: np.ndarray | None = None) -> None:
+        """Queue a batch, and each event's stack hash (0: none); blocks while the writer is behind (backpressure).
 
         After a failure (see ``failure``) the batch is counted as lost instead.
         """
@@ -180,7 +193,8 @@ class EventWriter:
                     if not self._room.wait(timeout=1.0) and not self._thread.is_alive():
                         break
                 self._pending_rows += len(part)
-            self._queue.put(_Batch(part, read_wall if last else 0, read_mono if last else 0))
+            hashes = None if stack_hashes is None else stack_hashes[lo : lo + step]
+            self._queue.put(_Batch(part, read_wall if last else 0, read_mono if last else 0, hashes))
 
     def write(
         self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
@@ -293,10 +307,11 @@ class EventWriter:
             return 0
         began = time.perf_counter()
         self._insert(batch.events)
+        links = 0 if batch.stack_hashes is None else self._insert_links(batch.events, batch.stack_hashes)
         spent = time.perf_counter() - began
         if spent > 0 and len(batch.events) >= 256:
             self._rate = 0.8 * self._rate + 0.2 * (len(batch.events) / spent)
-        return len(batch.events)
+        return len(batch.events) + links
 
     def _commit(self, newest: _Batch | None) -> None:
         if newest is not None and self._on_commit is not None:
@@ -347,9 +362,26 @@ class EventWriter:
         # integers are signed. Pointers and packed dims stay below 2**63.
         for i, name in enumerate(_U64_COLUMNS[1:], start=10):
             cols[:, i] = ev[name].view(np.int64)
-        self._conn.executemany(_INSERT, cols.tolist())
+        bulk = n - n % _ROWS_PER_INSERT
+        if bulk:
+            self._conn.executemany(_INSERT_MANY, cols[:bulk].reshape(-1, 16 * _ROWS_PER_INSERT).tolist())
+        if bulk < n:
+            self._conn.executemany(_INSERT, cols[bulk:].tolist())
         self.rows_written += n
         self._txn_rows += n
+
+    def _insert_links(self, ev: np.ndarray, hashes: np.ndarray) -> int:
+        sel = hashes != 0
+        n = int(sel.sum())
+        if n:
+            links = np.empty((n, 5), dtype=np.int64)
+            links[:, 0] = self._session_id
+            links[:, 1] = ev["pid"][sel]
+            links[:, 2] = ev["tid"][sel]
+            links[:, 3] = ev["ts_ns"][sel].view(np.int64)
+            links[:, 4] = hashes[sel]
+            insert_event_stack_block(self._conn, links)
+        return n
 
     def _comm_column(self, comms: np.ndarray) -> np.ndarray:
         # Group the 16-byte names through a 64-bit key (4x faster than unique

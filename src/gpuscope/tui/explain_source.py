@@ -2,12 +2,14 @@
 
 ``ExplainFindings`` is a ``FindingSource``. Asked once a second by the
 snapshot builder, it answers at once with the lines of its last evaluation,
-and when that is older than ``every_s`` it starts the next one on its own
-thread: read the rows stored since the last look (by rowid, so no index and
-no scan), keep the last ``horizon_s`` of them in memory, and run the rules
-over them with the window ending *now*. ``nccl-hang`` therefore sees a rank
-that has been silent while its peers went on for longer than the threshold
-while the trace is still running.
+and when that is older than ``every_s`` (or longer, see ``cpu_share``) it
+starts the next one on its own thread: take the rows stored since the last
+look (handed over by the recorder as it stores them, see ``feed``; or read
+from the recording by rowid, so no index and no scan), keep the last
+``horizon_s`` of them in memory, and run the rules over them with the window
+ending *now*. ``nccl-hang`` therefore sees a rank that has been silent while
+its peers went on for longer than the threshold while the trace is still
+running.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gpuscope.analysis.frame import EventFrame, Window, process_names
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 from gpuscope.model.findings import Finding, Severity
+from gpuscope.platform.threads import lower_thread_priority
 from gpuscope.store.attribution import LIVE_EVENT_COLUMNS, event_rows_after, newest_event_rowid
 from gpuscope.store.connect import connect_reader
 from gpuscope.store.sessions_read import session_wall_offsets
@@ -35,7 +38,10 @@ from gpuscope.tui.snapshot import LiveWindow
 # EventFrame.from_columns takes the live columns in their order: ts, dur, pid, tid, op, cgroup, bytes, handle,
 # stream, arg0, arg1.
 _NCOLS = len(LIVE_EVENT_COLUMNS)
+# The same columns in a fed batch (EVENT_DTYPE names).
+_FED_FIELDS = tuple("op" if c == "op_id" else c for c in LIVE_EVENT_COLUMNS)
 MAX_LINES = 4
+EXPLAIN_NICE = 10
 
 
 def _monotonic_ns() -> int:
@@ -64,6 +70,11 @@ class ExplainFindings:
             arrived since the last look (the first seconds of a busy trace keep every row), the
             older ones are skipped and the buffer starts afresh: the rules never see a gap in it.
         clock_ns: CLOCK_MONOTONIC ns, the clock of the events (tests pass a frozen one).
+        cpu_share: evaluations use at most this share of one CPU: the next one waits
+            ``max(every_s, cpu / cpu_share)`` after one that took ``cpu`` seconds of CPU.
+            The first seconds of a busy trace store every row, and reading 200,000 of
+            them back out of SQLite takes most of a second: unbounded, evaluations ran
+            back to back and took a CPU from the traced program on a small machine.
     """
 
     def __init__(
@@ -76,6 +87,7 @@ class ExplainFindings:
         min_severity: Severity = Severity.MEDIUM,
         max_rows: int = 200_000,
         clock_ns: Callable[[], int] = _monotonic_ns,
+        cpu_share: float = 0.1,
     ) -> None:
         self.db_path = Path(db_path)
         self.rules = live_rules(hang_threshold_ns)
@@ -84,6 +96,8 @@ class ExplainFindings:
         self.min_severity = min_severity
         self.max_rows = max_rows
         self.clock_ns = clock_ns
+        self.cpu_share = cpu_share
+        self._interval_s = every_s
         self._last_rowid = 0
         self._cols = [np.zeros(0, dtype=np.int64) for _ in range(_NCOLS)]
         self._lines: tuple[str, ...] = ()
@@ -91,9 +105,34 @@ class ExplainFindings:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        # Batches handed over by feed() since the last evaluation; None: read the recording instead.
+        self._fed: list[np.ndarray] | None = None
+        self._fed_rows = 0
         self.errors = 0
         self.skipped_rows = 0
         self.last_error: str | None = None
+
+    # -- input ------------------------------------------------------------------
+
+    def feed(self, ev: np.ndarray) -> None:
+        """Events as the recorder stores them (EVENT_DTYPE), for the next evaluation.
+
+        Once fed, evaluations take their rows from here and never read them
+        back out of SQLite (reading 200,000 rows back took most of a second of
+        CPU in a trace's first, store-everything seconds). Called on the
+        recorder's thread: it only keeps a reference.
+        """
+        if not len(ev):
+            return
+        with self._lock:
+            if self._fed is None:
+                self._fed = []
+            self._fed.append(ev)
+            self._fed_rows += len(ev)
+            # Only the newest max_rows can be evaluated: let older batches go now.
+            while self._fed_rows - len(self._fed[0]) >= self.max_rows:
+                self._fed_rows -= len(self._fed[0])
+                self.skipped_rows += len(self._fed.pop(0))
 
     # -- FindingSource --------------------------------------------------------
 
@@ -102,13 +141,16 @@ class ExplainFindings:
         now = time.monotonic()
         with self._lock:
             busy = self._thread is not None and self._thread.is_alive()
-            if not busy and not self._closed and now - self._last_run >= self.every_s:
+            if not busy and not self._closed and now - self._last_run >= self._interval_s:
                 self._last_run = now
                 self._thread = threading.Thread(target=self._run_quietly, name="gpuscope-explain", daemon=True)
                 self._thread.start()
             return self._lines
 
     def _run_quietly(self) -> None:
+        # Live findings can wait: the traced program gets the CPU first.
+        lower_thread_priority(EXPLAIN_NICE)
+        cpu0 = time.thread_time()
         try:
             self.run_once()
         except Exception as exc:
@@ -116,6 +158,12 @@ class ExplainFindings:
             # or a rule failing on partial data. Try again next turn.
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._interval_s = self.next_interval(time.thread_time() - cpu0)
+
+    def next_interval(self, cpu_s: float) -> float:
+        """Seconds from the start of one evaluation to the next, after one that took ``cpu_s`` of CPU."""
+        return max(self.every_s, cpu_s / self.cpu_share) if self.cpu_share > 0 else self.every_s
 
     # -- one evaluation ---------------------------------------------------------
 
@@ -149,6 +197,33 @@ class ExplainFindings:
         return found
 
     def _read_new(self, conn: sqlite3.Connection, now_ns: int) -> None:
+        with self._lock:
+            fed, self._fed = self._fed, ([] if self._fed is not None else None)
+            self._fed_rows = 0
+        if fed is not None:
+            self._take_fed(fed)
+        else:
+            self._read_rows(conn)
+        # Keep what ends inside the horizon, and at most max_rows (the newest).
+        ts, dur = self._cols[0], self._cols[1]
+        keep = ts + dur >= now_ns - self.horizon_ns
+        if int(keep.sum()) > self.max_rows:
+            keep &= np.arange(len(ts)) >= len(ts) - self.max_rows
+        if not keep.all():
+            self._cols = [c[keep] for c in self._cols]
+
+    def _take_fed(self, fed: list[np.ndarray]) -> None:
+        if not fed:
+            return
+        ev = np.concatenate(fed)
+        if len(ev) >= self.max_rows:
+            # A gap before these: the rules must not see the older buffer beside them.
+            self._cols = [c[:0] for c in self._cols]
+        # The recording's columns, as signed 64-bit integers (as the writer stores them).
+        new = [ev[name].astype(np.uint64).view(np.int64) for name in _FED_FIELDS]
+        self._cols = [np.concatenate([old, col]) for old, col in zip(self._cols, new, strict=True)]
+
+    def _read_rows(self, conn: sqlite3.Connection) -> None:
         newest = newest_event_rowid(conn)
         if newest is not None and newest - self._last_rowid > self.max_rows:
             # Reading them all would hold the interpreter for seconds beside the collector loop.
@@ -160,13 +235,6 @@ class ExplainFindings:
             block = np.array(rows, dtype=np.int64).reshape(-1, _NCOLS + 1)
             self._last_rowid = int(block[-1, 0])
             self._cols = [np.concatenate([old, block[:, j + 1]]) for j, old in enumerate(self._cols)]
-        # Keep what ends inside the horizon, and at most max_rows (the newest).
-        ts, dur = self._cols[0], self._cols[1]
-        keep = ts + dur >= now_ns - self.horizon_ns
-        if int(keep.sum()) > self.max_rows:
-            keep &= np.arange(len(ts)) >= len(ts) - self.max_rows
-        if not keep.all():
-            self._cols = [c[keep] for c in self._cols]
 
     def _frame(self, conn: sqlite3.Connection, now_ns: int) -> tuple[EventFrame, Window]:
         cols = self._cols

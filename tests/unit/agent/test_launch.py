@@ -84,3 +84,13 @@ def test_stop_signals_turn_sigterm_into_a_request_and_restore_the_old_handler() 
         signal.raise_signal(signal.SIGTERM)
     assert (stop.requested, stop.signum) == (True, signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_the_command_gets_the_whole_environment_python_variables_included() -> None:
+    # The trampoline runs isolated (-I -S); the command it execs must not be.
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/opt/somewhere", "GPUSCOPE_PROBE": "1"}
+    proc = launch_held(
+        ["sh", "-c", 'echo "$PYTHONPATH $GPUSCOPE_PROBE"'], lambda pid: None, env=env, stdout=subprocess.PIPE
+    )
+    out, _ = proc.communicate(timeout=30)
+    assert out == b"/opt/somewhere 1\n"

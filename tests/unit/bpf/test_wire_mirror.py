@@ -19,12 +19,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gpuscope.agent.tracer import Tracer
+from gpuscope.agent.tracer import LibState, Tracer
 from gpuscope.bpf.wire import (
     AUX_HEADER_DTYPE,
     AUX_PAYLOAD,
+    CODE_FILE,
+    CODE_LINETABLE,
+    CODE_NAME,
     EVENT_DTYPE,
+    LOAD_EVENT_DTYPE,
+    LOAD_NAME,
     NATIVE_FRAME_DTYPE,
+    PY_CODE_DTYPE,
     PY_FRAME_DTYPE,
     PY_OFFSETS_FIELDS,
     RECORD_DTYPE,
@@ -33,10 +39,13 @@ from gpuscope.bpf.wire import (
     STACK_HEADER_DTYPE,
     STACK_MAX_NATIVE,
     STACK_MAX_PY,
+    STACK_OP_CODE,
     STAT_SLOTS,
     TASK_COMM_LEN,
     AuxKind,
+    CodeFlag,
     Flag,
+    HoldKind,
     PyStatus,
     Stat,
 )
@@ -53,11 +62,14 @@ DTYPE_MIRRORS: dict[str, np.dtype] = {
     "gs_stack_header": STACK_HEADER_DTYPE,
     "gs_native_frame": NATIVE_FRAME_DTYPE,
     "gs_py_frame": PY_FRAME_DTYPE,
+    "gs_load_event": LOAD_EVENT_DTYPE,
+    "gs_py_code": PY_CODE_DTYPE,
 }
 # Map values user space writes with struct.pack: checked by unpacking what it writes.
 PACKED_MIRRORS = {
     "gs_py_offsets": "gpuscope.stacks.python.PyLayout.pack",
     "gs_py_proc": "gpuscope.agent.tracer.Tracer.set_python_process",
+    "gs_lib_key": "gpuscope.agent.tracer.Tracer.mark_library",
 }
 ENUM_MIRRORS: dict[str, tuple[str, type[enum.Enum]]] = {
     "gs_op": ("GS_OP_", Op),
@@ -65,6 +77,9 @@ ENUM_MIRRORS: dict[str, tuple[str, type[enum.Enum]]] = {
     "gs_stat": ("GS_STAT_", Stat),
     "gs_aux_kind": ("GS_AUX_", AuxKind),
     "gs_py_status": ("GS_PY_", PyStatus),
+    "gs_hold_kind": ("GS_HOLD_", HoldKind),
+    "gs_lib_state": ("GS_LIB_", LibState),
+    "gs_code_flag": ("GS_CODE_", CodeFlag),
 }
 # Enum members that bound the enum instead of naming a value a record carries.
 ENUM_BOUNDS = {"GS_OP_MAX", "GS_STAT_MAX"}
@@ -73,6 +88,11 @@ CONSTANT_MIRRORS = {
     "GS_AUX_PAYLOAD": AUX_PAYLOAD,
     "GS_STACK_MAX_NATIVE": STACK_MAX_NATIVE,
     "GS_STACK_MAX_PY": STACK_MAX_PY,
+    "GS_LOAD_NAME": LOAD_NAME,
+    "GS_STACK_OP_CODE": STACK_OP_CODE,
+    "GS_CODE_NAME": CODE_NAME,
+    "GS_CODE_FILE": CODE_FILE,
+    "GS_CODE_LINETABLE": CODE_LINETABLE,
 }
 # Bounds only the BPF side uses: user space takes each record's length from the record itself.
 KERNEL_ONLY_CONSTANTS = {"GS_AUX_ENV_PAYLOAD", "GS_STACK_WINDOW"}
@@ -254,6 +274,30 @@ def test_a_registered_python_process_is_written_in_the_layout_of_gs_py_proc(head
     for f in header.structs["gs_py_proc"]:
         offset, size = layout.fields["gs_py_proc"][f.name]
         assert _read_field(value, f, offset, size) == expected[f.name], f.name
+
+
+def test_a_library_key_is_written_in_the_layout_of_gs_lib_key(header: Header, layout: Layout) -> None:
+    # given a tracer whose late-load BPF object records map writes
+    writes: list[tuple[int, bytes, bytes]] = []
+    tracer = Tracer.__new__(Tracer)
+    tracer._loads = SimpleNamespace(  # type: ignore[assignment]
+        map_fd=lambda name: {"lib_state": 9}[name],
+        lib=SimpleNamespace(map_update=lambda fd, key, value: writes.append((fd, key, value))),
+    )
+
+    # when a library file is marked as probed
+    tracer.mark_library((0x0FD0_0001, 0x1234_5678_9ABC), LibState.PROBED)
+
+    # then the key has the size and field positions of struct gs_lib_key, and the value is one byte
+    [(fd, key, value)] = writes
+    assert fd == 9
+    assert len(key) == layout.sizeof["gs_lib_key"]
+    expected = {"dev": 0x0FD0_0001, "ino": 0x1234_5678_9ABC}
+    assert {f.name for f in header.structs["gs_lib_key"]} == set(expected)
+    for f in header.structs["gs_lib_key"]:
+        offset, size = layout.fields["gs_lib_key"][f.name]
+        assert _read_field(key, f, offset, size) == expected[f.name], f.name
+    assert value == bytes([LibState.PROBED])
 
 
 @pytest.mark.parametrize("c_enum", sorted(ENUM_MIRRORS))

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuscope.bpf.wire import NATIVE_FRAME_DTYPE, STACK_HEADER_DTYPE, PyStatus
+from gpuscope.bpf.wire import NATIVE_FRAME_DTYPE, PY_OFFSETS_FIELDS, STACK_HEADER_DTYPE, PyStatus
 from gpuscope.errors import UsageError
 from gpuscope.model.ops import Op
 from gpuscope.stacks.files import FileIndex
 from gpuscope.stacks.frames import Frame, Stack
-from gpuscope.stacks.policy import DEFAULT_LAUNCH_EVERY, parse_overrides, stack_policy
+from gpuscope.stacks.policy import DEFAULT_STACK_EVERY, parse_overrides, stack_policy
 from gpuscope.stacks.python import LAYOUTS, line_310, line_311
 from gpuscope.stacks.records import decode
 from gpuscope.stacks.report import describe_call_sites, top_call_sites
@@ -51,7 +51,7 @@ def test_the_310_line_table_decodes_byte_ranges() -> None:
 
 def test_every_shipped_layout_packs_into_the_c_struct() -> None:
     for lay in LAYOUTS.values():
-        assert len(lay.pack()) == 48
+        assert len(lay.pack()) == 4 * len(PY_OFFSETS_FIELDS)  # struct gs_py_offsets: all u32/s32
         assert 0 <= lay.slot < 8
 
 
@@ -137,11 +137,11 @@ def test_c_plus_plus_names_are_demangled() -> None:
     }
 
 
-def test_the_policy_samples_launches_and_keeps_every_other_call() -> None:
+def test_the_policy_takes_full_stacks_once_per_site_and_one_call_in_n_for_every_api_op() -> None:
     pol = dict(stack_policy())
-    assert pol[int(Op.cudaLaunchKernel)] == DEFAULT_LAUNCH_EVERY
-    assert pol[int(Op.cudaMalloc)] == 1
-    assert pol[int(Op.ncclAllReduce)] == 1
+    assert pol[int(Op.cudaLaunchKernel)] == DEFAULT_STACK_EVERY
+    assert pol[int(Op.cudaMalloc)] == DEFAULT_STACK_EVERY
+    assert pol[int(Op.ncclAllReduce)] == DEFAULT_STACK_EVERY
     assert int(Op.sched_switch) not in pol
     assert dict(stack_policy(overrides={"cudaFree": 0}))[int(Op.cudaFree)] == 0
     with pytest.raises(UsageError):

@@ -38,3 +38,67 @@ def test_aggregates_of_one_bucket_written_twice_merge_into_one_row(conn: sqlite3
     ).fetchall()
     assert [r[:9] for r in row] == [(3 * BUCKET_NS, 41, int(Op.cudaMalloc), 5, 4, 1_650, 50, 1_000, 5 * 4096)]
     assert decode_hist(row[0][9]).sum() == 5
+
+
+def _reference(ev: np.ndarray, kept: np.ndarray) -> dict[tuple[int, int, int], tuple[int, ...]]:
+    """The aggregates, one event at a time: what ``Aggregator`` must equal."""
+    from gpuscope.model.latency import bucket_index
+
+    out: dict[tuple[int, int, int], list[int]] = {}
+    hists: dict[tuple[int, int, int], np.ndarray] = {}
+    for e, k in zip(ev.tolist(), kept.tolist(), strict=True):
+        row = dict(zip(EVENT_DTYPE.names or (), e, strict=True))
+        key = (row["ts_ns"] // BUCKET_NS * BUCKET_NS, row["pid"], row["op"])
+        d = int(np.int64(np.uint64(row["duration_ns"])))
+        a = out.setdefault(key, [0, 0, 0, d, d, 0])
+        a[0] += 1
+        a[1] += int(k)
+        a[2] += d
+        a[3], a[4] = min(a[3], d), max(a[4], d)
+        a[5] += int(np.int64(np.uint64(row["bytes"])))
+        h = hists.setdefault(key, np.zeros(len(decode_hist(None)), dtype=np.int64))
+        h[int(bucket_index(np.array([d]))[0])] += 1
+    return {k: (*v, *hists[k].tolist()) for k, v in out.items()}
+
+
+def _taken(agg: Aggregator) -> dict[tuple[int, int, int], tuple[int, ...]]:
+    rows = agg.take()
+    return {
+        (int(r[1]), int(r[2]), int(r[3])): (*(int(x) for x in r[4:10]), *decode_hist(r[10]).tolist())  # type: ignore[call-overload]
+        for r in rows
+    }
+
+
+def test_aggregates_of_a_mixed_batch_equal_counting_event_by_event() -> None:
+    # given a batch over three seconds, three processes and four ops, in arrival order
+    rng = np.random.default_rng(7)
+    n = 5_000
+    ev = np.zeros(n, dtype=EVENT_DTYPE)
+    ev["ts_ns"] = np.sort(rng.integers(5 * BUCKET_NS, 8 * BUCKET_NS, n)).astype(np.uint64)
+    ev["pid"] = rng.choice([7, 4_000_000, 2**31 + 5], n)
+    ev["op"] = rng.choice([int(Op.cudaLaunchKernel), int(Op.cudaMalloc), int(Op.sched_switch), 255], n)
+    ev["duration_ns"] = rng.integers(0, 10**10, n).astype(np.uint64)
+    ev["bytes"] = rng.integers(0, 2**40, n).astype(np.uint64)
+    kept = rng.random(n) < 0.3
+    agg = Aggregator(1)
+
+    # when it is counted in two parts
+    agg.add(ev[:1234], kept[:1234])
+    agg.add(ev[1234:], kept[1234:])
+
+    # then every (second, pid, op) matches the event-by-event count
+    assert _taken(agg) == _reference(ev, kept)
+
+
+def test_a_batch_spanning_more_than_65536_seconds_is_counted_in_the_right_buckets() -> None:
+    # given two events a day and a half apart (the wide-span path)
+    ev = _events([10, 20])
+    ev["ts_ns"] = [BUCKET_NS, 200_000 * BUCKET_NS]
+    agg = Aggregator(1)
+
+    # when
+    agg.add(ev, np.array([True, False]))
+
+    # then
+    assert _taken(agg) == _reference(ev, np.array([True, False]))
+    assert sorted(k[0] for k in _reference(ev, np.array([True, False]))) == [BUCKET_NS, 200_000 * BUCKET_NS]

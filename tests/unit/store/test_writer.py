@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpuscope.bpf.wire import EVENT_DTYPE
-from gpuscope.store.writer import EventWriter, events_end_ns
+from gpuscope.store.writer import Durability, EventWriter, events_end_ns
 
 
 def _events(n: int, start_ns: int = 1_000) -> np.ndarray:
@@ -78,3 +78,54 @@ def test_events_end_where_the_last_stored_event_ends(conn: sqlite3.Connection, s
     writer.close()
 
     assert (empty, events_end_ns(conn)) == (0, 7_000 + 2 * 100 + 50)
+
+
+def test_every_column_of_every_event_is_stored_in_order_whatever_the_batch_length(
+    conn: sqlite3.Connection, session_id: int
+) -> None:
+    # given batches around the writer's rows-per-statement (whole statements and a remainder)
+    rng = np.random.default_rng(11)
+    batches = [_events(n, start_ns=10_000 * n) for n in (1, 31, 32, 33, 70)]
+    for ev in batches:
+        for name in ("duration_ns", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_id", "cgroup_v1_id"):
+            ev[name] = rng.integers(0, 2**63, len(ev), dtype=np.uint64)
+        ev["pid"], ev["tid"] = rng.integers(1, 2**31, len(ev)), rng.integers(1, 2**31, len(ev))
+        ev["op"], ev["flags"], ev["ret"] = rng.integers(0, 256, len(ev)), 1, rng.integers(-5, 5, len(ev))
+    writer = EventWriter(conn, session_id)
+
+    # when
+    for ev in batches:
+        writer.put(ev)
+    writer.close()
+
+    # then the rows, in insertion order, are the events field by field
+    got = conn.execute(
+        "SELECT ts_ns, duration_ns, pid, tid, cgroup_id, op_id, flags, ret, bytes, handle, stream, arg0, arg1, "
+        "cgroup_v1_id FROM event_log WHERE session_id = ? ORDER BY rowid",
+        (session_id,),
+    ).fetchall()
+    names = ("ts_ns", "duration_ns", "pid", "tid", "cgroup_id", "op", "flags", "ret", "bytes", "handle", "stream")
+    want = np.concatenate(batches)
+    assert got == [
+        tuple(int(x) for x in r)
+        for r in zip(*(want[n].tolist() for n in (*names, "arg0", "arg1", "cgroup_v1_id")), strict=True)
+    ]
+
+
+def test_stack_hashes_handed_with_a_batch_are_stored_as_links_of_its_calls(
+    conn: sqlite3.Connection, session_id: int
+) -> None:
+    # given a batch of 100 calls, 70 of which have a stack (hash 17), split by a small transaction bound
+    ev = _events(100)
+    hashes = np.where(np.arange(100) < 70, 17, 0).astype(np.int64)
+    writer = EventWriter(conn, session_id, durability=Durability(rows_per_commit=16))
+    # when they are put together
+    writer.put(ev, hashes)
+    writer.close()
+    # then every event is stored, and exactly the 70 calls with a stack are linked to it
+    assert conn.execute("SELECT count(*) FROM event_log").fetchone() == (100,)
+    linked = conn.execute(
+        "SELECT e.ts_ns FROM event_log e JOIN event_stacks s ON s.session_id = e.session_id AND s.tid = e.tid "
+        "AND s.ts_ns = e.ts_ns WHERE s.stack_hash = 17 ORDER BY e.ts_ns"
+    ).fetchall()
+    assert [t for (t,) in linked] == ev["ts_ns"][:70].tolist()

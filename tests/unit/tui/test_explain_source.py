@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from gpuscope.model.ops import Op
@@ -109,3 +110,28 @@ def test_the_live_rules_never_blame_the_tracer_for_preempting_traced_threads(tmp
     culprits = {c.pid for f in found for cause in f.causes for c in cause.culprits}
     assert me not in culprits
     assert "cpu-preemption" not in [f.kind for f in found]
+
+
+def test_evaluations_are_spaced_so_they_use_at_most_their_share_of_a_cpu(tmp_path: Path) -> None:
+    # given a live source allowed 1 % of a CPU, whose evaluation burns about 50 ms of CPU
+    db, end = _hung_db(tmp_path)
+    live = ExplainFindings(db, every_s=0.0, cpu_share=0.01, clock_ns=lambda: end)
+
+    def busy() -> list[object]:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.05:
+            pass
+        return []
+
+    live.run_once = busy  # type: ignore[method-assign]
+    # when it runs once through the live path
+    live.findings(WINDOW)
+    live.wait()
+    # then the next evaluation is due no sooner than its CPU time over its share
+    assert live._interval_s >= 0.05 / 0.01
+    started = live._thread
+    live.findings(WINDOW)
+    assert live._thread is started  # not started again
+    # and a cheap evaluation leaves the interval at every_s
+    assert live.next_interval(0.0) == 0.0
+    assert ExplainFindings(db, every_s=3.0).next_interval(0.01) == 3.0

@@ -1,0 +1,36 @@
+"""What a trace records: the tracer's options, in a module light enough to import first.
+
+`gpuscope trace` builds these before anything heavy is imported, and starts
+loading the probes with them at once (see commands/trace.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TraceOptions:
+    """What to trace and how.
+
+    filter_targets: only the given pids (and descendants); otherwise any
+        process that calls a probed API becomes a target.
+    entry_only: record calls at entry without durations (cheapest).
+    """
+
+    filter_targets: bool = True
+    entry_only: bool = False
+    host: bool = True
+    wakeups: bool = True
+    ring_bytes: int = 32 << 20
+    force_classic_uprobes: bool = False
+    io: bool = True
+    tcp: bool = True
+    memory: bool = True
+    # 0 off, 1 native frames, 2 native + Python frames (see gpuscope.stacks.policy)
+    stacks: int = 2
+    stack_policy: tuple[tuple[int, int], ...] = ()
+    # Report CUDA libraries that processes map after start (bpf/loads.bpf.c) ...
+    late_loads: bool = True
+    # ... and stop the process until their probes are attached.
+    hold: bool = True

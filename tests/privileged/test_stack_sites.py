@@ -1,0 +1,59 @@
+"""Stack sites: full stacks once per call site (and one call in N), exact call counts per stack."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.privileged.support import json_line
+
+SHORT_PY = Path(__file__).resolve().parent.parent / "workloads" / "stack_short_py.py"
+
+
+def _counts_by_caller(run) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """cudaMalloc calls per stack, keyed by the frame that called alloc_from."""
+    rows = run.query("SELECT frames, count(*) FROM event_call_stacks WHERE op = 'cudaMalloc' GROUP BY stack_hash")
+    out: dict[str, int] = {}
+    for frames_json, n in rows:
+        names = [str(f.get("function")) for f in json.loads(str(frames_json))]
+        assert names[:2] == ["cudaMalloc", "alloc_from"], names
+        out[names[2]] = out.get(names[2], 0) + int(str(n))
+    return out
+
+
+def test_calls_from_two_sites_sharing_a_direct_caller_are_counted_exactly_per_site(build_workload, trace_command):  # type: ignore[no-untyped-def]
+    # given 300 calls through one wrapper, from two sites (one call in three from site_a)
+    exe = build_workload("stack_sites.c")
+    # when traced with the default policy (full stacks once per site, then one call in 64)
+    run = trace_command([str(exe), "300"])
+    # then every call is linked to a stack, and each site's stack has exactly its calls
+    assert run.returncode == 0, run.stderr
+    want = json_line(run.stdout)
+    assert run.query("SELECT count(*) FROM event_call_stacks WHERE op = 'cudaMalloc'") == [(300,)]
+    assert _counts_by_caller(run) == want
+
+
+def test_full_stacks_on_every_call_give_the_same_counts_as_site_references(build_workload, trace_command):  # type: ignore[no-untyped-def]
+    # given the same workload
+    exe = build_workload("stack_sites.c")
+    # when one run takes a full stack on every call and another the default
+    full = trace_command([str(exe), "90"], extra=["--stack-every", "cudaMalloc=1"])
+    sites = trace_command([str(exe), "90"])
+    # then both attribute the calls alike
+    assert full.returncode == 0 and sites.returncode == 0, (full.stderr, sites.stderr)
+    assert _counts_by_caller(full) == _counts_by_caller(sites) == {"site_a": 30, "site_b": 60}
+
+
+def test_every_python_call_is_linked_to_a_stack_naming_its_executing_line(trace_command, standin):  # type: ignore[no-untyped-def]
+    # given 200 calls from one Python line (one site: the first call takes the
+    # full stack, the rest refer to it, with one resampled full stack in 64)
+    run = trace_command([sys.executable, str(SHORT_PY), str(standin.cudart), "200"])
+    # then all 200 calls share stacks that name the inner function's line
+    assert run.returncode == 0, run.stderr
+    expected = json_line(run.stdout)
+    rows = run.query("SELECT frames, count(*) FROM event_call_stacks WHERE op = 'cudaMalloc' GROUP BY stack_hash")
+    assert sum(int(str(n)) for _, n in rows) == 200, rows
+    for frames_json, _ in rows:
+        py = [(f.get("function"), f.get("line")) for f in json.loads(str(frames_json)) if f["kind"] == "python"]
+        assert py[:3] == [tuple(level) for level in expected["levels"]], py
