@@ -111,7 +111,20 @@ static __always_inline __u64 gs_pack_dim(__u64 x, __u64 y, __u64 z)
 /* Fill the argument fields of `c` from the registers at entry. The x86-64
  * SysV ABI passes a dim3 (12 bytes) in two registers (x|y, z), and the 7th
  * and later arguments on the stack above the return address at [sp]. */
-static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct gs_call *c)
+/* The words at [sp+8], [sp+16], [sp+24]: those the stack capture read
+ * already (`pre`, one read for both), else read here. */
+static __always_inline void gs_stack_args(__u64 sp, const __u64 *pre, __u64 *stk, __u32 n)
+{
+	if (pre) {
+		stk[0] = pre[0];
+		stk[1] = pre[1];
+		stk[2] = pre[2];
+	} else {
+		bpf_probe_read_user(stk, n * sizeof(__u64), (void *)(sp + 8));
+	}
+}
+
+static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct gs_call *c, const __u64 *pre)
 {
 	__u64 sp = PT_REGS_SP(ctx);
 
@@ -156,8 +169,8 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		c->arg1 = gs_pack_dim(PT_REGS_PARM4(ctx), PT_REGS_PARM4(ctx) >> 32, PT_REGS_PARM5(ctx));
 		{
 			/* One read for both stack arguments: each read is ~140 ns. */
-			__u64 stk[2] = {};
-			bpf_probe_read_user(stk, sizeof(stk), (void *)(sp + 8));
+			__u64 stk[3] = {};
+			gs_stack_args(sp, pre, stk, 2);
 			c->bytes = stk[0];
 			c->stream = stk[1];
 		}
@@ -193,7 +206,7 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		c->arg0 = gs_pack_dim(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx));
 		{
 			__u64 stk[3] = {};
-			bpf_probe_read_user(stk, sizeof(stk), (void *)(sp + 8));
+			gs_stack_args(sp, pre, stk, 3);
 			c->arg1 = gs_pack_dim(PT_REGS_PARM5(ctx), ctx->r9, stk[0]);
 			c->bytes = stk[1] & 0xffffffff;
 			c->stream = stk[2];
@@ -357,7 +370,7 @@ int gs_cuda_entry(struct pt_regs *ctx)
 
 		struct gs_stack_buf *sb = gs_stack_capture(ctx, op, pid_tgid);
 
-		gs_read_args(ctx, op, &c);
+		gs_read_args(ctx, op, &c, sb ? &sb->sp_words[1] : 0);
 		e = gs_reserve(op);
 		if (!e)
 			return 0;
@@ -383,9 +396,9 @@ int gs_cuda_entry(struct pt_regs *ctx)
 	struct gs_call *c = &st->calls[d];
 	__builtin_memset(c, 0, sizeof(*c));
 	c->op = op;
-	gs_read_args(ctx, op, c);
-	st->depth = d + 1;
 	struct gs_stack_buf *sb = gs_stack_capture(ctx, op, pid_tgid);
+	gs_read_args(ctx, op, c, sb ? &sb->sp_words[1] : 0);
+	st->depth = d + 1;
 	/* Last, so the probe's own work is not counted in the call's duration
 	 * (only the stack record's copy into the ring is). */
 	c->ts_ns = bpf_ktime_get_ns();

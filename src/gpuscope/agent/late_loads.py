@@ -25,8 +25,7 @@ from gpuscope.agent.discovery import Discovery
 from gpuscope.agent.tracer import LibState, Tracer, kernel_file_key
 from gpuscope.bpf.wire import HoldKind
 
-# How long the thread sleeps in poll() between checks of its stop flag; a
-# report wakes it at once.
+# How long the thread sleeps in poll() at most; a report, or stop(), wakes it at once.
 _POLL_MS = 50
 
 
@@ -86,6 +85,8 @@ class LateLoads:
         self.loads: list[LateLoad] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
+        # Written once by stop(): wakes the thread out of poll() at once.
+        self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="gpuscope-late-loads", daemon=True)
 
     def start(self) -> None:
@@ -94,9 +95,14 @@ class LateLoads:
 
     def stop(self) -> None:
         """Handle what is reported so far, then stop; no process stays held."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        if not self._stop.is_set():
+            self._stop.set()
+            os.write(self._wake_w, b"x")
+            if self._thread.is_alive():
+                self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                for fd in (self._wake_r, self._wake_w):
+                    os.close(fd)
         if not self._thread.is_alive():
             self.handle(self.tracer.read_loads())
         for pid in self.tracer.held_pids():
@@ -107,6 +113,7 @@ class LateLoads:
         assert fd is not None
         poller = select.poll()
         poller.register(fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         while not self._stop.is_set():
             poller.poll(_POLL_MS)
             self.handle(self.tracer.read_loads())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
 from gpuscope.bpf.features import probe_uprobe_multi
@@ -133,12 +134,26 @@ class Tracer:
             cuda.set_uprobe_multi("gs_cuda_return")
         if o.entry_only:
             cuda.disable("gs_cuda_return")
-        cuda.load()
+        # The verifier takes ~120 ms over this object and ~100 ms over the
+        # others together, in the kernel (ctypes lets go of the GIL): they
+        # load side by side.
+        cuda_loading = Background(cuda.load, name="gpuscope-load-cuda")
+        try:
+            self._load_host_domains(host)
+        finally:
+            cuda_loading.wait()
+        cuda_loading.result()
         if o.stacks:
             fd = cuda.map_fd("stack_policy")
             for op, every in o.stack_policy:
                 cuda.lib.map_update(fd, struct.pack("<I", op), struct.pack("<I", every))
             self.stack_ring = VarReader(cuda.map_fd("stack_events"), STACK_RING_BYTES)
+        self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
+        self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
+
+    def _load_host_domains(self, host: BpfObject) -> None:
+        """Attach the host tracepoints; load and attach the optional domains and the late-load watch."""
+        o = self.opts
         # The fork hook always runs: descendants of targets must become targets.
         for prog, tp in HOST_PROGRAMS.items():
             if o.host or prog == "gs_process_fork":
@@ -168,8 +183,6 @@ class Tracer:
                 if self._loads is not None:
                     self._loads.close()
                     self._loads = None
-        self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
-        self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
 
     def _load_late_loads(self, host: BpfObject) -> None:
         loads = BpfObject(object_path("loads.bpf.o"))
@@ -191,6 +204,10 @@ class Tracer:
         if not os.path.exists(f"/proc/{pid}"):
             raise ProcessNotFoundError(f"no process with pid {pid}")
         self._host.lib.map_update(self._host.map_fd("targets"), struct.pack("<I", pid), b"\x01")
+
+    def live_targets(self) -> int:
+        """How many processes the kernel's target set holds (each leaves it at exit while host probes run)."""
+        return len(self._host.lib.map_keys(self._host.map_fd("targets"), 4))
 
     def is_target(self, pid: int) -> bool:
         return self._host.lib.map_lookup(self._host.map_fd("targets"), struct.pack("<I", pid), 1) is not None

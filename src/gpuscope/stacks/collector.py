@@ -1,12 +1,12 @@
 """The session's side of stacks: learn processes and files, resolve records, queue rows.
 
 Runs on the collector thread. Rows go to the writer thread like everything
-else, as named store writes: each distinct stack once (``insert_stacks``),
-one link per stored call (``insert_event_stacks``). A call with a full stack
-is linked by its record; a call that only names its site (most calls, see
-gpuscope.stacks.policy) is linked to the site's last full stack, read from
-the stack ring before the call's event (``stack_hashes``; ``link`` for calls
-whose site's stack came later).
+else: each distinct stack once (``insert_stacks``). A call that only names
+its site (most calls, see gpuscope.stacks.policy) gets the site's last full
+stack, read from the stack ring before the call's event: its hash goes on
+the call's own row (``stack_hashes``, handed to the writer with the batch).
+A call with a full stack is linked by its record (``insert_event_stacks``),
+and so is a call whose site's stack came later (``link``).
 """
 
 from __future__ import annotations

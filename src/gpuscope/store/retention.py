@@ -97,7 +97,7 @@ def checkpoint(conn: sqlite3.Connection, *, wait: bool = False) -> bool:
 
 
 def _drop_orphans(conn: sqlite3.Connection) -> None:
-    """Stack links older than a session's oldest remaining event, and stacks no link uses."""
+    """Stack links older than a session's oldest remaining event, and stacks no link or row uses."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "event_stacks" not in tables:
         return
@@ -107,7 +107,12 @@ def _drop_orphans(conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT ts_ns FROM event_log WHERE session_id = ? ORDER BY id LIMIT 1", (sid,)).fetchone()
         cutoff = row[0] if row else (1 << 63) - 1
         conn.execute("DELETE FROM event_stacks WHERE session_id = ? AND ts_ns < ?", (sid, cutoff))
-    conn.execute("DELETE FROM stacks WHERE hash NOT IN (SELECT DISTINCT stack_hash FROM event_stacks)")
+    on_rows = {r[1] for r in conn.execute("PRAGMA table_info(event_log)")} >= {"stack_hash"}
+    conn.execute(
+        "DELETE FROM stacks WHERE hash NOT IN (SELECT DISTINCT stack_hash FROM event_stacks)"
+        # Rows carry most calls' stacks themselves (schema 8).
+        + (" AND hash NOT IN (SELECT DISTINCT stack_hash FROM event_log WHERE stack_hash != 0)" if on_rows else "")
+    )
 
 
 def delete_oldest(conn: sqlite3.Connection, excess_bytes: int, live: Usage) -> int:

@@ -484,6 +484,28 @@ CREATE TABLE drop_log (
 );
 """
 
+# The stack of most calls rides on their own row: the call-site design
+# (gpuscope.stacks.policy) knows it when the row is written, and a second row
+# per call in event_stacks cost the recorder more than the row itself. 0: no
+# stack on the row (a call without one, or one linked through event_stacks).
+# event_stacks keeps the links written apart from the row (a call whose full
+# stack was taken with it, or whose stack arrived later); it wins when both exist.
+_V8_ROW_STACKS = """
+ALTER TABLE event_log ADD COLUMN stack_hash INTEGER;
+DROP VIEW event_call_stacks;
+CREATE VIEW event_call_stacks AS
+SELECT
+    ev.*,
+    st.hash AS stack_hash,
+    st.call_site AS call_site,
+    st.frames AS frames,
+    st.marker AS stack_marker
+FROM events ev
+JOIN event_log el ON el.id = ev.id
+LEFT JOIN event_stacks es ON es.session_id = ev.session_id AND es.tid = ev.tid AND es.ts_ns = ev.ts_ns
+JOIN stacks st ON st.hash = coalesce(es.stack_hash, nullif(el.stack_hash, 0));
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
@@ -492,6 +514,7 @@ MIGRATIONS: list[Migration] = [
     Migration(5, "merge and import: clock offsets, import provenance, imported history", _V5_MERGE_IMPORT),
     Migration(6, "call stacks: deduplicated stacks and the event -> stack link", _V6_STACKS),
     Migration(7, "durability: agent pid, committed-until time, end reason, drops per second", _V7_DURABILITY),
+    Migration(8, "call stacks on the event's own row", _V8_ROW_STACKS),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

@@ -1,8 +1,9 @@
 """Write call stacks: each distinct stack once (``stacks``), and which stack each call had (``event_stacks``).
 
 Rows arrive in batches from the stack collector, as plain sequences in
-column order: one link per stored call, so building anything richer per row
-would cost the collector loop.
+column order. Most calls carry their stack on their own row instead
+(``event_log.stack_hash``, written by the event writer); links here are for
+calls whose full stack was taken with them or whose site's stack came late.
 """
 
 from __future__ import annotations

@@ -25,22 +25,21 @@ from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
-from gpuscope.store.stacks_write import insert_event_stack_block
-
 __all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
 
 P = ParamSpec("P")
 
 _INSERT_INTO = (
     "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
-    "bytes, handle, stream, arg0, arg1, cgroup_v1_id) VALUES "
+    "bytes, handle, stream, arg0, arg1, cgroup_v1_id, stack_hash) VALUES "
 )
-_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_NCOLS = 17
+_ROW = "(" + ", ".join("?" * _NCOLS) + ")"
 _INSERT = _INSERT_INTO + _ROW
 # Rows per statement for the bulk of a batch: one statement step per 32 rows
 # costs ~40 % less CPU than one per row (measured: 1.6 vs 2.5 us a row), and
 # the sqlite3 module lets go of the GIL once per step, not once per row.
-# 32 x 16 = 512 parameters, under SQLite's oldest limit of 999.
+# 32 x 17 = 544 parameters, under SQLite's oldest limit of 999.
 _ROWS_PER_INSERT = 32
 _INSERT_MANY = _INSERT_INTO + ", ".join([_ROW] * _ROWS_PER_INSERT)
 _U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
@@ -82,8 +81,7 @@ class _Batch:
     events: np.ndarray
     read_wall_ns: int
     read_mono_ns: int
-    # Each event's stack hash (0: none), stored as its link in event_stacks
-    # with the event (or shed with it), and counted with it in a transaction.
+    # Each event's stack hash (0: none), stored on its row (event_log.stack_hash).
     stack_hashes: np.ndarray | None = None
 
 
@@ -306,12 +304,11 @@ class EventWriter:
             self.rows_shed += len(batch.events)
             return 0
         began = time.perf_counter()
-        self._insert(batch.events)
-        links = 0 if batch.stack_hashes is None else self._insert_links(batch.events, batch.stack_hashes)
+        self._insert(batch.events, batch.stack_hashes)
         spent = time.perf_counter() - began
         if spent > 0 and len(batch.events) >= 256:
             self._rate = 0.8 * self._rate + 0.2 * (len(batch.events) / spent)
-        return len(batch.events) + links
+        return len(batch.events)
 
     def _commit(self, newest: _Batch | None) -> None:
         if newest is not None and self._on_commit is not None:
@@ -344,10 +341,10 @@ class EventWriter:
                 except sqlite3.Error:
                     pass
 
-    def _insert(self, ev: np.ndarray) -> None:
+    def _insert(self, ev: np.ndarray, stack_hashes: np.ndarray | None) -> None:
         n = len(ev)
         comm_col = self._comm_column(ev["comm"])
-        cols = np.empty((n, 16), dtype=np.int64)
+        cols = np.empty((n, _NCOLS), dtype=np.int64)
         cols[:, 0] = self._session_id
         cols[:, 1] = ev["ts_ns"].view(np.int64)
         cols[:, 2] = ev["duration_ns"].view(np.int64)
@@ -362,26 +359,14 @@ class EventWriter:
         # integers are signed. Pointers and packed dims stay below 2**63.
         for i, name in enumerate(_U64_COLUMNS[1:], start=10):
             cols[:, i] = ev[name].view(np.int64)
+        cols[:, 16] = 0 if stack_hashes is None else stack_hashes
         bulk = n - n % _ROWS_PER_INSERT
         if bulk:
-            self._conn.executemany(_INSERT_MANY, cols[:bulk].reshape(-1, 16 * _ROWS_PER_INSERT).tolist())
+            self._conn.executemany(_INSERT_MANY, cols[:bulk].reshape(-1, _NCOLS * _ROWS_PER_INSERT).tolist())
         if bulk < n:
             self._conn.executemany(_INSERT, cols[bulk:].tolist())
         self.rows_written += n
         self._txn_rows += n
-
-    def _insert_links(self, ev: np.ndarray, hashes: np.ndarray) -> int:
-        sel = hashes != 0
-        n = int(sel.sum())
-        if n:
-            links = np.empty((n, 5), dtype=np.int64)
-            links[:, 0] = self._session_id
-            links[:, 1] = ev["pid"][sel]
-            links[:, 2] = ev["tid"][sel]
-            links[:, 3] = ev["ts_ns"][sel].view(np.int64)
-            links[:, 4] = hashes[sel]
-            insert_event_stack_block(self._conn, links)
-        return n
 
     def _comm_column(self, comms: np.ndarray) -> np.ndarray:
         # Group the 16-byte names through a 64-bit key (4x faster than unique

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gpuscope.bpf.wire import EVENT_DTYPE
+from gpuscope.store.stacks_write import insert_event_stacks, insert_stacks
 from gpuscope.store.writer import Durability, EventWriter, events_end_ns
 
 
@@ -112,20 +113,33 @@ def test_every_column_of_every_event_is_stored_in_order_whatever_the_batch_lengt
     ]
 
 
-def test_stack_hashes_handed_with_a_batch_are_stored_as_links_of_its_calls(
+def test_stack_hashes_handed_with_a_batch_are_stored_on_the_rows_and_the_view_joins_them(
     conn: sqlite3.Connection, session_id: int
 ) -> None:
-    # given a batch of 100 calls, 70 of which have a stack (hash 17), split by a small transaction bound
+    # given a stored stack, and a batch of 100 calls, 70 of which have it (hash 17), split by a small transaction bound
+    insert_stacks(conn, [(17, "[]", "site (x.py:1)", 1, 0, None)])
+    conn.commit()
     ev = _events(100)
     hashes = np.where(np.arange(100) < 70, 17, 0).astype(np.int64)
     writer = EventWriter(conn, session_id, durability=Durability(rows_per_commit=16))
     # when they are put together
     writer.put(ev, hashes)
     writer.close()
-    # then every event is stored, and exactly the 70 calls with a stack are linked to it
+    # then every event is stored, exactly the 70 calls with a stack show it, with no link row apart
     assert conn.execute("SELECT count(*) FROM event_log").fetchone() == (100,)
-    linked = conn.execute(
-        "SELECT e.ts_ns FROM event_log e JOIN event_stacks s ON s.session_id = e.session_id AND s.tid = e.tid "
-        "AND s.ts_ns = e.ts_ns WHERE s.stack_hash = 17 ORDER BY e.ts_ns"
-    ).fetchall()
+    linked = conn.execute("SELECT ts_ns FROM event_call_stacks WHERE stack_hash = 17 ORDER BY ts_ns").fetchall()
     assert [t for (t,) in linked] == ev["ts_ns"][:70].tolist()
+    assert conn.execute("SELECT count(*) FROM event_stacks").fetchone() == (0,)
+
+
+def test_a_link_row_takes_precedence_over_the_stack_on_the_row(conn: sqlite3.Connection, session_id: int) -> None:
+    # given a call stored with the stack of its site (17), and linked apart to its own full stack (18)
+    insert_stacks(conn, [(17, "[]", "site", 1, 0, None), (18, "[]", "own", 1, 0, None)])
+    ev = _events(1)
+    insert_event_stacks(conn, [(session_id, 41, 41, int(ev["ts_ns"][0]), 18)])
+    conn.commit()
+    writer = EventWriter(conn, session_id)
+    writer.put(ev, np.array([17], dtype=np.int64))
+    writer.close()
+    # then the view shows the call once, with its own stack
+    assert conn.execute("SELECT stack_hash, call_site FROM event_call_stacks").fetchall() == [(18, "own")]
