@@ -68,12 +68,17 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-def _load_cli_reference_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_cli_reference", ROOT / "scripts" / "gen_cli_reference.py")
+def _load_script(name: str) -> ModuleType:
+    """A script of scripts/ as a module (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _load_cli_reference_script() -> ModuleType:
+    return _load_script("gen_cli_reference")
 
 
 def test_every_explain_rule_kind_has_exactly_one_row_in_the_rule_table() -> None:
@@ -138,11 +143,7 @@ def test_every_option_of_the_command_is_described_in_its_guide(name: str) -> Non
 
 
 def _load_readme_samples_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("readme_samples", ROOT / "scripts" / "readme_samples.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load_script("readme_samples")
 
 
 def test_no_doc_shows_a_path_of_the_machine_it_was_written_on() -> None:
