@@ -20,20 +20,23 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuscope.analysis.attribution import load_attribution
-from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import EventFrame, Window, process_names
-from gpuscope.analysis.rules import RULES, Rule
-from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 from gpuscope.model.findings import Finding, Severity
 from gpuscope.platform.threads import lower_thread_priority
 from gpuscope.store.attribution import LIVE_EVENT_COLUMNS, event_rows_after, newest_event_rowid
 from gpuscope.store.connect import connect_reader
 from gpuscope.store.sessions_read import session_wall_offsets
 from gpuscope.tui.snapshot import LiveWindow
+
+if TYPE_CHECKING:
+    # The rules and the frame they read are imported by the first evaluation, on
+    # its own thread: `trace` starts about 0.1 s sooner, and a command that ends
+    # within a second never loads them.
+    from gpuscope.analysis.frame import EventFrame, Window
+    from gpuscope.analysis.rules import Rule
 
 # EventFrame.from_columns takes the live columns in their order: ts, dur, pid, tid, op, cgroup, bytes, handle,
 # stream, arg0, arg1.
@@ -48,9 +51,13 @@ def _monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def live_rules(hang_threshold_ns: int) -> tuple[Rule, ...]:
-    """The registry, with the hang rule at the live threshold."""
-    return tuple(NcclHangRule(hang_threshold_ns) if r.id == NcclHangRule.id else r for r in RULES)
+def live_rules(hang_threshold_ns: int | None = None) -> tuple[Rule, ...]:
+    """The registry, with the hang rule at the live threshold (None: the rule's default)."""
+    from gpuscope.analysis.rules import RULES
+    from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
+
+    threshold = DEFAULT_HANG_THRESHOLD_NS if hang_threshold_ns is None else hang_threshold_ns
+    return tuple(NcclHangRule(threshold) if r.id == NcclHangRule.id else r for r in RULES)
 
 
 def finding_line(f: Finding) -> str:
@@ -81,7 +88,7 @@ class ExplainFindings:
         self,
         db_path: str | Path,
         *,
-        hang_threshold_ns: int = DEFAULT_HANG_THRESHOLD_NS,
+        hang_threshold_ns: int | None = None,
         every_s: float = 3.0,
         horizon_s: float = 60.0,
         min_severity: Severity = Severity.MEDIUM,
@@ -90,7 +97,8 @@ class ExplainFindings:
         cpu_share: float = 0.1,
     ) -> None:
         self.db_path = Path(db_path)
-        self.rules = live_rules(hang_threshold_ns)
+        self._hang_threshold_ns = hang_threshold_ns
+        self._rules: tuple[Rule, ...] | None = None
         self.every_s = every_s
         self.horizon_ns = int(horizon_s * 1e9)
         self.min_severity = min_severity
@@ -101,7 +109,9 @@ class ExplainFindings:
         self._last_rowid = 0
         self._cols = [np.zeros(0, dtype=np.int64) for _ in range(_NCOLS)]
         self._lines: tuple[str, ...] = ()
-        self._last_run = -float("inf")
+        # The first evaluation comes every_s after the start: a trace's first
+        # seconds have little to judge, and a short command then never loads the rules.
+        self._last_run = time.monotonic()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -111,6 +121,13 @@ class ExplainFindings:
         self.errors = 0
         self.skipped_rows = 0
         self.last_error: str | None = None
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules evaluated (loaded at first use)."""
+        if self._rules is None:
+            self._rules = live_rules(self._hang_threshold_ns)
+        return self._rules
 
     # -- input ------------------------------------------------------------------
 
@@ -169,6 +186,9 @@ class ExplainFindings:
 
     def run_once(self) -> list[Finding]:
         """Read new rows, evaluate the rules over the horizon, publish and return the findings."""
+        from gpuscope.analysis.attribution import load_attribution
+        from gpuscope.analysis.context import Context
+
         if not self.db_path.exists():
             return []
         # A connection per evaluation: each runs on a thread of its own, and opening is cheap.
@@ -237,6 +257,8 @@ class ExplainFindings:
             self._cols = [np.concatenate([old, block[:, j + 1]]) for j, old in enumerate(self._cols)]
 
     def _frame(self, conn: sqlite3.Connection, now_ns: int) -> tuple[EventFrame, Window]:
+        from gpuscope.analysis.frame import EventFrame, Window, process_names
+
         cols = self._cols
         order = np.argsort(cols[0], kind="stable")
         cols = [c[order] for c in cols]
