@@ -529,15 +529,10 @@ class TraceSession:
         # RCU grace periods, a backlog in the ring needs the CPU. Once
         # detached, nothing new arrives: the last poll empties the ring.
         detaching = Background(tracer.detach, name="gpuscope-detach")
-        # Once every traced process has exited, nothing can reach the rings
-        # any more: the recording is closed while the probes go (their RCU
-        # waits take ~0.1-0.2 s). System-wide, anything may still call.
-        overlap = self.opts.filter_targets and tracer.live_targets() == 0
-        while not overlap and not detaching.done():
+        while not detaching.done():
             if self.poll(POLL_BUDGET_S) == 0:
                 detaching.wait(POLL_INTERVAL_S)
-        if not overlap:
-            detaching.result()
+        detaching.result()
         self.poll()
         if self.stacks is not None:
             # Every full stack still on the ring, then the calls that wait for one.
@@ -551,15 +546,11 @@ class TraceSession:
             self.writer.call_fn(index_within_cap, self.db_path, self.max_db_bytes)
         counters = tracer.counters()
         self._save_counters(counters, final=True, libraries=libraries, end_reason=self.writer.failure or "stopped")
-        if not overlap:
-            tracer.close()
+        tracer.close()
         self._final = counters
         try:
             self.writer.close()
         finally:
-            if overlap:
-                detaching.wait()
-                tracer.close()
             self.conn.close()
             self.reserve.release()
             sys.setswitchinterval(self._switch_interval)

@@ -205,10 +205,6 @@ class Tracer:
             raise ProcessNotFoundError(f"no process with pid {pid}")
         self._host.lib.map_update(self._host.map_fd("targets"), struct.pack("<I", pid), b"\x01")
 
-    def live_targets(self) -> int:
-        """How many processes the kernel's target set holds (each leaves it at exit while host probes run)."""
-        return len(self._host.lib.map_keys(self._host.map_fd("targets"), 4))
-
     def is_target(self, pid: int) -> bool:
         return self._host.lib.map_lookup(self._host.map_fd("targets"), struct.pack("<I", pid), 1) is not None
 
