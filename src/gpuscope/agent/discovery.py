@@ -166,21 +166,8 @@ class Discovery:
             kind = library_kind(real)
         if kind is None:
             return None
-        try:
-            st = os.stat(real)
-        except OSError:
-            return None
-        key = (st.st_dev, st.st_ino)
-        if key in self._libs:
-            return None
-        try:
-            if not probe_plan(real):
-                return None
-        except (ElfError, OSError):
-            return None
-        lib = CudaLibrary(real, kind, _version_of(real) or _version_of(path), found_via, key)
-        self._libs[key] = lib
-        return lib
+        lib, new = self._library_at(real, kind, found_via, (real, path))
+        return lib if new else None
 
     def add_dirs(self, dirs: Iterable[tuple[str, str]]) -> None:
         for d, via in dirs:
@@ -231,6 +218,15 @@ class Discovery:
         namespace), so it is not resolved further; a copy already known by its
         inode is returned as it is. None when the file is not one gpuscope probes.
         """
+        return self._library_at(path, library_kind(path), found_via, (path,))
+
+    def _library_at(
+        self, path: str, kind: str | None, found_via: str, named: tuple[str, ...]
+    ) -> tuple[CudaLibrary | None, bool]:
+        """The library at ``path`` as it is (not resolved): (known or new library, whether new), or (None, False).
+
+        ``named``: the paths whose names may carry the version (the first that does).
+        """
         try:
             st = os.stat(path)
         except OSError:
@@ -238,12 +234,12 @@ class Discovery:
         key = (st.st_dev, st.st_ino)
         if key in self._libs:
             return self._libs[key], False
-        kind = library_kind(path)
         try:
             if kind is None or not probe_plan(path):
                 return None, False
         except (ElfError, OSError):
             return None, False
-        lib = CudaLibrary(path, kind, _version_of(path), found_via, key)
+        version = next((v for v in map(_version_of, named) if v), "")
+        lib = CudaLibrary(path, kind, version, found_via, key)
         self._libs[key] = lib
         return lib, True

@@ -35,6 +35,7 @@ from gpuscope.agent.identity import (
 )
 from gpuscope.agent.late_loads import LateLoads
 from gpuscope.agent.live_stats import LiveStats, Tick
+from gpuscope.agent.options import GIL_SWITCH_S
 from gpuscope.agent.procinfo import read_process
 from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
@@ -68,7 +69,6 @@ from gpuscope.store.sessions_write import (
 from gpuscope.store.writer import Durability, EventWriter
 
 POLL_INTERVAL_S = 0.01
-GIL_SWITCH_S = 0.0002
 TICK_INTERVAL_S = 1.0
 # Aggregates and counters are written this often (events commit as often on
 # the writer thread): a killed agent loses about this much of what it saw.
@@ -168,10 +168,7 @@ class TraceSession:
                 agent_pid=os.getpid(),
             ),
         )
-        # The writer thread inserts with executemany, which lets go of the GIL at
-        # every row; with the default 5 ms switch interval, each row then waits
-        # for the collector's Python work to give it back (measured: 656 rows/s
-        # against a busy Python thread, 240k at 1 ms, 650k at 0.2 ms).
+        # A short GIL switch interval while recording (see GIL_SWITCH_S).
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_S)
         self.cap = SizeCap(self.db_path, max_db_bytes)

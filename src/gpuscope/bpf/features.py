@@ -121,15 +121,19 @@ def attach_uprobe_multi_link() -> Feature:
 
 
 @cache
-def kernel_has_kfunc(name: str) -> bool:
-    """Whether the running kernel's BTF names ``name`` (a kfunc a program declares __weak)."""
+def kernel_has_kfuncs(names: tuple[str, ...]) -> bool:
+    """Whether the running kernel's BTF names every one of ``names`` (kfuncs a program declares __weak).
+
+    One read of /sys/kernel/btf/vmlinux (several MiB) for all of them.
+    """
     try:
         with open("/sys/kernel/btf/vmlinux", "rb") as f:
-            return b"\0" + name.encode() + b"\0" in f.read()
+            btf = f.read()
     except OSError:
         return False
+    return all(b"\0" + name.encode() + b"\0" in btf for name in names)
 
 
 def can_hold_processes() -> bool:
     """bpf/loads.bpf.c can stop a process and let it go from the kernel (Linux 6.13+)."""
-    return all(kernel_has_kfunc(k) for k in ("bpf_send_signal_task", "bpf_task_from_pid", "bpf_task_release"))
+    return kernel_has_kfuncs(("bpf_send_signal_task", "bpf_task_from_pid", "bpf_task_release"))

@@ -103,15 +103,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
-# GIL switch interval while tracing. The probes load on a thread that makes
-# hundreds of short ctypes calls, each waiting up to the interval (5 ms by
-# default) to take the GIL back from the main thread's imports.
-SWITCH_INTERVAL_S = 0.0002
-
-
 def run(args: argparse.Namespace) -> int:
+    from gpuscope.agent.options import GIL_SWITCH_S
+
+    # From the start, not only once the session records: the probes load on a thread meanwhile.
     previous = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    sys.setswitchinterval(GIL_SWITCH_S)
     try:
         return _run(args)
     finally:

@@ -22,13 +22,7 @@ import numpy as np
 from gpuscope.stacks.python import LAYOUTS, find_interpreter, sanity_check
 from gpuscope.stacks.records import CodeRecord, RawStack, decode
 from gpuscope.stacks.resolve import StackResolver
-from gpuscope.store.stacks_write import (
-    EventStackRow,
-    StackRow,
-    insert_event_stack_block,
-    insert_event_stacks,
-    insert_stacks,
-)
+from gpuscope.store.stacks_write import EventStackRow, StackRow, insert_event_stacks, insert_stacks
 
 P = ParamSpec("P")
 # A process that looks like Python but has not mapped its runtime yet (just
@@ -208,18 +202,14 @@ class StackCollector:
             hashes, ok = self._site_hashes(calls)
             if ok.any():
                 linked = calls[ok]
-                writer.write(
-                    insert_event_stack_block,
-                    np.column_stack(
-                        [
-                            np.full(len(linked), self.session_id, dtype=np.int64),
-                            linked["pid"],
-                            linked["tid"],
-                            linked["ts_ns"],
-                            hashes[ok],
-                        ]
-                    ),
+                rows = zip(
+                    linked["pid"].tolist(),
+                    linked["tid"].tolist(),
+                    linked["ts_ns"].tolist(),
+                    hashes[ok].tolist(),
+                    strict=True,
                 )
+                writer.write(insert_event_stacks, [(self.session_id, *row) for row in rows])
                 self.records += len(linked)
             rest = calls[~ok]
             if len(rest):

@@ -10,7 +10,7 @@ import numpy as np
 from gpuscope.bpf.wire import EVENT_DTYPE, STACK_HEADER_DTYPE
 from gpuscope.stacks import collector as collector_mod
 from gpuscope.stacks.collector import StackCollector
-from gpuscope.store.stacks_write import insert_event_stack_block, insert_event_stacks, insert_stacks
+from gpuscope.store.stacks_write import insert_event_stacks, insert_stacks
 
 PID = os.getpid()
 
@@ -37,8 +37,6 @@ class Writes:
         for fn, args in self.calls:
             if fn is insert_event_stacks:
                 out += [tuple(r) for r in args[0]]
-            elif fn is insert_event_stack_block:
-                out += [tuple(r) for r in args[0].tolist()]
         return out
 
     def stacks(self) -> list[int]:
