@@ -44,11 +44,17 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# bpftrace is the yardstick of bench/vs_bpftrace.py, not a dependency of gpuscope.
+# bpftrace is the yardstick of bench/vs_bpftrace.py and bpftool reads the time
+# inside each program for `bench/run.py --prog-stats`: not dependencies of gpuscope.
+BENCH_PACKAGES := bpftrace bpftool
+
 bench: setup
-	@if command -v apt-get >/dev/null 2>&1 && ! command -v bpftrace >/dev/null 2>&1; then \
-	  echo "installing: bpftrace (for bench/vs_bpftrace.py)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace; \
+	@if command -v apt-get >/dev/null 2>&1; then \
+	  missing=""; for p in $(BENCH_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing (for the benchmarks)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  fi; \
 	fi
 	$(PY) bench/run.py
 
