@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 \
                 iproute2 binutils util-linux tmux
 
-.PHONY: setup apt venv native demo test lint bench clean
+.PHONY: setup apt venv native demo test lint bench gpu-validate clean
 
 setup: apt venv native
 
@@ -57,6 +57,14 @@ bench: setup
 	  fi; \
 	fi
 	$(PY) bench/run.py
+
+# On a GPU host, as root, with the Python that has PyTorch (no venv, compiler or registry needed there when the
+# BPF objects in src/gpuscope/_bpf were built elsewhere): bench/gpu/validate.py, results in bench/gpu/results/.
+GPU_PYTHON ?= python3
+
+gpu-validate:
+	@test -f src/gpuscope/_bpf/cuda.bpf.o || $(MAKE) native
+	PYTHONPATH=src $(GPU_PYTHON) bench/gpu/validate.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/gpuscope/_bpf src/gpuscope/_standin

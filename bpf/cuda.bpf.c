@@ -108,6 +108,19 @@ static __always_inline __u64 gs_pack_dim(__u64 x, __u64 y, __u64 z)
 	return (x & 0xffffffff) | ((y & 0xffff) << 32) | ((z & 0xffff) << 48);
 }
 
+/* A driver memset (CUdeviceptr dst, value, size_t N[, CUstream]) counts N in
+ * elements of `width` bytes; recorded like the runtime's cudaMemset, with
+ * bytes = N x width, so analysis needs no per-width case. Libraries that link
+ * the runtime statically (cuBLAS, cuBLASLt) reach memsets only through these
+ * entry points, never through libcudart's cudaMemset. */
+static __always_inline void gs_cu_memset(struct pt_regs *ctx, struct gs_call *c, __u64 width, int async)
+{
+	c->handle = PT_REGS_PARM1(ctx);
+	c->bytes = PT_REGS_PARM3(ctx) * width;
+	if (async)
+		c->stream = PT_REGS_PARM4(ctx);
+}
+
 /* Fill the argument fields of `c` from the registers at entry. The x86-64
  * SysV ABI passes a dim3 (12 bytes) in two registers (x|y, z), and the 7th
  * and later arguments on the stack above the return address at [sp]. */
@@ -237,6 +250,25 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		c->bytes = PT_REGS_PARM3(ctx);
 		c->arg0 = 4;
 		c->stream = PT_REGS_PARM4(ctx);
+		break;
+	/* Driver memsets: (CUdeviceptr dst, value, size_t N[, stream]). */
+	case GS_OP_CU_MEMSET_D8:
+		gs_cu_memset(ctx, c, 1, 0);
+		break;
+	case GS_OP_CU_MEMSET_D16:
+		gs_cu_memset(ctx, c, 2, 0);
+		break;
+	case GS_OP_CU_MEMSET_D32:
+		gs_cu_memset(ctx, c, 4, 0);
+		break;
+	case GS_OP_CU_MEMSET_D8_ASYNC:
+		gs_cu_memset(ctx, c, 1, 1);
+		break;
+	case GS_OP_CU_MEMSET_D16_ASYNC:
+		gs_cu_memset(ctx, c, 2, 1);
+		break;
+	case GS_OP_CU_MEMSET_D32_ASYNC:
+		gs_cu_memset(ctx, c, 4, 1);
 		break;
 
 	/* CUDA Graph: the same shapes in the runtime and the driver. */

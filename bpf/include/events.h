@@ -68,6 +68,15 @@ enum gs_op {
 	GS_OP_CU_MEMCPY_ASYNC = 71,
 	GS_OP_CU_CTX_SYNCHRONIZE = 72,
 	GS_OP_CU_STREAM_SYNCHRONIZE = 73,
+	/* Memsets: one op per element width, because the cookie is all the probe
+	 * knows of which symbol fired. bytes = N x width, handle = dst, stream
+	 * for the async ones: the shape of the runtime's cudaMemset rows. */
+	GS_OP_CU_MEMSET_D8 = 74,
+	GS_OP_CU_MEMSET_D16 = 75,
+	GS_OP_CU_MEMSET_D32 = 76,
+	GS_OP_CU_MEMSET_D8_ASYNC = 77,
+	GS_OP_CU_MEMSET_D16_ASYNC = 78,
+	GS_OP_CU_MEMSET_D32_ASYNC = 79,
 	/* CUDA Graph (driver twins), same fields as the runtime ops */
 	GS_OP_CU_STREAM_BEGIN_CAPTURE = 80,
 	GS_OP_CU_STREAM_END_CAPTURE = 81,

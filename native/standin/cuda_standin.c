@@ -64,6 +64,48 @@ STANDIN_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, siz
 	(void)dst; (void)src; (void)n; (void)s;
 	return standin_work("cuMemcpyAsync");
 }
+/* Memsets: the synchronous ones are exported as _v2 (cuda.h maps cuMemsetD8
+ * to cuMemsetD8_v2), the per-thread-stream twins as _v2_ptds and _ptsz. */
+STANDIN_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n)
+{
+	(void)dst; (void)v; (void)n;
+	return standin_work("cuMemsetD8");
+}
+STANDIN_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char v, size_t n)
+{
+	(void)dst; (void)v; (void)n;
+	return standin_work("cuMemsetD8");
+}
+STANDIN_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dst, unsigned short v, size_t n)
+{
+	(void)dst; (void)v; (void)n;
+	return standin_work("cuMemsetD16");
+}
+STANDIN_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int v, size_t n)
+{
+	(void)dst; (void)v; (void)n;
+	return standin_work("cuMemsetD32");
+}
+STANDIN_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
+{
+	(void)dst; (void)v; (void)n; (void)s;
+	return standin_work("cuMemsetD8Async");
+}
+STANDIN_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, CUstream s)
+{
+	(void)dst; (void)v; (void)n; (void)s;
+	return standin_work("cuMemsetD16Async");
+}
+STANDIN_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s)
+{
+	(void)dst; (void)v; (void)n; (void)s;
+	return standin_work("cuMemsetD32Async");
+}
+STANDIN_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstream s)
+{
+	(void)dst; (void)v; (void)n; (void)s;
+	return standin_work("cuMemsetD32Async");
+}
 STANDIN_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 				       unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
 				       void **extra)

@@ -103,6 +103,42 @@ def test_key_arguments_of_allocations_copies_and_launches_are_recorded(build_wor
     assert run.query("SELECT DISTINCT stream FROM events WHERE op = 'cudaStreamSynchronize'") == [(0x5151,)]
 
 
+def test_driver_memsets_are_recorded_with_bytes_as_elements_times_width_pointer_and_stream(
+    build_workload, trace_command
+):  # type: ignore[no-untyped-def]
+    # given a workload calling each driver memset (and two per-thread twins) 40 times with known arguments
+    exe = build_workload("cuda_memsets.c")
+    # when
+    run = trace_command([str(exe), "40"])
+    # then every call is counted once, twins under their base op
+    assert run.returncode == 0, run.stderr
+    counts = run.op_counts()
+    assert {op: n for op, n in counts.items() if op.startswith("cuMemset")} == {
+        "cuMemsetD8": 80,
+        "cuMemsetD16": 40,
+        "cuMemsetD32": 40,
+        "cuMemsetD8Async": 40,
+        "cuMemsetD16Async": 40,
+        "cuMemsetD32Async": 80,
+    }
+    # and each row has bytes = N x element width, handle = the destination, the stream of the async ones
+    rows = run.query(
+        "SELECT op, source, bytes, handle, stream, arg0, ret FROM events WHERE op LIKE 'cuMemset%' "
+        "GROUP BY op, source, bytes, handle, stream, arg0, ret ORDER BY op"
+    )
+    assert rows == [
+        ("cuMemsetD16", "driver", 300 * 2, 0x7E00_0002_0000, 0, 0, 0),
+        ("cuMemsetD16Async", "driver", 2048 * 2, 0x7E00_0005_0000, 0x5252, 0, 0),
+        ("cuMemsetD32", "driver", 50 * 4, 0x7E00_0003_0000, 0, 0, 0),
+        ("cuMemsetD32Async", "driver", 1024 * 4, 0x7E00_0006_0000, 0x5353, 0, 0),
+        ("cuMemsetD8", "driver", 1000, 0x7E00_0001_0000, 0, 0, 0),
+        ("cuMemsetD8Async", "driver", 4096, 0x7E00_0004_0000, 0x5151, 0, 0),
+    ]
+    # and analysis sees them as device memory fills, like cudaMemset
+    assert run.query("SELECT DISTINCT kind FROM ops WHERE name LIKE 'cuMemset%'") == [("set",)]
+    assert run.query("SELECT events_dropped FROM sessions") == [(0,)]
+
+
 def test_the_return_code_of_a_failing_call_is_recorded(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
     # given a cudaMalloc that fails with cudaErrorMemoryAllocation (2)
     exe = build_workload("cuda_ids.c")

@@ -13,14 +13,20 @@ WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "py_calls.py"
 PY_OPS = ("cudaMalloc", "cudaLaunchKernel", "cudaStreamSynchronize", "cudaDeviceSynchronize")
 
 
-def real_libcudart() -> Path:
-    """libcudart.so.12 from the nvidia-cuda-runtime-cu12 wheel (a namespace package: no __file__)."""
-    nvidia_cuda_runtime = pytest.importorskip("nvidia.cuda_runtime")
-    for base in nvidia_cuda_runtime.__path__:
-        lib = Path(base) / "lib" / "libcudart.so.12"
+# The runtime wheels of two CUDA majors: 12 (nvidia-cuda-runtime-cu12) and 13 (nvidia-cuda-runtime, laid out
+# as nvidia/cu13/lib, as PyTorch's CUDA 13 builds load it).
+REAL_RUNTIMES = {"12": ("nvidia.cuda_runtime", "libcudart.so.12"), "13": ("nvidia.cu13", "libcudart.so.13")}
+
+
+def real_libcudart(major: str = "12") -> Path:
+    """libcudart from NVIDIA's wheel for that CUDA major (a namespace package: no __file__)."""
+    package, name = REAL_RUNTIMES[major]
+    module = pytest.importorskip(package)
+    for base in module.__path__:
+        lib = Path(base) / "lib" / name
         if lib.is_file():
             return lib
-    pytest.fail(f"nvidia.cuda_runtime has no lib/libcudart.so.12 under {list(nvidia_cuda_runtime.__path__)}")
+    pytest.fail(f"{package} has no lib/{name} under {list(module.__path__)}")
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -47,10 +53,11 @@ def test_calls_made_through_ctypes_are_recorded_exactly(trace_command, standin, 
     assert run.query("SELECT events_dropped FROM sessions") == [(0,)]
 
 
-def test_calls_into_the_real_libcudart_are_recorded_with_the_error_they_returned(trace_command, standin):  # type: ignore[no-untyped-def]
-    # given the real libcudart.so.12, which fails fast without a GPU driver,
+@pytest.mark.parametrize("major", sorted(REAL_RUNTIMES))
+def test_calls_into_the_real_libcudart_are_recorded_with_the_error_they_returned(trace_command, standin, major):  # type: ignore[no-untyped-def]
+    # given the real libcudart of CUDA 12 or 13, which fails fast without a GPU driver,
     # and no stand-in libcuda on the library path
-    lib = real_libcudart()
+    lib = real_libcudart(major)
     env = standin.env()
     env.pop("LD_LIBRARY_PATH")
     # when a Python program calls it 60 times per API on 2 threads, probing only that copy

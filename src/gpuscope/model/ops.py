@@ -54,6 +54,12 @@ class Op(enum.IntEnum):
     cuMemcpyAsync = 71
     cuCtxSynchronize = 72
     cuStreamSynchronize = 73
+    cuMemsetD8 = 74
+    cuMemsetD16 = 75
+    cuMemsetD32 = 76
+    cuMemsetD8Async = 77
+    cuMemsetD16Async = 78
+    cuMemsetD32Async = 79
     cuStreamBeginCapture = 80
     cuStreamEndCapture = 81
     cuGraphInstantiate = 82
@@ -159,6 +165,12 @@ _KINDS: dict[Op, tuple[OpKind, str]] = {
     Op.cuMemcpyAsync: (OpKind.COPY, "driver asynchronous copy"),
     Op.cuCtxSynchronize: (OpKind.SYNC, "driver wait for the context"),
     Op.cuStreamSynchronize: (OpKind.SYNC, "driver wait for a stream"),
+    Op.cuMemsetD8: (OpKind.SET, "driver device memory fill, 1-byte values: bytes = N"),
+    Op.cuMemsetD16: (OpKind.SET, "driver device memory fill, 2-byte values: bytes = 2 N"),
+    Op.cuMemsetD32: (OpKind.SET, "driver device memory fill, 4-byte values: bytes = 4 N"),
+    Op.cuMemsetD8Async: (OpKind.SET, "driver asynchronous device memory fill, 1-byte values: bytes = N"),
+    Op.cuMemsetD16Async: (OpKind.SET, "driver asynchronous device memory fill, 2-byte values: bytes = 2 N"),
+    Op.cuMemsetD32Async: (OpKind.SET, "driver asynchronous device memory fill, 4-byte values: bytes = 4 N"),
     Op.cudaStreamBeginCapture: (OpKind.GRAPH, "start capturing a stream into a graph: arg0 = mode"),
     Op.cudaStreamEndCapture: (OpKind.GRAPH, "end capture: handle = graph"),
     Op.cudaGraphInstantiate: (OpKind.GRAPH, "instantiate a graph: handle = exec, arg0 = graph"),

@@ -56,11 +56,100 @@ def test_two_malloc_spikes_are_not_churn() -> None:
     assert "allocator-churn" not in ev.kinds()
 
 
+def _caching_allocator(cycles: int, period: int = 200 * MS, *, driver_too: bool = True) -> Events:
+    """A PyTorch-like process: warm-up allocations, launches every ms, and ``cycles`` times memory freed then
+    allocated again (``empty_cache`` in the loop); every runtime call also enters the driver, as on a GPU."""
+    ev = Events()
+
+    def alloc(op_rt: Op, op_drv: Op, ts: int, dur: int, handle: int, nbytes: int = 0) -> None:
+        ev.add(op_rt, ts, dur, handle=handle, nbytes=nbytes)
+        if driver_too:
+            ev.add(op_drv, ts + 2 * US, dur - 4 * US, handle=handle, nbytes=nbytes)
+
+    for i in range(4):  # warm-up: the cache fills, nothing is freed
+        alloc(Op.cudaMalloc, Op.cuMemAlloc, i * MS, 900 * US, 0x100 + i, 1 << 30)
+    end = 10 * MS + (cycles + 1) * period
+    ev.loop(Op.cudaLaunchKernel, (end - 10 * MS) // MS, MS, 6 * US, start=10 * MS)
+    for k in range(cycles):
+        t = 10 * MS + (k + 1) * period + 300 * US
+        for j in range(2):
+            alloc(Op.cudaFree, Op.cuMemFree, t + j * MS, 800 * US, 0x100 + j)
+        for j in range(2):
+            alloc(Op.cudaMalloc, Op.cuMemAlloc, t + (2 + j) * MS, 900 * US, 0x100 + j, 1 << 30)
+    for j in range(4):  # exit: everything freed, nothing taken again
+        alloc(Op.cudaFree, Op.cuMemFree, end + j * MS, 800 * US, 0x100 + j)
+    return ev
+
+
+def test_memory_freed_and_allocated_again_after_warm_up_is_allocator_churn_once_per_process() -> None:
+    # given a caching allocator that gives memory back and takes it again 8 times, every 200 ms,
+    # with allocations all alike (no spikes) and every runtime call doubled by its driver call
+    report = _caching_allocator(8).report()
+    # then one finding, counted at the runtime layer
+    found = [f for f in report.findings if f.kind == "allocator-churn"]
+    assert len(found) == 1
+    cause = found[0].causes[0]
+    assert cause.metrics["reacquires"] == 8
+    assert cause.metrics["period_cv"] < 0.1
+    assert found[0].symptom.op == "cudaMalloc" and found[0].symptom.count == 16
+    # the lost time is the re-acquiring allocations and the frees before them, not warm-up or exit
+    assert found[0].lost_ns == 8 * 2 * (900 + 800) * US
+    assert "empty_cache" in found[0].fix
+
+
+def test_driver_only_allocations_are_read_at_the_driver_layer() -> None:
+    ev = Events()
+    for e in _caching_allocator(5, driver_too=True).rows:
+        if e[4] not in (int(Op.cudaMalloc), int(Op.cudaFree)):
+            ev.rows.append(e)
+    found = [f for f in ev.report().findings if f.kind == "allocator-churn"]
+    assert len(found) == 1 and found[0].symptom.op == "cuMemAlloc"
+    assert found[0].causes[0].metrics["reacquires"] == 5
+
+
+def test_allocating_and_freeing_in_every_iteration_is_left_to_the_spikes_reading() -> None:
+    # given a program that calls cudaMalloc and cudaFree itself each iteration, all alike (no caching allocator)
+    ev = Events()
+    for i in range(300):
+        ev.add(Op.cudaMalloc, i * MS, 300 * US, handle=0x100)
+        ev.add(Op.cudaLaunchKernel, i * MS + 400 * US, 5 * US)
+        ev.add(Op.cudaFree, i * MS + 500 * US, 100 * US, handle=0x100)
+    assert "allocator-churn" not in ev.kinds()
+
+
+@pytest.mark.parametrize("cycles", [0, 2])
+def test_warm_up_and_exit_alone_or_two_cycles_are_not_churn(cycles: int) -> None:
+    assert "allocator-churn" not in _caching_allocator(cycles).kinds()
+
+
 def test_allocations_never_freed_are_a_growing_leak() -> None:
     ev = Events()
     for i in range(100):
         ev.add(Op.cudaMalloc, i * MS, 10 * US, handle=0x7000 + i, nbytes=1 << 20)
     assert "memory-leak" in ev.kinds()
+
+
+def test_a_caching_allocator_filling_up_in_its_first_steps_is_not_a_leak() -> None:
+    # given 60 allocations never freed (the cache), all made in the first steps, then a long steady loop
+    ev = Events()
+    for i in range(60):
+        ev.add(Op.cudaMalloc, i * MS, 90 * US, handle=0x7000 + i, nbytes=64 << 20)
+        ev.add(Op.cuMemAlloc, i * MS + US, 80 * US, handle=0x7000 + i, nbytes=64 << 20)
+    ev.loop(Op.cudaLaunchKernel, 5000, 200 * US, 5 * US, start=60 * MS)
+    assert "memory-leak" not in ev.kinds()
+
+
+def test_allocations_that_keep_coming_through_the_loop_are_a_leak_counted_once_per_layer() -> None:
+    # given one unfreed 64 MiB allocation every 10 launches, runtime and driver both recorded
+    ev = Events()
+    for i in range(1000):
+        ev.add(Op.cudaLaunchKernel, i * MS, 5 * US)
+        if i % 10 == 0:
+            ev.add(Op.cudaMalloc, i * MS + 10 * US, 90 * US, handle=0x7000 + i, nbytes=64 << 20)
+            ev.add(Op.cuMemAlloc, i * MS + 11 * US, 80 * US, handle=0x7000 + i, nbytes=64 << 20)
+    f = next(f for f in ev.report().findings if f.kind == "memory-leak")
+    assert f.causes[0].metrics["unfreed_allocs"] == 100
+    assert f.causes[0].metrics["live_bytes"] == 100 * (64 << 20)
 
 
 def test_balanced_alloc_free_is_not_a_leak() -> None:
@@ -117,6 +206,25 @@ def test_steady_rate_is_not_a_throughput_drop() -> None:
     for i in range(3000):
         ev.add(Op.cudaLaunchKernel, i * 200 * US, 5 * US)
     assert "throughput-drop" not in ev.kinds()
+
+
+def test_a_slow_start_before_the_rate_is_reached_is_not_a_throughput_drop() -> None:
+    # given a process that copies its model early, sets up for a while, then runs at its full rate to the end
+    ev = Events()
+    t = 0
+    for i in range(3000):
+        t += 20 * MS if i < 40 else 200 * US
+        ev.add(Op.cudaLaunchKernel, t, 5 * US)
+    assert "throughput-drop" not in ev.kinds()
+
+
+def test_the_same_slow_period_after_the_rate_was_reached_is_a_drop() -> None:
+    ev = Events()
+    t = 0
+    for i in range(4000):
+        t += 20 * MS if 1000 <= i < 1040 else 200 * US
+        ev.add(Op.cudaLaunchKernel, t, 5 * US)
+    assert "throughput-drop" in ev.kinds()
 
 
 def test_gaps_after_trivial_syncs_are_not_starvation() -> None:

@@ -159,6 +159,9 @@ class ThroughputDropRule:
             if peak < 10:
                 continue
             low = counts <= (1 - DROP) * peak
+            # Bins before the rate first reaches its level are start-up (imports, model set-up, warm-up), not a
+            # drop: a drop is a fall from a rate the process had.
+            low[: int(np.argmax(~low))] = False
             run = best = 0
             for v in low.tolist():
                 run = run + 1 if v else 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, FREE_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS
+from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS
 from gpuscope.analysis.intervals import merge, overlap_ns
 from gpuscope.analysis.rules.base import effect_line, per_op_effects, symptom_for
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity
-from gpuscope.model.ops import op_name
+from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_bytes, fmt_ns
 
 
@@ -180,12 +180,106 @@ class MemcpyBoundRule:
 SPIKE_RATIO = 10.0
 
 
+# The two layers of one allocation: a runtime cudaMalloc enters the driver's cuMemAlloc, so each is read apart.
+_ALLOC_LAYERS = (
+    (frozenset({int(Op.cudaMalloc), int(Op.cudaMallocManaged)}), frozenset({int(Op.cudaFree)})),
+    (frozenset({int(Op.cuMemAlloc), int(Op.cuMemAllocManaged)}), frozenset({int(Op.cuMemFree)})),
+)
+MIN_REACQUIRES = 3
+MIN_CALLS_PER_CYCLE = 20  # the process's calls between two re-acquisitions, at the median
+
+
+def _alloc_layer(idx: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(allocations, frees) among ``idx`` at one layer: the runtime's when the process used it, else the
+    driver's. Never both: a runtime allocation is also a driver one, and would count twice."""
+    for alloc_ops, free_ops in _ALLOC_LAYERS:
+        al = idx[_isin(ops, alloc_ops)]
+        if len(al):
+            return al, idx[_isin(ops, free_ops)]
+    return al, idx[_isin(ops, _ALLOC_LAYERS[-1][1])]
+
+
+_FIX_CHURN = (
+    "stop the allocator from returning memory: remove torch.cuda.empty_cache() from the loop, "
+    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable"
+)
+
+
 class AllocatorChurnRule:
-    """Periodic cudaMalloc spikes: the caching allocator releasing and re-acquiring memory."""
+    """The caching allocator releasing and re-acquiring memory, seen two ways.
+
+    Spikes: most allocation calls are cheap and some are many times slower, at
+    a rhythm (an allocator that calls cudaMalloc often, e.g. the stand-ins).
+    Re-acquisitions: a caching allocator (PyTorch's) makes no allocation call
+    at all once warm, so allocation calls that keep coming back after memory
+    was freed are the churn, however alike their durations.
+    """
 
     id = "allocator-churn"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
+        out = self._spikes(ctx)
+        seen = {x.symptom.pid for x in out}
+        for p in ctx.call_pids:
+            if p not in seen:
+                found = self._reacquisitions(ctx, p)
+                if found is not None:
+                    out.append(found)
+        return out
+
+    def _reacquisitions(self, ctx: Context, p: int) -> Finding | None:
+        f, c = ctx.frame, ctx.calls
+        mine = np.flatnonzero(f.pid[c] == p)
+        al, fr = _alloc_layer(mine, f.op[c[mine]])
+        if len(al) < MIN_REACQUIRES or len(fr) == 0:
+            return None
+        al = al[np.argsort(f.ts[c[al]], kind="stable")]
+        fr = fr[np.argsort(f.ts[c[fr]], kind="stable")]
+        # An allocation after a free since the previous allocation starts a cycle: memory given back, taken again.
+        # Warm-up allocations have no free between them; frees at exit have no allocation after them.
+        frees_before = np.searchsorted(f.ts[c[fr]], f.ts[c[al]])
+        starts = al[np.diff(frees_before, prepend=0) > 0]
+        if len(starts) < MIN_REACQUIRES:
+            return None
+        # A caching allocator's cycles are many steps of other work apart. Allocating and freeing in every
+        # iteration is a program calling cudaMalloc itself: the spikes path reads that, by its durations.
+        between = np.diff(np.searchsorted(mine, starts))
+        if float(np.median(between)) < MIN_CALLS_PER_CYCLE:
+            return None
+        again = al[frees_before > 0]
+        released = fr[f.ts[c[fr]] < f.ts[c[al[-1]]]]
+        lost = int(f.dur[c[again]].sum() + f.dur[c[released]].sum())
+        gaps = np.diff(f.ts[c[starts]])
+        cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else 1.0
+        alloc_op, free_op = int(f.op[c[again[0]]]), int(f.op[c[released[0]]])
+        rhythm = (
+            f"periodic: every {fmt_ns(float(np.median(gaps)))} (cv {cv:.2f})"
+            if cv <= 0.5
+            else f"irregular (cv {cv:.2f})"
+        )
+        lines = (
+            f"{len(starts)} times after warm-up the allocator gave memory back ({len(released)} {op_name(free_op)}, "
+            f"{fmt_ns(float(f.dur[c[released]].sum()))}) and took it again ({len(again)} {op_name(alloc_op)}, "
+            f"{fmt_ns(float(f.dur[c[again]].sum()))}, {fmt_bytes(float(f.bytes[c[again]].sum()))})",
+            f"a warm caching allocator makes no allocation calls; these recur, {rhythm}",
+        )
+        wall = ctx.pid_span_ns(p)
+        summary = (
+            f"pid {p} re-acquires freed GPU memory {len(starts)} times: {fmt_ns(lost)} in allocation calls "
+            f"({lost / max(wall, 1):.0%} of its wall time)"
+        )
+        return Finding(
+            rule=self.id,
+            kind=self.id,
+            severity=severity_for(lost, wall),
+            symptom=symptom_for(ctx, p, alloc_op, again, summary),
+            causes=(Cause(self.id, lines, metrics={"reacquires": len(starts), "period_cv": round(cv, 3)}),),
+            fix=_FIX_CHURN,
+            lost_ns=lost,
+            wall_ns=wall,
+        )
+
+    def _spikes(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
         out = []
         for p, op, pos in ctx.groups(min_count=10):
@@ -218,8 +312,7 @@ class AllocatorChurnRule:
                     severity=severity_for(lost, wall, pct(f.dur[c[spikes]], 50) / base),
                     symptom=symptom_for(ctx, p, op, pos, summary, whole_op=True),
                     causes=(Cause(self.id, lines, metrics={"spikes": len(spikes), "period_cv": round(cv, 3)}),),
-                    fix="stop the allocator from returning memory: remove torch.cuda.empty_cache() from the loop, "
-                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep tensor shapes stable",
+                    fix=_FIX_CHURN,
                     lost_ns=lost,
                     wall_ns=wall,
                 )
@@ -241,16 +334,19 @@ class MemoryLeakRule:
             if p in ctx.pids_without_frees:
                 continue
             mine = c[f.pid[c] == p]
-            al = mine[_isin(f.op[mine], ALLOC_OPS)]
-            fr = mine[_isin(f.op[mine], FREE_OPS)]
+            al, fr = _alloc_layer(mine, f.op[mine])
             if len(al) < 10:
                 continue
             freed = np.isin(f.handle[al], f.handle[fr])
             live = np.cumsum(np.where(freed, 0, f.bytes[al]))
             unfreed = int((~freed).sum())
-            # Growth: live bytes rise through the window, not just a tail of recent allocations.
-            half = len(al) // 2
-            if unfreed < 10 or live[half] <= 0 or live[-1] < 1.8 * live[half]:
+            # Growth through the process's work: live bytes at its middle call against the end. A caching
+            # allocator fills up in the first steps and then stays flat however long the run: that is warm-up,
+            # and measured by allocations alone (all of them early) it would look like growth.
+            mid_ts = np.sort(f.ts[mine])[len(mine) // 2]
+            before = int(np.searchsorted(f.ts[al], mid_ts, side="right"))
+            live_mid = int(live[before - 1]) if before else 0
+            if unfreed < 10 or live_mid <= 0 or live[-1] < 1.8 * live_mid:
                 continue
             span_s = max(float(f.ts[al[-1]] - f.ts[al[0]]) / 1e9, 1e-9)
             rate = float(live[-1]) / span_s
@@ -258,7 +354,7 @@ class MemoryLeakRule:
             sev = Severity.HIGH if unfreed / len(al) >= 0.5 and live[-1] >= 2**30 else Severity.MEDIUM
             lines = (
                 f"{unfreed} of {len(al)} allocations never freed: {fmt_bytes(float(live[-1]))} live at the end",
-                f"growing {fmt_bytes(rate)}/s; live bytes doubled between the middle and the end of the window",
+                f"growing {fmt_bytes(rate)}/s; live bytes at least doubled between its middle call and the end",
             )
             summary = f"pid {p} leaks device memory: {fmt_bytes(float(live[-1]))} unfreed, {fmt_bytes(rate)}/s"
             cause = Cause(
