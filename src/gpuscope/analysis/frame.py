@@ -285,7 +285,7 @@ def load_aggregates(
     """
     if not aggregates_cover_recording(conn):
         return None
-    rows = aggregate_rows(conn, start_ns - BUCKET_NS, end_ns, pids)
+    rows = aggregate_rows(conn, start_ns, end_ns, BUCKET_NS, pids)
     n = len(rows)
     cols = np.array([r[:9] for r in rows], dtype=np.int64).reshape(n, 9)
     blobs: dict[tuple[int, int], list[bytes]] = {}

@@ -31,14 +31,20 @@ def aggregates_cover_recording(conn: sqlite3.Connection) -> bool:
 
 
 def aggregate_rows(
-    conn: sqlite3.Connection, after_bucket_ns: int, last_bucket_ns: int, pids: tuple[int, ...] = ()
+    conn: sqlite3.Connection, start_ns: int, end_ns: int, bucket_ns: int, pids: tuple[int, ...] = ()
 ) -> list[AggregateRow]:
-    """Read the aggregate rows of the buckets in (``after_bucket_ns``, ``last_bucket_ns``].
+    """Read the aggregate rows of the ``bucket_ns`` buckets that [``start_ns``, ``end_ns``] touches.
 
+    Only sessions recording at some time in [start_ns, end_ns] count: a bucket
+    is a whole second, and the second in which one session ended and the next
+    began would otherwise lend each the other's calls.
     ``pids``: only these processes' GPU rows (host rows of every process are kept).
     """
-    where = "bucket_ns > ? AND bucket_ns <= ?"
-    params: list[int] = [after_bucket_ns, last_bucket_ns]
+    where = (
+        "bucket_ns > ? AND bucket_ns <= ? AND session_id IN (SELECT id FROM sessions WHERE started_mono_ns <= ? "
+        "AND coalesce(stopped_mono_ns, 9223372036854775807) >= ?)"
+    )
+    params: list[int] = [start_ns - bucket_ns, end_ns, end_ns, start_ns]
     if pids:
         # Host events of every process stay (a neighbour's CPU is a cause); NCCL calls are GPU calls.
         where += f" AND (pid IN ({','.join('?' * len(pids))}) OR op_id >= {FIRST_HOST_OP_ID})"

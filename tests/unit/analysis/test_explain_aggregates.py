@@ -184,3 +184,37 @@ def test_memory_leak_is_still_reported_on_a_native_recording(tmp_path: Path) -> 
     _leaky(ev)
     db = ev.to_db(tmp_path / "native.db")
     assert "memory-leak" in [f.kind for f in explain_db(db, ExplainOptions()).findings]
+
+
+def test_a_sessions_window_counts_none_of_the_calls_of_a_session_in_the_same_second(tmp_path: Path) -> None:
+    # given session 1 (pid 100: 400 cudaMalloc) ending at 2.5 s and session 2 (pid 200: 300 launches) starting
+    # at 2.6 s: both have calls in the second that starts at 2 s
+    conn = connect_writer(tmp_path / "two.db")
+    conn.execute("INSERT INTO comms(id, comm) VALUES (1, 'train')")
+    spans = {
+        1: (S, S + 2500 * MS, 100, Op.cudaMalloc, 400),
+        2: (S + 2600 * MS, S + 4 * S, 200, Op.cudaLaunchKernel, 300),
+    }
+    for sid, (start, stop, pid, op, n) in spans.items():
+        conn.execute(
+            "INSERT INTO sessions(id, uuid, node, started_wall_ns, started_mono_ns, stopped_mono_ns) "
+            "VALUES (?, ?, 'n', ?, ?, ?)",
+            (sid, f"s{sid}", 1_700_000_000 * S + start, start, stop),
+        )
+        ev = np.zeros(n, dtype=EVENT_DTYPE)
+        ev["ts_ns"] = start + 10 * MS + np.arange(n, dtype=np.int64) * ((stop - start - 20 * MS) // n)
+        ev["duration_ns"], ev["op"], ev["pid"], ev["tid"] = 50 * US, int(op), pid, pid
+        agg = Aggregator(sid)
+        agg.add(ev, np.ones(n, dtype=bool))
+        conn.executemany(INSERT_AGGREGATES, agg.take())
+        conn.executemany(
+            "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
+            "bytes, handle, stream, arg0, arg1) VALUES (?, ?, ?, ?, ?, 1, 0, ?, 0, 0, 0, 0, 0, 0, 0)",
+            [(sid, int(r["ts_ns"]), int(r["duration_ns"]), pid, pid, int(op)) for r in ev],
+        )
+    conn.close()
+    # when session 2's window is explained (offsets from the recording's start)
+    report = explain_db(tmp_path / "two.db", ExplainOptions(from_ns=2610 * MS, to_ns=4 * S))
+    # then its counts are its own
+    assert {s.op: s.count for s in report.stats} == {"cudaLaunchKernel": 300}
+    assert report.window.events == 300
