@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuscope.model.latency import LatencyHistogram
-from gpuscope.model.ops import Source, op_name, source_of
+from gpuscope.model.ops import Op, Source, op_name, source_of
 from gpuscope.model.units import fmt_count, fmt_ns
 
 _TITLES = {Source.CUDA: "CUDA Runtime", Source.DRIVER: "CUDA Driver", Source.NCCL: "NCCL", Source.HOST: "Host"}
+# Host ops whose duration is a time something took. The others are instants (a wakeup, an exit) or, for page
+# allocations, counts aggregated over an interval: their "duration" is the interval, not a latency.
+_TIMED_HOST = frozenset({int(Op.sched_switch), int(Op.block_io), int(Op.direct_reclaim)})
+_UNTIMED = f"{'—':>11}" * 4
 
 
 def render_summary(
@@ -34,6 +38,9 @@ def render_summary(
         for op in ops:
             h = per_op[op]
             name = op_name(op)
+            if source is Source.HOST and op not in _TIMED_HOST:
+                lines.append(f"  {name:<22}{fmt_count(h.count):>10}{_UNTIMED}")
+                continue
             lines.append(
                 f"  {name:<22}{fmt_count(h.count):>10}{fmt_ns(h.percentile(50)):>11}"
                 f"{fmt_ns(h.percentile(95)):>11}{fmt_ns(h.percentile(99)):>11}{fmt_ns(h.max_ns):>11}"
