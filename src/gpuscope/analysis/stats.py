@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.analysis.frame import Aggregates
-from gpuscope.model.findings import Effect, Severity
+from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, Severity
 from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
 
@@ -120,7 +120,7 @@ def effect_size(dur: np.ndarray, affected: np.ndarray, cause_ns: np.ndarray) -> 
         # the cause's time, floored at 1 µs (no CUDA API call is faster), so a
         # cause covering whole calls does not produce a ratio "vs 0".
         un_p50 = max(pct(np.maximum(dur[affected] - cause_ns[affected], 0), 50), 1_000)
-    ratio = aff_p50 / max(un_p50, 1) if n_aff else 0.0
+    ratio = aff_p50 / max(un_p50, RATIO_FLOOR_NS) if n_aff else 0.0
     k = slowest_n(n)
     top = np.argsort(dur, kind="stable")[n - k :] if n else np.zeros(0, dtype=np.int64)
     overlapped = int(affected[top].sum())

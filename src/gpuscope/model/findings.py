@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuscope.model.units import fmt_ns
+
 
 class Severity(enum.IntEnum):
     """Impact classes, ordered: a higher value is worse."""
@@ -27,11 +29,16 @@ class Severity(enum.IntEnum):
             raise ValueError(f"unknown severity {text!r} (one of {', '.join(s.name.lower() for s in cls)})") from None
 
 
+RATIO_FLOOR_NS = 10_000
+"""The smallest baseline a slowdown factor is taken against: "1400× slower" than a 1 µs call says nothing a
+reader can use, so below 10 µs the factor is against 10 µs and the excess time is what is reported."""
+
+
 @dataclass(frozen=True, slots=True)
 class Effect:
     """How much a cause changes the symptom: affected calls against unaffected ones.
 
-    ``p50_ratio`` = p50 of affected calls / p50 of unaffected calls;
+    ``p50_ratio`` = p50 of affected calls / p50 of unaffected calls (at least ``RATIO_FLOOR_NS``);
     ``slowest_share`` = share of the slowest calls that the cause overlapped;
     ``excess_share`` = share of the excess time (time above the op's p50)
     that the cause accounts for.
@@ -46,6 +53,21 @@ class Effect:
     slowest_overlapped: int
     excess_share: float
     explained_ns: int
+
+    @property
+    def floored(self) -> bool:
+        """The unaffected p50 was under ``RATIO_FLOOR_NS``: ``p50_ratio`` is against the floor."""
+        return self.unaffected_p50_ns < RATIO_FLOOR_NS
+
+    @property
+    def excess_p50_ns(self) -> int:
+        return max(self.affected_p50_ns - self.unaffected_p50_ns, 0)
+
+    def slowdown(self) -> str:
+        """The slowdown in words: a factor, or the excess time when the baseline is too small for one."""
+        if self.floored:
+            return f"+{fmt_ns(self.excess_p50_ns)} (p50) slower"
+        return f"{self.p50_ratio:.1f}× slower"
 
     @property
     def slowest_share(self) -> float:

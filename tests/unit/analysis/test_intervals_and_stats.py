@@ -29,12 +29,23 @@ def test_percentile_is_exact_nearest_rank() -> None:
 
 
 def test_effect_compares_affected_with_unaffected_calls() -> None:
-    dur = np.array([100] * 90 + [1000] * 10)
-    affected = dur > 500
-    e = effect_size(dur, affected, np.where(affected, 900, 0))
-    assert (e.affected_p50_ns, e.unaffected_p50_ns, e.p50_ratio) == (1000, 100, 10.0)
+    dur = np.array([100_000] * 90 + [1_000_000] * 10)
+    affected = dur > 500_000
+    e = effect_size(dur, affected, np.where(affected, 900_000, 0))
+    assert (e.affected_p50_ns, e.unaffected_p50_ns, e.p50_ratio) == (1_000_000, 100_000, 10.0)
     assert e.slowest_overlapped == e.slowest_n == 10
     assert e.excess_share == 1.0
+    assert not e.floored and e.slowdown() == "10.0× slower"
+
+
+def test_a_slowdown_over_a_near_zero_baseline_is_an_excess_not_a_factor() -> None:
+    # given 1 µs calls when unaffected and 1.4 ms when affected (a factor of 1400 that says nothing)
+    dur = np.array([1_000] * 90 + [1_400_000] * 10)
+    affected = dur > 500_000
+    e = effect_size(dur, affected, np.where(affected, 1_399_000, 0))
+    # then the factor is against the 10 µs floor and the words give the excess
+    assert e.p50_ratio == 140.0
+    assert e.floored and e.slowdown() == "+1.4 ms (p50) slower"
 
 
 def _effect(ratio: float, excess: float, slowest: int = 0, affected: int = 10) -> Effect:

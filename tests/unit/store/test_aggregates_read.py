@@ -45,14 +45,14 @@ def test_a_session_with_events_but_no_aggregates_leaves_the_recording_uncovered(
         assert not aggregates_cover_recording(conn)
 
 
-def test_aggregate_rows_are_those_of_the_buckets_after_the_first_bound_up_to_the_last(tmp_path: Path) -> None:
-    # given one launch in each of the seconds 0, 1 and 2
+def test_aggregate_rows_are_those_of_the_buckets_the_window_touches(tmp_path: Path) -> None:
+    # given one launch in each of the seconds 0, 1 and 2, and a window from 1 s to 2 s
     ev = _launches(0.5, 1.5, 2.5)
     path = record(ev, tmp_path / "rec.db")
     add_aggregates(path, FIRST_SESSION, ev)
     # when
     with reading(path) as conn:
-        rows = aggregate_rows(conn, 0, 2 * S)
+        rows = aggregate_rows(conn, S, 2 * S, S)
     # then
     assert sorted((bucket, pid, op, count) for bucket, pid, op, count, *_ in rows) == [
         (1 * S, 100, int(Op.cudaLaunchKernel), 1),
@@ -70,7 +70,7 @@ def test_aggregate_rows_of_chosen_pids_keep_every_host_row(tmp_path: Path) -> No
     add_aggregates(path, FIRST_SESSION, ev)
     # when
     with reading(path) as conn:
-        rows = aggregate_rows(conn, -S, S, (100,))
+        rows = aggregate_rows(conn, 0, S, S, (100,))
     # then
     assert sorted((pid, op) for _, pid, op, *_ in rows) == [
         (100, int(Op.cudaLaunchKernel)),

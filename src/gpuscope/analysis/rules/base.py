@@ -9,7 +9,7 @@ import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.stats import effect_size, measurable, pct, severity_for
-from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Symptom
+from gpuscope.model.findings import RATIO_FLOOR_NS, Cause, Culprit, Effect, Finding, Symptom
 from gpuscope.model.ops import op_name
 from gpuscope.model.units import fmt_ns
 
@@ -33,6 +33,8 @@ class OpEffect:
 def effect_line(op: str, e: Effect, cause: str) -> str:
     """The one-line effect-size sentence every causal claim carries."""
     ratio = f"{e.p50_ratio:.0f}×" if e.p50_ratio >= 10 else f"{e.p50_ratio:.1f}×"
+    if e.floored:  # a factor over a near-zero baseline says nothing: the excess does
+        ratio = f"+{fmt_ns(e.excess_p50_ns)}; {ratio} a {fmt_ns(RATIO_FLOOR_NS)} floor"
     return (
         f"{op}: calls overlapping {cause}: p50 {fmt_ns(e.affected_p50_ns)} vs {fmt_ns(e.unaffected_p50_ns)} "
         f"unaffected ({ratio}); {e.slowest_overlapped} of the {e.slowest_n} slowest calls overlapped; "
@@ -102,7 +104,7 @@ def host_cause_findings(
         cause = Cause(rule, (*evidence.get(pid, []), *lines), top.effect, culprits.get(pid, ()))
         e = top.effect
         summary = (
-            f"{op_name(top.op)} of pid {pid} is {e.p50_ratio:.1f}× slower when it overlaps {cause_name}; "
+            f"{op_name(top.op)} of pid {pid} is {e.slowdown()} when it overlaps {cause_name}; "
             f"{fmt_ns(lost)} lost ({lost / max(wall, 1):.0%} of its wall time)"
         )
         findings.append(

@@ -56,7 +56,7 @@ class GpuContentionRule:
                 *(effect_line(op_name(o.op), o.effect, "other processes' GPU work") for o in mine[:3]),
             )
             summary = (
-                f"{op_name(top.op)} of pid {p} is {top.effect.p50_ratio:.1f}× slower while other processes "
+                f"{op_name(top.op)} of pid {p} is {top.effect.slowdown()} while other processes "
                 f"use the GPU; {fmt_ns(lost)} lost"
             )
             out.append(
