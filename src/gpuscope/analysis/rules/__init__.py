@@ -20,6 +20,7 @@ from gpuscope.analysis.rules.host import (
     OomRule,
     TcpRetransmitRule,
 )
+from gpuscope.analysis.rules.io_wait import BlockingIoRule
 from gpuscope.analysis.rules.nccl import NcclStragglerRule
 from gpuscope.analysis.rules.nccl_hang import NcclHangRule
 
@@ -28,6 +29,7 @@ RULES: tuple[Rule, ...] = (
     CpuPreemptionRule(),
     ContainerNoisyNeighbourRule(),
     BlockIoRule(),
+    BlockingIoRule(),
     MemoryPressureRule(),
     TcpRetransmitRule(),
     GpuContentionRule(),
