@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         f"  {report.stacks} stacks, {report.chains} causal chains, {report.snapshots} snapshots, "
         f"{report.aggregates} aggregate rows, {report.processes} processes, {report.cgroups} cgroups"
     )
+    for note in report.notes:
+        print(f"  note: {note}")
     if report.other_rows:
         kept = ", ".join(f"{t} {n}" for t, n in report.other_rows.items())
         print(f"  kept as JSON in imported_rows: {kept}")

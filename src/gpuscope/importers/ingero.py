@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import sqlite3
 import time
 import uuid
@@ -58,10 +59,12 @@ class ImportReport:
     processes: int = 0
     cgroups: int = 0
     other_rows: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the import decided that the file did not say
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "nodes": self.nodes,
+            "notes": self.notes,
             "sessions": self.sessions,
             "events": self.events,
             "events_by_op": self.events_by_op,
@@ -114,11 +117,17 @@ def import_ingero(
     ``node`` names rows recorded without a node; it also renames the node of a
     single-node file. Runs in one transaction on ``out``.
 
-    Raises UsageError when some rows have no node and ``node`` is not given.
+    A file recorded without any node name is named after the file (a note
+    says so). Raises UsageError when some rows name nodes and others do not,
+    and ``node`` is not given: which node the others belong to is a guess.
     """
     report = ImportReport(source_path=source_path)
     names = _Nodes.resolve(src, node, source_path)
     report.nodes = names.all()
+    if names.derived:
+        report.notes.append(
+            f"recorded without a node name: named {names.default!r} after the file (--node NAME to choose one)"
+        )
     out.execute("BEGIN")
     try:
         sessions = _import_sessions(src, out, names, source_path, report)
@@ -146,11 +155,18 @@ def import_ingero(
 # -- nodes and sessions -----------------------------------------------------------------------------
 
 
+def node_from_path(path: str) -> str:
+    """A node name for a file that recorded none: its name without extension, or ``local``."""
+    stem = re.sub(r"[\s:]+", "-", Path(path).name.split(".")[0]).strip("-")
+    return stem or "local"
+
+
 @dataclass(slots=True)
 class _Nodes:
     default: str | None
     rename: dict[str, str]
     seen: set[str]
+    derived: bool = False  # default came from the file name, not from the file or the user
 
     @classmethod
     def resolve(cls, src: sqlite3.Connection, override: str | None, path: str) -> _Nodes:
@@ -163,9 +179,7 @@ class _Nodes:
         rename = {found.pop(): override} if override and len(found) == 1 else {}
         default = override or (next(iter(found)) if len(found) == 1 else None)
         if not found and default is None and count_rows(src, "events"):
-            raise UsageError(
-                f"{path}: recorded without a node name", remedy="name it: --node NAME (merge: --force-node NAME)"
-            )
+            return cls(node_from_path(path), rename, set(), derived=True)
         return cls(default, rename, found | set(rename.values()))
 
     def of(self, raw: str | None) -> str:

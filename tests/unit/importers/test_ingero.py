@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from gpuscope.cli import main
-from gpuscope.errors import UsageError
 from gpuscope.importers import import_file
 from gpuscope.recording.merge import merge_recordings as merge_files
 from gpuscope.store.connect import connect_reader
@@ -150,12 +149,21 @@ def _legacy_ingero(path: Path) -> Path:
     return path
 
 
-def test_an_old_integer_id_file_imports_once_given_a_node_name(tmp_path: Path) -> None:
+def test_a_file_without_node_names_is_named_after_the_file_and_says_so(tmp_path: Path) -> None:
+    legacy = _legacy_ingero(tmp_path / "old gpu:7.db")
+    report = import_file(legacy, tmp_path / "ours.db")
+    assert report.nodes == ["old-gpu-7"]
+    assert report.notes == [
+        "recorded without a node name: named 'old-gpu-7' after the file (--node NAME to choose one)"
+    ]
+    conn = connect_reader(tmp_path / "ours.db")
+    assert conn.execute("SELECT DISTINCT node FROM events").fetchall() == [("old-gpu-7",)]
+
+
+def test_an_old_integer_id_file_imports_under_the_node_name_given(tmp_path: Path) -> None:
     legacy = _legacy_ingero(tmp_path / "old.db")
-    with pytest.raises(UsageError):
-        import_file(legacy, tmp_path / "ours.db")
-    assert not (tmp_path / "ours.db").exists()
     report = import_file(legacy, tmp_path / "ours.db", node="box-1")
+    assert report.notes == []
     assert report.events == 4 and report.stacks == 1 and report.chains == 1
     conn = connect_reader(tmp_path / "ours.db")
     rows = conn.execute("SELECT event_id, op, bytes, handle, wall_ns FROM events ORDER BY ts_ns").fetchall()
@@ -174,8 +182,9 @@ def test_import_command_prints_counts_and_refuses_non_ingero_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     legacy = _legacy_ingero(tmp_path / "old.db")
-    assert main(["import", str(legacy), "-o", str(tmp_path / "ours.db"), "--node", "box-1"]) == 0
-    assert "4 events" in capsys.readouterr().out
+    assert main(["import", str(legacy), "-o", str(tmp_path / "ours.db")]) == 0
+    out = capsys.readouterr().out
+    assert "4 events" in out and "note: recorded without a node name: named 'old'" in out
     rc = main(["import", str(tmp_path / "ours.db"), "-o", str(tmp_path / "again.db")])
     err = capsys.readouterr().err
     assert rc == 1 and "not an Ingero database" in err and "Traceback" not in err
