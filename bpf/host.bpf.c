@@ -88,7 +88,12 @@ int BPF_PROG(gs_sched_switch, bool preempt, struct task_struct *prev,
 	return 0;
 }
 
-SEC("tp_btf/sched_wakeup")
+/* sched_waking, not sched_wakeup: it fires in the waker's own context. A wakeup
+ * of a task on another CPU is often completed there, from the idle task or an
+ * interrupt (the wake list), so at sched_wakeup "current" is not the task that
+ * made the wakeup: on a loader thread waking its CUDA thread across CPUs, half
+ * the wakers read as pid 0. */
+SEC("tp_btf/sched_waking")
 int BPF_PROG(gs_sched_wakeup, struct task_struct *p)
 {
 	if (!trace_wakeups || !gs_is_target(p->tgid))

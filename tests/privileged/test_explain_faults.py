@@ -138,3 +138,15 @@ def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_comm
     doc = json.loads(p.stdout)
     assert doc["findings"][0]["kind"] == "memory-leak"
     assert doc["stored"] is False  # explain writes findings only with --save-findings
+
+
+def test_a_cuda_thread_waiting_for_its_loader_thread_is_data_starvation(build_workload, trace_command):  # type: ignore[no-untyped-def]
+    # given quick GPU steps and a loader thread that spends 5 ms of CPU on each batch before handing it over
+    run = trace_command([str(build_workload("cuda_feeder.c")), "100", "5000"])
+    assert run.returncode == 0, run.stderr
+    # then the recorded wakeups show who fed the CUDA thread, and the gaps are starvation
+    f = next(f for f in _explain(run.db).findings if f.kind == "data-starvation")
+    metrics = f.causes[0].metrics
+    assert metrics["fed_gaps"] >= 0.9 * metrics["gaps"] >= 80, metrics
+    assert metrics["on_cpu_share"] < 0.5
+    assert "woke it" in f.causes[0].evidence[1]

@@ -30,7 +30,7 @@ from gpuscope.model.ops import Op
 
 HOST_PROGRAMS = {
     "gs_sched_switch": "sched_switch",
-    "gs_sched_wakeup": "sched_wakeup",
+    "gs_sched_wakeup": "sched_waking",
     "gs_process_fork": "sched_process_fork",
     "gs_process_exec": "sched_process_exec",
     "gs_process_exit": "sched_process_exit",

@@ -242,3 +242,34 @@ def test_waits_spent_behind_another_process_are_contention_not_a_sync_stall() ->
         ev.add(Op.cudaStreamSynchronize, t, 1500 * US, 100)
         ev.add(Op.cudaStreamSynchronize, t + 100 * US, 1300 * US, 200)
     assert "sync-stall" not in ev.kinds()
+
+
+def _quick_sync_loop(waker_pid: int, waker_tid: int, steps: int = 100) -> Events:
+    """A small model on a fast GPU: launch, 20 µs sync, then the CUDA thread blocks 8 ms until woken."""
+    ev = Events()
+    for i in range(steps):
+        t = i * 10 * MS
+        ev.add(Op.cudaLaunchKernel, t, 5 * US)
+        ev.add(Op.cudaStreamSynchronize, t + 10 * US, 20 * US)
+        ev.sched(t + 100 * US, 8 * MS, preempted=False)
+        ev.add(Op.sched_wakeup, t + 100 * US + 8 * MS, 0, handle=(waker_pid << 32) | waker_tid)
+    return ev
+
+
+def test_quick_syncs_and_a_thread_waiting_for_its_data_loader_are_data_starvation() -> None:
+    # given the CUDA thread of pid 100 blocked between steps until its loader thread 101 hands it a batch
+    f = next(f for f in _quick_sync_loop(100, 101).report().findings if f.kind == "data-starvation")
+    assert f.causes[0].metrics["fed_gaps"] == 99
+    assert f.causes[0].metrics["on_cpu_share"] < 0.5
+    assert "woke it" in f.causes[0].evidence[1] and "thread 101" in f.causes[0].evidence[1]
+
+
+def test_a_data_loader_worker_process_waking_the_cuda_thread_counts_as_its_feeder() -> None:
+    ev = _quick_sync_loop(300, 300)
+    ev.add(Op.process_fork, 0, 0, handle=300)  # pid 100 forked its loader worker 300
+    assert "data-starvation" in ev.kinds()
+
+
+def test_quick_syncs_and_a_thread_woken_by_an_outside_task_are_not_starvation() -> None:
+    # e.g. a server waiting for requests: woken by the network, not by a feeder of its own
+    assert "data-starvation" not in _quick_sync_loop(555, 556).kinds()

@@ -10,7 +10,7 @@ from gpuscope.analysis.intervals import merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import symptom_for
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
-from gpuscope.model.ops import op_name
+from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
 STARVE_GAP_NS = 1_000_000
@@ -36,9 +36,11 @@ class DataStarvationRule:
         for p in ctx.call_pids:
             w = c[(f.pid[c] == p) & _isin(f.op[c], GPU_WORK)]
             is_sync = _isin(f.op[w], SYNC_OPS)
-            # Only waits that saw real GPU work make the GPU's idleness meaningful.
-            if int(is_sync.sum()) < 10 or np.median(f.dur[w[is_sync]]) < STARVE_MIN_SYNC_NS:
+            if int(is_sync.sum()) < 10:
                 continue
+            # Waits that saw real GPU work make the GPU's idleness meaningful by themselves; after quick
+            # ones (a small model, a fast GPU) it needs the evidence of a feeder, below.
+            quick = float(np.median(f.dur[w[is_sync]])) < STARVE_MIN_SYNC_NS
             # After a synchronisation returns the GPU has nothing queued (on that stream) until the next
             # call: those gaps are GPU idle time for sure; gaps after async launches are not.
             after = np.flatnonzero(is_sync[:-1])
@@ -59,7 +61,17 @@ class DataStarvationRule:
             s = s[f.pid[s] == p]
             off = overlap_by_key(tids, gap_s[long], gap_e[long], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
             on_cpu = 1.0 - float(off.sum()) / max(idle, 1)
-            if on_cpu >= 0.5:
+            fed = _fed_gaps(ctx, p, tids, gap_s[long], gap_e[long])
+            if quick and (on_cpu >= 0.5 or fed[0] < 0.5 * int(long.sum())):
+                # Quick waits and gaps spent computing, or idle without a feeder: a program that uses the
+                # GPU lightly, or a server waiting for requests. Not starvation.
+                continue
+            if fed[0]:
+                what = (
+                    f"the CUDA thread was blocked waiting for its feeder: {fed[0]} of {int(long.sum())} gaps ended "
+                    f"when {fed[1]} woke it"
+                )
+            elif on_cpu >= 0.5:
                 what = "the feeding thread was on-CPU doing host work (preprocessing, Python overhead)"
             else:
                 what = "the feeding thread was blocked waiting (data-loader workers, queues, I/O)"
@@ -79,7 +91,12 @@ class DataStarvationRule:
                 int(gap[long].max()),
                 idle,
             )
-            metrics = {"idle_ns": idle, "gaps": int(long.sum()), "on_cpu_share": round(on_cpu, 3)}
+            metrics = {
+                "idle_ns": idle,
+                "gaps": int(long.sum()),
+                "on_cpu_share": round(on_cpu, 3),
+                "fed_gaps": fed[0],
+            }
             out.append(
                 Finding(
                     rule=self.id,
@@ -94,6 +111,37 @@ class DataStarvationRule:
                 )
             )
         return out
+
+
+def _fed_gaps(ctx: Context, pid: int, tids: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> tuple[int, str]:
+    """How many gaps end with the CUDA thread woken by its own process's other threads or its children (a
+    data loader handing over a batch), and who woke it most."""
+    f = ctx.frame
+    wk = np.flatnonzero((f.op == int(Op.sched_wakeup)) & (f.pid == pid))
+    if len(wk) == 0 or len(gs) == 0:
+        return 0, ""
+    forks = np.flatnonzero((f.op == int(Op.process_fork)) & (f.pid == pid))
+    family = {pid, *(int(h) for h in f.handle[forks].tolist())}
+    waker_pid, waker_tid = f.handle[wk] >> 32, f.handle[wk] & 0xFFFFFFFF
+    mine = np.isin(waker_pid, np.fromiter(family, dtype=np.int64)) & (waker_tid != f.tid[wk])
+    wk, waker_pid, waker_tid = wk[mine], waker_pid[mine], waker_tid[mine]
+    fed = np.zeros(len(gs), dtype=bool)
+    wakers: dict[tuple[int, int], int] = {}
+    for tid in np.unique(tids).tolist():
+        gi = np.flatnonzero(tids == tid)
+        gi = gi[np.argsort(gs[gi], kind="stable")]
+        m = f.tid[wk] == tid
+        at = f.ts[wk[m]]
+        idx = np.searchsorted(gs[gi], at, side="right") - 1
+        ok = (idx >= 0) & (at <= ge[gi[np.maximum(idx, 0)]])
+        fed[gi[idx[ok]]] = True
+        for p, t in zip(waker_pid[m][ok].tolist(), waker_tid[m][ok].tolist(), strict=True):
+            wakers[(p, t)] = wakers.get((p, t), 0) + 1
+    if not wakers:
+        return 0, ""
+    (wp, wt), _ = max(wakers.items(), key=lambda kv: kv[1])
+    comm = f.comm(wp)
+    return int(fed.sum()), f"thread {wt} of {f'`{comm}` ' if comm else ''}(pid {wp})"
 
 
 class SyncStallRule:
