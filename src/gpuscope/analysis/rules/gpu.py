@@ -187,6 +187,7 @@ _ALLOC_LAYERS = (
 )
 MIN_REACQUIRES = 3
 MIN_CALLS_PER_CYCLE = 20  # the process's calls between two re-acquisitions, at the median
+MIN_REACQUIRE_NS = 10_000  # median duration of the allocations that take memory again
 
 
 def _alloc_layer(idx: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -247,6 +248,10 @@ class AllocatorChurnRule:
         if float(np.median(between)) < MIN_CALLS_PER_CYCLE:
             return None
         again = al[frees_before > 0]
+        # A device allocation that reaches the driver takes tens of µs; calls far cheaper than that were served
+        # from a pool (cudaMallocAsync, a stand-in library) and cost nothing worth a finding.
+        if float(np.median(f.dur[c[again]])) < MIN_REACQUIRE_NS:
+            return None
         released = fr[f.ts[c[fr]] < f.ts[c[al[-1]]]]
         lost = int(f.dur[c[again]].sum() + f.dur[c[released]].sum())
         gaps = np.diff(f.ts[c[starts]])
