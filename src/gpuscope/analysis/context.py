@@ -8,6 +8,7 @@ import numpy as np
 
 from gpuscope.analysis.attribution import EMPTY, Attribution
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, LAUNCH_OPS, Aggregates, EventFrame, Window
+from gpuscope.analysis.imported_rates import ImportedRates
 from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.analysis.stats import hist_pct, pct
 from gpuscope.model.ops import Op
@@ -31,6 +32,9 @@ class Context:
     ``attribution``: ranks, communicators and containers read from the
     recording's tables (rules read them with ``attribution_of``, which adds
     the communicators initialised in the window).
+    ``imported_rates``: the exact per-bucket counts of processes recorded by
+    the reference system (None: no imported process in the window); their
+    rates come from these only.
     ``tracer_pids``: the recording agent's own processes. The CPU they take
     from traced threads is the measured cost of tracing, not a cause: it is
     left out of ``preempted_ns`` and ``preempting`` and counted apart in
@@ -49,6 +53,7 @@ class Context:
         pids_without_frees: frozenset[int] = frozenset(),
         attribution: Attribution = EMPTY,
         tracer_pids: frozenset[int] = frozenset(),
+        imported_rates: ImportedRates | None = None,
     ) -> None:
         self.frame = frame
         self.window = window
@@ -59,6 +64,7 @@ class Context:
         self.pids_without_frees = pids_without_frees
         self.attribution = attribution
         self.tracer_pids = tracer_pids
+        self.imported_rates = imported_rates
         self._groups: dict[tuple[int, bool], list[tuple[int, int, np.ndarray]]] = {}
 
     def op_summary(self, pid: int, op: int) -> tuple[int, int, int, int, int] | None:

@@ -29,6 +29,7 @@ from gpuscope.analysis.frame import (
     pids_without_frees,
     recording_bounds,
 )
+from gpuscope.analysis.imported_rates import ImportedRates, load_imported_rates
 from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
 from gpuscope.analysis.recording_state import RecordingState, read_recording_state
@@ -164,6 +165,7 @@ def analyse(
     pids_without_frees: frozenset[int] = frozenset(),
     attribution: Attribution = EMPTY,
     tracer: TracerIdentity = NO_TRACER,
+    imported_rates: ImportedRates | None = None,
 ) -> Report:
     """Evaluate every rule and rank findings: severity, then time lost.
 
@@ -184,6 +186,7 @@ def analyse(
         pids_without_frees=pids_without_frees,
         attribution=attribution,
         tracer_pids=tracer.pids,
+        imported_rates=imported_rates,
     )
     findings: list[Finding] = []
     for rule in rules:
@@ -211,7 +214,7 @@ def analyse(
         tuple(findings),
         tuple(stats),
         tuple(per_process),
-        notes=_stateless_note(ctx),
+        notes=_stateless_note(ctx) + _rates_note(ctx),
         stats_from="events" if aggregates is None else "aggregates",
         overhead=measure_overhead(ctx, tracer),
     )
@@ -242,6 +245,17 @@ def thin_thresholds(aggregates: Aggregates) -> dict[tuple[int, int], int]:
         if stored > 1000 + 4 * count // THIN_SAMPLE:
             out[(pid, op)] = int(SLOW_FACTOR * hist_pct(aggregates.hist(pid, op), 50))
     return out
+
+
+def _rates_note(ctx: Context) -> tuple[str, ...]:
+    """Say so when imported processes have no rates, instead of reading a drop off selectively stored rows."""
+    imp = ctx.imported_rates
+    if imp is None or imp.series:
+        return ()
+    return (
+        "rates unavailable for the imported processes: the reference stores rows selectively and this file kept "
+        "no aggregates, so throughput over time is not analysed for them",
+    )
 
 
 def _stateless_note(ctx: Context) -> tuple[str, ...]:
@@ -277,6 +291,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             # Ranks, communicators and containers, for the rules that name them.
             attribution = load_attribution(conn)
             tracer = identify_tracer(conn)
+            imported = load_imported_rates(conn, window)
         except sqlite3.DatabaseError as exc:
             raise DatabaseError(
                 f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
@@ -292,6 +307,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             pids_without_frees=no_frees or frozenset(),
             attribution=attribution,
             tracer=tracer,
+            imported_rates=imported,
         )
         report = _with_call_sites(conn, report)
         # Drops are not per process: with --pid the counted events are a subset, so no share is given.

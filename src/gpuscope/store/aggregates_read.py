@@ -71,3 +71,33 @@ def drop_rows(conn: sqlite3.Connection, session_id: int | None = None) -> list[D
         sql += " WHERE session_id = ?"
         params = (session_id,)
     return [(int(s), int(b), str(src), int(n)) for s, b, src, n in conn.execute(sql + " ORDER BY bucket_ns", params)]
+
+
+ImportedAggregateRow = tuple[str, int, int, str, int, int, int]
+"""(node, bucket_wall_ns, width_ns, op name, pid, count, stored) of a reference recording's aggregates."""
+
+
+def imported_aggregate_rows(
+    conn: sqlite3.Connection, start_wall_ns: int, end_wall_ns: int
+) -> list[ImportedAggregateRow]:
+    """The imported (reference) aggregate buckets that overlap [start_wall_ns, end_wall_ns]; [] without any."""
+    if "imported_aggregates" not in table_names(conn):
+        return []
+    rows: list[ImportedAggregateRow] = conn.execute(
+        "SELECT node, bucket_wall_ns, width_ns, op, pid, count, stored FROM imported_aggregates "
+        "WHERE bucket_wall_ns + width_ns > ? AND bucket_wall_ns <= ?",
+        (start_wall_ns, end_wall_ns),
+    ).fetchall()
+    return rows
+
+
+def session_pids(conn: sqlite3.Connection, session_ids: list[int], start_ns: int, end_ns: int) -> set[int]:
+    """Processes with events of these sessions in [start_ns, end_ns]."""
+    if not session_ids:
+        return set()
+    marks = ",".join("?" * len(session_ids))
+    rows = conn.execute(
+        f"SELECT DISTINCT pid FROM event_log WHERE session_id IN ({marks}) AND ts_ns BETWEEN ? AND ?",
+        (*session_ids, start_ns, end_ns),
+    ).fetchall()
+    return {int(r[0]) for r in rows}

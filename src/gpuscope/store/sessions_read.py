@@ -34,6 +34,18 @@ def session_wall_offsets(conn: sqlite3.Connection) -> list[tuple[int, int]]:
     return [(int(sid), int(offset)) for sid, offset in rows]
 
 
+def session_offsets_by_node(conn: sqlite3.Connection, session_ids: list[int]) -> dict[str, int]:
+    """node -> its wall-clock minus monotonic offset, from the latest of these sessions on each node."""
+    if not session_ids:
+        return {}
+    marks = ",".join("?" * len(session_ids))
+    rows = conn.execute(
+        f"SELECT node, started_wall_ns - started_mono_ns FROM sessions WHERE id IN ({marks}) ORDER BY id",
+        session_ids,
+    ).fetchall()
+    return {str(node): int(off) for node, off in rows}
+
+
 def session_flags(conn: sqlite3.Connection) -> list[tuple[int, str | None]]:
     """Read (session id, its ``flags`` JSON text or None) of every session, in table order."""
     return [(int(sid), raw) for sid, raw in conn.execute("SELECT id, flags FROM sessions").fetchall()]

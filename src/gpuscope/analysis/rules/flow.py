@@ -261,10 +261,27 @@ class ThroughputDropRule:
         """
         f, c, a = ctx.frame, ctx.calls, ctx.aggregates
         out = []
+        imp = ctx.imported_rates
+        skip: frozenset[int] = frozenset()
+        if imp is not None:
+            # Processes the reference recorded: its exact counts, or no rates at all (rows are selective).
+            skip = imp.pids
+            rows = {(g[0], g[1]): g[2] for g in ctx.groups(min_count=1, warm_only=False)}
+            for (p, op), (first, counts) in imp.series.items():
+                if op not in GPU_CALLS or int(counts.sum()) < 50:
+                    continue
+                pos = rows.get((p, op), np.zeros(0, dtype=np.int64))
+                # A bucket can count fewer calls than rows stored for it (seen in real files): the larger holds.
+                b = (f.ts[c[pos]] - first) // imp.width_ns
+                b = b[(b >= 0) & (b < len(counts))]
+                stored = np.bincount(b.astype(np.int64), minlength=len(counts))
+                counts = np.maximum(counts, stored)[1:-1]
+                if len(counts) >= 5:
+                    out.append((p, op, pos, counts, imp.width_ns))
         if a is not None:
             rows = {(g[0], g[1]): g[2] for g in ctx.groups(min_count=1, warm_only=False)}
             for p, op in a.op_keys():
-                if op not in GPU_CALLS:
+                if op not in GPU_CALLS or p in skip:
                     continue
                 m = (a.pid == p) & (a.op == op)
                 if int(a.count[m].sum()) < 50:
@@ -276,6 +293,8 @@ class ThroughputDropRule:
                     out.append((p, op, rows.get((p, op), np.zeros(0, dtype=np.int64)), counts, BUCKET_NS))
             return out
         for p, op, pos in ctx.groups(min_count=50):
+            if p in skip:
+                continue
             ts = f.ts[c[pos]]
             span = int(ts[-1] - ts[0])
             bin_ns = max(50_000_000, min(1_000_000_000, span // 10))

@@ -1,0 +1,80 @@
+"""Call rates of imported reference recordings, from the exact counts they kept beside their rows.
+
+The reference stores rows selectively: everything for its first seconds,
+then only syncs, lifecycle events, anomalies and samples. Rows alone make the
+rate of every op "drop" where the store-all window ends, so rates of imported
+processes come from the reference's own per-bucket counts (``event_aggregates``
+per minute, ``event_aggregates_5s``), and where a file kept none there are no
+rates: nothing is inferred from the rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscope.analysis.frame import Window
+from gpuscope.model.ops import Op
+from gpuscope.store.aggregates_read import imported_aggregate_rows, session_pids
+from gpuscope.store.sessions_read import session_flags, session_offsets_by_node
+
+
+@dataclass(frozen=True)
+class ImportedRates:
+    """Exact per-bucket call counts of the imported processes in a window.
+
+    ``pids``: the processes recorded by the reference in the window (their
+    rates are these or none). ``series``: (pid, op) -> (first bucket start, on
+    the recording's monotonic clock, and the counts of consecutive buckets).
+    Empty when the file kept no aggregates.
+    """
+
+    pids: frozenset[int]
+    width_ns: int = 0
+    series: dict[tuple[int, int], tuple[int, np.ndarray]] = field(default_factory=dict)
+
+
+def load_imported_rates(conn: sqlite3.Connection, window: Window) -> ImportedRates | None:
+    """None when no imported session recorded in the window."""
+    imported: list[int] = []
+    for sid, raw in session_flags(conn):
+        try:
+            doc = json.loads(raw) if raw else {}
+        except (TypeError, ValueError):
+            doc = {}
+        if isinstance(doc, dict) and doc.get("imported_from"):
+            imported.append(sid)
+    pids = session_pids(conn, imported, window.start_ns, window.end_ns)
+    if not pids:
+        return None
+    offsets = session_offsets_by_node(conn, imported)  # node -> wall - monotonic
+    if not offsets:
+        return ImportedRates(frozenset(pids))
+    lo_wall = window.start_ns + min(offsets.values())
+    hi_wall = window.end_ns + max(offsets.values())
+    rows = imported_aggregate_rows(conn, lo_wall, hi_wall)
+    if not rows:
+        return ImportedRates(frozenset(pids))
+    width = min(r[2] for r in rows)  # the finest the file kept (5 s over 1 min)
+    buckets: dict[tuple[int, int], dict[int, int]] = {}
+    for node, bucket_wall, w, name, pid, count, _stored in rows:
+        if w != width or node not in offsets or name not in Op.__members__:
+            continue
+        # Old files counted without a pid (0): the one imported process of the window, else nobody.
+        owner = pid if pid else (next(iter(pids)) if len(pids) == 1 else 0)
+        if owner not in pids:
+            continue
+        per = buckets.setdefault((owner, int(Op[name])), {})
+        start = bucket_wall - offsets[node]
+        per[start] = per.get(start, 0) + count
+    series: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+    for key, per in buckets.items():
+        first, last = min(per), max(per)
+        counts = np.zeros((last - first) // width + 1, dtype=np.int64)
+        for start, n in per.items():
+            counts[(start - first) // width] += n
+        series[key] = (first, counts)
+    return ImportedRates(frozenset(pids), width, series)
