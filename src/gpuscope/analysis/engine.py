@@ -197,17 +197,22 @@ def analyse(
     c = ctx.calls
     wall = max(window.length_ns, 1)
     per_process: list[OpStats] = []
+    # Time shares are of the time the processes had: with several processes making calls at once, shares of
+    # the window alone add up to more than 100%.
     if aggregates is not None:
-        stats = agg_op_stats(aggregates, GPU_CALLS, wall)
         call_rows = aggregates.mask(None, GPU_CALLS)
-        for p in np.unique(aggregates.pid[call_rows]).tolist():
-            per_process.extend(agg_op_stats(aggregates, GPU_CALLS, _span_ns(ctx, aggregates, p), pid=p))
+        pids = np.unique(aggregates.pid[call_rows]).tolist()
+        spans = {p: _span_ns(ctx, aggregates, p) for p in pids}
+        stats = agg_op_stats(aggregates, GPU_CALLS, wall, time_ns=sum(spans.values()) or wall)
+        for p in pids:
+            per_process.extend(agg_op_stats(aggregates, GPU_CALLS, spans[p], pid=p))
         n = aggregates.events
     else:
-        stats = op_stats(frame.op[c], frame.dur[c], wall)
+        spans = {p: ctx.pid_span_ns(p) for p in ctx.call_pids}
+        stats = op_stats(frame.op[c], frame.dur[c], wall, time_ns=sum(spans.values()) or wall)
         for p in ctx.call_pids:
             m = c[frame.pid[c] == p]
-            per_process.extend(op_stats(frame.op[m], frame.dur[m], ctx.pid_span_ns(p), pid=p))
+            per_process.extend(op_stats(frame.op[m], frame.dur[m], spans[p], pid=p))
         n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
     return Report(
         replace(window, events=n),

@@ -48,8 +48,14 @@ class OpStats:
         }
 
 
-def op_stats(op_ids: np.ndarray, durs: np.ndarray, wall_ns: int, pid: int | None = None) -> list[OpStats]:
-    """Per-op statistics: group once, then exact percentiles per op by partition (linear, not a full sort)."""
+def op_stats(
+    op_ids: np.ndarray, durs: np.ndarray, wall_ns: int, pid: int | None = None, *, time_ns: int | None = None
+) -> list[OpStats]:
+    """Per-op statistics: group once, then exact percentiles per op by partition (linear, not a full sort).
+
+    Rates are per second of ``wall_ns``; time shares are of ``time_ns`` (default ``wall_ns``): for several
+    processes, the sum of their active times, so that a share stays a share of the time there was.
+    """
     if len(op_ids) == 0:
         return []
     order = np.argsort(op_ids, kind="stable")
@@ -57,11 +63,12 @@ def op_stats(op_ids: np.ndarray, durs: np.ndarray, wall_ns: int, pid: int | None
     uniq, first, counts = np.unique(ops_sorted, return_index=True, return_counts=True)
     out = []
     wall = max(wall_ns, 1)
+    budget = max(time_ns if time_ns is not None else wall_ns, 1)
     for op, f, n in zip(uniq.tolist(), first.tolist(), counts.tolist(), strict=True):
         d = durs[order[f : f + n]]
         p50, p95, p99 = (int(v) for v in np.percentile(d, [50, 95, 99], method="inverted_cdf"))
         total = int(d.sum())
-        out.append(OpStats(op_name(op), pid, n, total, p50, p95, p99, int(d.max()), total / wall, n / (wall / 1e9)))
+        out.append(OpStats(op_name(op), pid, n, total, p50, p95, p99, int(d.max()), total / budget, n / (wall / 1e9)))
     out.sort(key=lambda s: -s.total_ns)
     return out
 
@@ -78,14 +85,17 @@ def hist_pct(hist: np.ndarray, p: float, lo: int = 0, hi: int | None = None) -> 
     return min(v, hi) if hi is not None else v
 
 
-def agg_op_stats(aggs: Aggregates, ops: frozenset[int], wall_ns: int, pid: int | None = None) -> list[OpStats]:
+def agg_op_stats(
+    aggs: Aggregates, ops: frozenset[int], wall_ns: int, pid: int | None = None, *, time_ns: int | None = None
+) -> list[OpStats]:
     """Per-op statistics from exact aggregates: counts, totals and max exact, percentiles from histograms.
 
-    The same numbers whether rows were stored selectively or all of them.
+    The same numbers whether rows were stored selectively or all of them. ``time_ns`` as in ``op_stats``.
     """
     m = aggs.mask(pid, ops)
     out = []
     wall = max(wall_ns, 1)
+    budget = max(time_ns if time_ns is not None else wall_ns, 1)
     for op in np.unique(aggs.op[m]).tolist():
         k = m & (aggs.op == op)
         n = int(aggs.count[k].sum())
@@ -94,7 +104,7 @@ def agg_op_stats(aggs: Aggregates, ops: frozenset[int], wall_ns: int, pid: int |
         total, lo, hi = int(aggs.sum_ns[k].sum()), int(aggs.min_ns[k].min()), int(aggs.max_ns[k].max())
         h = aggs.hist(pid, int(op))
         p50, p95, p99 = (hist_pct(h, q, lo, hi) for q in (50, 95, 99))
-        out.append(OpStats(op_name(int(op)), pid, n, total, p50, p95, p99, hi, total / wall, n / (wall / 1e9)))
+        out.append(OpStats(op_name(int(op)), pid, n, total, p50, p95, p99, hi, total / budget, n / (wall / 1e9)))
     out.sort(key=lambda s: (-s.total_ns, s.op))
     return out
 

@@ -7,6 +7,8 @@ import numpy as np
 from gpuscope.analysis.intervals import merge, overlap_ns
 from gpuscope.analysis.stats import effect_size, measurable, pct, severity_for
 from gpuscope.model.findings import Effect, Severity
+from gpuscope.model.ops import Op
+from tests.unit.analysis.builder import Events
 
 
 def test_overlap_matches_brute_force_on_random_intervals() -> None:
@@ -68,3 +70,18 @@ def test_severity_rubric_boundaries() -> None:
     assert severity_for(5, 100, slowdown=10) is Severity.HIGH
     assert severity_for(4, 100) is Severity.LOW
     assert severity_for(1, 100, slowdown=3) is Severity.MEDIUM
+
+
+def test_time_shares_of_several_processes_are_shares_of_their_time_not_of_the_window() -> None:
+    # given two processes, each waiting 9 ms of every 10 ms for a second, at the same time
+    ev = Events()
+    for pid in (100, 200):
+        for i in range(100):
+            ev.add(Op.cudaLaunchKernel, i * 10_000_000, 5_000, pid)
+            ev.add(Op.cudaStreamSynchronize, i * 10_000_000 + 10_000, 9_000_000, pid)
+    report = ev.report()
+    sync = next(s for s in report.stats if s.op == "cudaStreamSynchronize")
+    # then the share is 90% of the time there was (not 180% of the window), and so per process
+    assert 0.89 < sync.time_share < 0.91
+    assert all(0.89 < s.time_share < 0.91 for s in report.per_process if s.op == "cudaStreamSynchronize")
+    assert sum(s.time_share for s in report.stats) <= 1.0
