@@ -36,10 +36,12 @@ from gpuscope.analysis.recording_state import RecordingState, read_recording_sta
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError
-from gpuscope.model.findings import Caveat, Finding, Severity
+from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
+from gpuscope.model.ops import Op
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.recording import open_recording
-from gpuscope.store.sessions_read import recording_origin_ns
+from gpuscope.store.imported_read import imported_chain_rows
+from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ class Report:
     recording: RecordingState | None = None
     caveats: tuple[Caveat, ...] = ()
     overhead: TracerOverhead | None = None
+    reference: tuple[ReferenceFinding, ...] = ()  # the reference system's own findings, from an imported file
 
     def as_dict(self, per_process: bool = False) -> dict[str, object]:
         d: dict[str, object] = {
@@ -93,6 +96,7 @@ class Report:
             "recording": self.recording.as_dict() if self.recording is not None else None,
             "caveats": [c.as_dict() for c in self.caveats],
             "overhead": self.overhead.as_dict() if self.overhead is not None else None,
+            "reference_findings": [r.as_dict() for r in self.reference],
         }
         if per_process:
             d["per_process"] = [s.as_dict() for s in self.per_process]
@@ -252,6 +256,39 @@ def thin_thresholds(aggregates: Aggregates) -> dict[tuple[int, int], int]:
     return out
 
 
+def _reference_findings(conn: sqlite3.Connection, report: Report, frame: EventFrame) -> tuple[ReferenceFinding, ...]:
+    """The reference's stored findings of the window, each with how ours relate to it.
+
+    Its words are shown as its own, never merged into ours: its rules differ
+    (a tail ratio against p50 over its stored rows), and where they disagree
+    a reader should see both and why.
+    """
+    w = report.window
+    lo, hi = w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
+    # The reference detects while recording and keeps few rows: its findings fall anywhere in its sessions,
+    # often outside the stored events. A window over whole sessions takes theirs.
+    span = session_wall_span(conn, w.session_ids)
+    if span is not None and w.start_ns <= w.recording_start_ns and w.end_ns >= w.recording_end_ns:
+        lo, hi = min(lo, span[0]), max(hi, span[1])
+    rows = imported_chain_rows(conn, lo, hi)
+    out = []
+    for rid, node, wall_ns, severity, summary, root_cause, op in rows:
+        ours = [i for i, f in enumerate(report.findings, 1) if op and f.symptom.op == op]
+        if ours:
+            agreement = f"gpuscope's finding {', '.join(f'#{i}' for i in ours)} is about the same calls"
+        elif not op:
+            agreement = "names no CUDA op to compare with"
+        elif op not in Op.__members__ or not np.any(frame.op == int(Op[op])):
+            agreement = f"no {op} call of the window is stored in the file, so gpuscope cannot measure it"
+        else:
+            agreement = (
+                f"gpuscope finds no measurable cause for {op} in this window (docs/explain.md: a cause must "
+                "change the calls it overlaps, not only coincide with them)"
+            )
+        out.append(ReferenceFinding(rid, node, int(wall_ns), severity, summary, root_cause, op, agreement))
+    return tuple(out)
+
+
 def _rates_note(ctx: Context) -> tuple[str, ...]:
     """Say so when imported processes have no rates, instead of reading a drop off selectively stored rows."""
     imp = ctx.imported_rates
@@ -315,6 +352,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             imported_rates=imported,
         )
         report = _with_call_sites(conn, report)
+        report = replace(report, reference=_reference_findings(conn, report, frame))
         # Drops are not per process: with --pid the counted events are a subset, so no share is given.
         counted = None if opts.pids else counted_by_source(aggregates)
         try:

@@ -24,6 +24,7 @@ from gpuscope.query.engine import GuardedReader
 from gpuscope.query.findings import FindingMarker, explain_markers, stored_markers
 from gpuscope.store.connect import database_path
 from gpuscope.store.events_read import count_events, export_rows, op_counts_by_interval
+from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import session_clocks
 
 SEVERITY_COLORS = {"CRITICAL": "terrible", "HIGH": "bad", "MEDIUM": "yellow", "LOW": "good"}
@@ -170,6 +171,15 @@ class _Writer:
             self.stats.findings_source = "findings table"
         for m in markers:
             self.emit(self.marker(m))
+            self.stats.findings += 1
+        # An imported reference file's own findings: marked as the reference's, in their own category.
+        for rid, node, wall_ns, severity, summary, root_cause, op in imported_chain_rows(self.conn):
+            ref = FindingMarker(rid, severity.upper() or "LOW", summary, wall_ns, {"root_cause": root_cause, "op": op})
+            event = self.marker(ref)
+            event["name"] = f"[reference {ref.severity}] {summary}"
+            event["cat"] = "reference-finding"
+            event["args"]["node"] = node
+            self.emit(event)
             self.stats.findings += 1
 
     def marker(self, m: FindingMarker) -> dict[str, Any]:

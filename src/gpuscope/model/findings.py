@@ -240,3 +240,32 @@ class Finding:
             "impact": {"lost_ns": self.lost_ns, "wall_ns": self.wall_ns, "lost_share": round(self.lost_share, 4)},
             "caveats": [c.as_dict() for c in self.caveats],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceFinding:
+    """A finding the reference system stored in a file gpuscope imported: its words, kept apart from ours.
+
+    ``agreement``: how gpuscope's own findings of the same window relate to it (one sentence).
+    """
+
+    id: str
+    node: str
+    wall_ns: int
+    severity: str
+    summary: str
+    root_cause: str
+    op: str
+    agreement: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "node": self.node,
+            "wall_ns": self.wall_ns,
+            "severity": self.severity,
+            "summary": self.summary,
+            "root_cause": self.root_cause,
+            "op": self.op,
+            "agreement": self.agreement,
+        }

@@ -76,6 +76,16 @@ def render_report(report: Report, per_process: bool = False) -> str:
                 lines.append(f"   - {ev}")
         lines.extend(f"   caveat: {c.text}" for c in f.caveats)
         lines.append(f"   fix: {f.fix}")
+    if report.reference:
+        lines.append("")
+        lines.append(
+            f"The reference system's own findings, stored in this file ({len(report.reference)}; its words, not gpuscope's):"
+        )
+        for r in report.reference:
+            lines.append(f"  [{r.severity or '?'}] {r.summary}")
+            if r.root_cause and r.root_cause not in r.summary:
+                lines.append(f"     root cause (reference): {r.root_cause}")
+            lines.append(f"     gpuscope: {r.agreement}")
     if report.stats:
         lines.append("")
         lines.append("CUDA API summary:")

@@ -28,6 +28,19 @@ def session_clocks(conn: sqlite3.Connection) -> list[SessionClock]:
     return [SessionClock(int(sid), str(node), int(wall), int(mono)) for sid, node, wall, mono in rows]
 
 
+def session_wall_span(conn: sqlite3.Connection, session_ids: tuple[int, ...]) -> tuple[int, int] | None:
+    """(first start, last stop) of these sessions in wall-clock ns; a session still open counts to its start."""
+    if not session_ids:
+        return None
+    marks = ",".join("?" * len(session_ids))
+    row = conn.execute(
+        "SELECT min(started_wall_ns), max(coalesce(stopped_mono_ns, started_mono_ns) - started_mono_ns "
+        f"+ started_wall_ns) FROM sessions WHERE id IN ({marks})",
+        session_ids,
+    ).fetchone()
+    return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+
 def session_wall_offsets(conn: sqlite3.Connection) -> list[tuple[int, int]]:
     """Read (session id, ns to add to its monotonic timestamps to get wall-clock ns), by id."""
     rows = conn.execute("SELECT id, started_wall_ns - started_mono_ns FROM sessions ORDER BY id").fetchall()
