@@ -42,6 +42,7 @@ from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.recording import open_recording
 from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
+from gpuscope.store.stacks_read import any_call_stacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +388,8 @@ def _with_call_sites(conn: sqlite3.Connection, report: Report) -> Report:
         return report
     out = []
     try:
+        if not any_call_stacks(conn):
+            return report
         for f in report.findings:
             s = f.symptom
             if s.op and s.pid is not None and s.count:

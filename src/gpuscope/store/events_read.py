@@ -47,9 +47,11 @@ def event_span(conn: sqlite3.Connection) -> tuple[int, int] | None:
     Both through the ts index: the last end is among the calls that started in
     the final minute.
     """
-    lo, last = conn.execute("SELECT min(ts_ns), max(ts_ns) FROM event_log").fetchone()
+    # Two statements: only a lone min() or max() walks one edge of the index; together they scan every row.
+    (lo,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
     if lo is None:
         return None
+    (last,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
     (hi,) = conn.execute(
         "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(last) - 60_000_000_000,)
     ).fetchone()

@@ -36,6 +36,11 @@ def has_call_stacks(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_call_stacks'").fetchone() is not None
 
 
+def any_call_stacks(conn: sqlite3.Connection) -> bool:
+    """Tell whether any stack was recorded (a lookup, where the view would scan every event to find none)."""
+    return has_call_stacks(conn) and conn.execute("SELECT 1 FROM stacks LIMIT 1").fetchone() is not None
+
+
 def _where(
     op: str | None, pid: int | None, min_duration_ns: int | None, session_id: int | None
 ) -> tuple[str, list[object]]:
