@@ -154,3 +154,32 @@ def test_no_doc_shows_a_path_of_the_machine_it_was_written_on() -> None:
     # then none names this checkout, a home folder or a random temporary folder
     found = {str(p.relative_to(ROOT)): machine_paths(p.read_text(), ROOT) for p in pages}
     assert {page: paths for page, paths in found.items() if paths} == {}
+
+
+def _finding_queries() -> dict[str, str]:
+    text = (DOCS / "explain.md").read_text()
+    section = text.split("## Reproducing a finding with one query", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    return {re.match(r"-- ([a-z0-9-]+):", b).group(1): b.strip().rstrip(";") for b in blocks}  # type: ignore[union-attr]
+
+
+def test_every_rule_kind_has_a_query_that_reproduces_its_measure_and_runs(tmp_path: Path) -> None:
+    import gzip
+    import shutil
+
+    import gpuscope
+
+    queries = _finding_queries()
+    assert sorted(queries) == sorted(r.id for r in RULES)
+    # on a real PyTorch recording from an H100 (NCCL, graphs, both CUDA layers, sched and host events)
+    db = tmp_path / "features.db"
+    with gzip.open(ROOT / "tests" / "fixtures" / "gpu" / "h100-features.db.gz", "rb") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    trace = gpuscope.open(db, frame="rows")
+    for sql in queries.values():
+        trace.query(sql)  # raises on a query that does not run
+    # and the cpu-preemption query counts every call once, the graph-recapture one every launch
+    calls = trace.query("SELECT count(*) AS n FROM cuda_calls")[0]["n"]
+    assert sum(r["calls"] for r in trace.query(queries["cpu-preemption"])) == calls
+    launches = trace.query("SELECT count(*) AS n FROM events WHERE op IN ('cudaGraphLaunch', 'cuGraphLaunch')")
+    assert sum(r["launches"] for r in trace.query(queries["graph-recapture"])) == launches[0]["n"] == 100
