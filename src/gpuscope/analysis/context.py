@@ -14,6 +14,7 @@ from gpuscope.analysis.stats import hist_pct, pct
 from gpuscope.model.ops import Op
 
 SCHED = int(Op.sched_switch)
+TIMER_PERIODS_NS = np.array([1, 2, 5, 10, 20, 50, 100, 200, 250, 500, 1000], dtype=np.float64) * 1e6
 # A first call is "cold" when it is this many times its steady-state p50 and
 # costs at least COLD_MIN_EXCESS_NS more.
 COLD_RATIO = 10.0
@@ -134,6 +135,32 @@ class Context:
         f, s = self.frame, self.sched
         rows: np.ndarray = s[(f.arg0[s] == 0) & (f.arg1[s] == 0)]
         return rows
+
+    @cached_property
+    def stateless_kinds(self) -> dict[str, np.ndarray]:
+        """The rows of ``stateless_sched`` told apart by inference, each in one class (in this order):
+
+        ``io``: a block I/O of the same process completes inside the interval (or
+        within 1 ms after): an I/O wait. ``timer``: the interval lasts a round
+        period (1, 2, 5, 10, 20, 50, 100, 200, 250, 500 ms, 1 s, within 2 %): a
+        timer sleep. ``idle``: the CPU was idle or in a kernel thread when the
+        task resumed (cgroup 1 on the row, as the reference records it): it was
+        waiting, not waiting for the CPU. ``unexplained``: none of these.
+        """
+        f, s = self.frame, self.stateless_sched
+        end = f.ts[s] + f.dur[s]
+        io = np.zeros(len(s), dtype=bool)
+        bio = np.flatnonzero(f.op == int(Op.block_io))
+        for pid in np.unique(f.pid[s]).tolist() if len(bio) else []:
+            mine = bio[f.pid[bio] == pid]
+            done = np.sort(f.ts[mine] + f.dur[mine])
+            m = f.pid[s] == pid
+            io[m] = np.searchsorted(done, end[m] + 1_000_000, "right") > np.searchsorted(done, f.ts[s][m], "left")
+        d = f.dur[s].astype(np.float64)
+        near = np.abs(d[:, None] - TIMER_PERIODS_NS[None, :]) <= np.maximum(0.02 * TIMER_PERIODS_NS, 100_000)
+        timer = near.any(axis=1) & ~io
+        idle = (f.cgroup[s] == 1) & ~io & ~timer
+        return {"io": s[io], "timer": s[timer], "idle": s[idle], "unexplained": s[~(io | timer | idle)]}
 
     @cached_property
     def preempted_ns(self) -> np.ndarray:

@@ -311,10 +311,17 @@ def _stateless_note(ctx: Context) -> tuple[str, ...]:
     total = int(inside.sum())
     if total == 0:
         return ()
+    kinds = ctx.stateless_kinds
+    told = ", ".join(
+        f"{len(kinds[k])} {what}"
+        for k, what in (("io", "I/O waits"), ("timer", "timer sleeps"), ("idle", "idle waits"))
+        if len(kinds[k])
+    )
     return (
         f"{len(s)} off-CPU intervals carry no task state (imported recording?): {total / 1e6:.1f} ms of them fall "
-        "inside CUDA calls, but preemption cannot be told from voluntary blocking, so none is reported as "
-        "cpu-preemption",
+        "inside CUDA calls. Told apart by inference: "
+        f"{told or 'none'}; {len(kinds['unexplained'])} unexplained. Preemption cannot be told from voluntary "
+        "blocking without the state, so none is reported as cpu-preemption",
     )
 
 

@@ -127,3 +127,21 @@ def test_off_cpu_time_without_task_state_is_flagged_not_guessed() -> None:
     report = ev.report()
     assert "cpu-preemption" not in [f.kind for f in report.findings]
     assert any("cannot be told" in n for n in report.notes)
+
+
+def test_off_cpu_intervals_without_task_state_are_told_apart_by_inference() -> None:
+    # given imported sched_switch rows (no preempted flag, no prev_state), as the reference records them
+    ev = Events()
+    steady_training(ev, 50)
+    stateless = {
+        "io": (100 * MS, 3 * MS, 7),  # a block read of the process completes inside it
+        "timer": (200 * MS, int(100.5 * MS), 7),  # a 100 ms sleep, give or take
+        "idle": (400 * MS, int(3.3 * MS), 1),  # resumed from an idle CPU (cgroup 1 on the row)
+        "unexplained": (450 * MS, int(3.3 * MS), 7),
+    }
+    for ts, dur, cgroup in stateless.values():
+        ev.add(Op.sched_switch, ts, dur, cgroup=cgroup)
+    ev.add(Op.block_io, 100 * MS - 100 * US, 2 * MS, nbytes=4096)
+    kinds = ev.context().stateless_kinds
+    got = {k: [int(ev.context().frame.ts[i]) for i in rows] for k, rows in kinds.items()}
+    assert got == {k: [v[0]] for k, v in stateless.items()}
