@@ -218,6 +218,8 @@ def analyse(
         for p in ctx.call_pids:
             m = c[frame.pid[c] == p]
             per_process.extend(op_stats(frame.op[m], frame.dur[m], spans[p], pid=p))
+        if imported_rates is not None and imported_rates.totals:
+            stats, per_process = _with_imported_counts(stats, per_process, imported_rates, wall, spans)
         n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
     return Report(
         replace(window, events=n),
@@ -228,6 +230,45 @@ def analyse(
         stats_from="events" if aggregates is None else "aggregates",
         overhead=measure_overhead(ctx, tracer),
     )
+
+
+def _with_imported_counts(
+    stats: list[OpStats], per_process: list[OpStats], imp: ImportedRates, wall: int, spans: dict[int, int]
+) -> tuple[list[OpStats], list[OpStats]]:
+    """Counts, totals and maxima of the reference's processes from its own exact counts, where they exceed
+    what its selectively stored rows hold; percentiles stay those of the rows (a note says so)."""
+    extra: dict[str, tuple[int, int, int]] = {}  # op -> what the counts add to the rows, over every process
+    fixed = []
+    for s in per_process:
+        key = (s.pid or 0, int(Op[s.op])) if s.op in Op.__members__ else None
+        got = imp.totals.get(key) if key is not None else None
+        if got is None or got[0] <= s.count:
+            fixed.append(s)
+            continue
+        n, total, top = got[0], max(got[1], s.total_ns), max(got[2], s.max_ns)
+        budget = max(spans.get(s.pid or 0, 0), 1)
+        fixed.append(
+            replace(s, count=n, total_ns=total, max_ns=top, time_share=total / budget, rate_per_s=n / (budget / 1e9))
+        )
+        dn, dt, mx = extra.get(s.op, (0, 0, 0))
+        extra[s.op] = (dn + n - s.count, dt + total - s.total_ns, max(mx, top))
+    budget = max(sum(spans.values()) or wall, 1)
+    out = []
+    for s in stats:
+        if s.op in extra:
+            dn, dt, mx = extra[s.op]
+            total = s.total_ns + dt
+            s = replace(
+                s,
+                count=s.count + dn,
+                total_ns=total,
+                max_ns=max(s.max_ns, mx),
+                time_share=total / budget,
+                rate_per_s=(s.count + dn) / (max(wall, 1) / 1e9),
+            )
+        out.append(s)
+    out.sort(key=lambda s: -s.total_ns)
+    return out, fixed
 
 
 def _span_ns(ctx: Context, aggregates: Aggregates, pid: int) -> int:
@@ -293,8 +334,13 @@ def _reference_findings(conn: sqlite3.Connection, report: Report, frame: EventFr
 def _rates_note(ctx: Context) -> tuple[str, ...]:
     """Say so when imported processes have no rates, instead of reading a drop off selectively stored rows."""
     imp = ctx.imported_rates
-    if imp is None or imp.series:
+    if imp is None:
         return ()
+    if imp.series:
+        return (
+            "the reference's processes: counts, totals and rates from its own exact counts; percentiles from the "
+            "rows it stored, which it keeps selectively (they lean to slow calls)",
+        )
     return (
         "rates unavailable for the imported processes: the reference stores rows selectively and this file kept "
         "no aggregates, so throughput over time is not analysed for them",

@@ -35,6 +35,8 @@ class ImportedRates:
     pids: frozenset[int]
     width_ns: int = 0
     series: dict[tuple[int, int], tuple[int, np.ndarray]] = field(default_factory=dict)
+    # (pid, op) -> (calls, total ns, max ns) over the buckets that overlap the window
+    totals: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
 
 
 def load_imported_rates(conn: sqlite3.Connection, window: Window) -> ImportedRates | None:
@@ -60,16 +62,20 @@ def load_imported_rates(conn: sqlite3.Connection, window: Window) -> ImportedRat
         return ImportedRates(frozenset(pids))
     width = min(r[2] for r in rows)  # the finest the file kept (5 s over 1 min)
     buckets: dict[tuple[int, int], dict[int, int]] = {}
-    for node, bucket_wall, w, name, pid, count, _stored in rows:
+    totals: dict[tuple[int, int], tuple[int, int, int]] = {}
+    for node, bucket_wall, w, name, pid, count, _stored, sum_ns, max_ns in rows:
         if w != width or node not in offsets or name not in Op.__members__:
             continue
         # Old files counted without a pid (0): the one imported process of the window, else nobody.
         owner = pid if pid else (next(iter(pids)) if len(pids) == 1 else 0)
         if owner not in pids:
             continue
-        per = buckets.setdefault((owner, int(Op[name])), {})
+        key = (owner, int(Op[name]))
+        per = buckets.setdefault(key, {})
         start = bucket_wall - offsets[node]
         per[start] = per.get(start, 0) + count
+        n, total, top = totals.get(key, (0, 0, 0))
+        totals[key] = (n + count, total + sum_ns, max(top, max_ns))
     series: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
     for key, per in buckets.items():
         first, last = min(per), max(per)
@@ -77,4 +83,4 @@ def load_imported_rates(conn: sqlite3.Connection, window: Window) -> ImportedRat
         for start, n in per.items():
             counts[(start - first) // width] += n
         series[key] = (first, counts)
-    return ImportedRates(frozenset(pids), width, series)
+    return ImportedRates(frozenset(pids), width, series, totals)

@@ -73,8 +73,9 @@ def drop_rows(conn: sqlite3.Connection, session_id: int | None = None) -> list[D
     return [(int(s), int(b), str(src), int(n)) for s, b, src, n in conn.execute(sql + " ORDER BY bucket_ns", params)]
 
 
-ImportedAggregateRow = tuple[str, int, int, str, int, int, int]
-"""(node, bucket_wall_ns, width_ns, op name, pid, count, stored) of a reference recording's aggregates."""
+ImportedAggregateRow = tuple[str, int, int, str, int, int, int, int, int]
+"""(node, bucket_wall_ns, width_ns, op name, pid, count, stored, sum_duration_ns, max_duration_ns) of a reference
+recording's aggregates."""
 
 
 def imported_aggregate_rows(
@@ -84,7 +85,8 @@ def imported_aggregate_rows(
     if "imported_aggregates" not in table_names(conn):
         return []
     rows: list[ImportedAggregateRow] = conn.execute(
-        "SELECT node, bucket_wall_ns, width_ns, op, pid, count, stored FROM imported_aggregates "
+        "SELECT node, bucket_wall_ns, width_ns, op, pid, count, stored, sum_duration_ns, max_duration_ns "
+        "FROM imported_aggregates "
         "WHERE bucket_wall_ns + width_ns > ? AND bucket_wall_ns <= ?",
         (start_wall_ns, end_wall_ns),
     ).fetchall()

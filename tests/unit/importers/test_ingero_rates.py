@@ -96,3 +96,14 @@ def test_a_bucket_counting_fewer_calls_than_its_stored_rows_takes_the_rows(tmp_p
     short = {3: 4000, 4: 4000, 5: 4000}
     src = _reference_file(tmp_path / "short.db", [1000] * 60, aggregates=True, stored_extra=short, keep_all_s=30)
     assert "throughput-drop" not in [f.kind for f in _explain(tmp_path, src).findings]
+
+
+def test_the_summary_counts_the_calls_the_file_counted_not_only_the_rows_it_kept(tmp_path: Path) -> None:
+    # given 60,000 launches of which the file kept 10,500 rows
+    report = _explain(tmp_path, _reference_file(tmp_path / "count.db", [1000] * 60, aggregates=True))
+    (row,) = [s for s in report.stats if s.op == "cudaLaunchKernel"]
+    (mine,) = [s for s in report.per_process if s.op == "cudaLaunchKernel"]
+    assert row.count == mine.count == 60_000
+    assert row.total_ns == 60_000 * 5000
+    assert 990 < row.rate_per_s < 1010
+    assert any("percentiles from the rows it stored" in n for n in report.notes)
