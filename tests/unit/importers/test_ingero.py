@@ -14,6 +14,7 @@ from gpuscope.importers import import_file
 from gpuscope.recording.merge import merge_recordings as merge_files
 from gpuscope.store.connect import connect_reader
 from tests.shared_fixtures import INGERO_NODE_FILES, ingero_fixture
+from tests.unit.importers.reference_schema import LEGACY_TABLES
 
 NODE_FILES = list(INGERO_NODE_FILES)
 
@@ -124,13 +125,8 @@ def _legacy_ingero(path: Path) -> Path:
     """An Ingero file from before v0.9: integer ids, no node, no comm or cgroup columns."""
     c = sqlite3.connect(path)
     c.executescript(
-        """
-        CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, timestamp INTEGER NOT NULL, pid INTEGER NOT NULL,
-            tid INTEGER NOT NULL, source INTEGER NOT NULL, op INTEGER NOT NULL, duration INTEGER NOT NULL,
-            gpu_id INTEGER NOT NULL DEFAULT 0, arg0 INTEGER NOT NULL DEFAULT 0, arg1 INTEGER NOT NULL DEFAULT 0,
-            ret_code INTEGER NOT NULL DEFAULT 0, stack_hash INTEGER NOT NULL DEFAULT 0);
-        CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at INTEGER NOT NULL,
-            stopped_at INTEGER NOT NULL DEFAULT 0, ingero_ver TEXT NOT NULL DEFAULT '');
+        LEGACY_TABLES
+        + """
         CREATE TABLE causal_chains (id TEXT PRIMARY KEY, detected_at INTEGER NOT NULL, severity TEXT NOT NULL,
             summary TEXT NOT NULL, root_cause TEXT NOT NULL, explanation TEXT NOT NULL);
         CREATE TABLE stack_traces (hash INTEGER PRIMARY KEY, ips TEXT NOT NULL);

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
 from gpuscope.importers import import_file
+from tests.unit.importers.reference_schema import LEGACY_TABLES
 
 S = 1_000_000_000
 T0 = 1_775_000_000 * S  # Unix ns, as the reference records
@@ -26,13 +27,8 @@ def _reference_file(
     asked (``stored_extra``: bucket index -> how many calls its count falls short of)."""
     c = sqlite3.connect(path)
     c.executescript(
-        """
-        CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, timestamp INTEGER NOT NULL, pid INTEGER NOT NULL,
-            tid INTEGER NOT NULL, source INTEGER NOT NULL, op INTEGER NOT NULL, duration INTEGER NOT NULL,
-            gpu_id INTEGER NOT NULL DEFAULT 0, arg0 INTEGER NOT NULL DEFAULT 0, arg1 INTEGER NOT NULL DEFAULT 0,
-            ret_code INTEGER NOT NULL DEFAULT 0, stack_hash INTEGER NOT NULL DEFAULT 0);
-        CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at INTEGER NOT NULL,
-            stopped_at INTEGER NOT NULL DEFAULT 0, ingero_ver TEXT NOT NULL DEFAULT '');
+        LEGACY_TABLES
+        + """
         CREATE TABLE event_aggregates_5s (bucket INTEGER NOT NULL, source INTEGER NOT NULL, op INTEGER NOT NULL,
             pid INTEGER NOT NULL DEFAULT 0, count INTEGER NOT NULL DEFAULT 0, stored INTEGER NOT NULL DEFAULT 0,
             sum_dur INTEGER NOT NULL DEFAULT 0, min_dur INTEGER NOT NULL DEFAULT 0, max_dur INTEGER NOT NULL DEFAULT 0,

@@ -1,0 +1,10 @@
+"""The tables of a reference (Ingero) file before v0.9, for tests that write such files by hand."""
+
+LEGACY_TABLES = """
+CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, timestamp INTEGER NOT NULL, pid INTEGER NOT NULL,
+    tid INTEGER NOT NULL, source INTEGER NOT NULL, op INTEGER NOT NULL, duration INTEGER NOT NULL,
+    gpu_id INTEGER NOT NULL DEFAULT 0, arg0 INTEGER NOT NULL DEFAULT 0, arg1 INTEGER NOT NULL DEFAULT 0,
+    ret_code INTEGER NOT NULL DEFAULT 0, stack_hash INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at INTEGER NOT NULL,
+    stopped_at INTEGER NOT NULL DEFAULT 0, ingero_ver TEXT NOT NULL DEFAULT '');
+"""
