@@ -145,3 +145,15 @@ def test_off_cpu_intervals_without_task_state_are_told_apart_by_inference() -> N
     kinds = ev.context().stateless_kinds
     got = {k: [int(ev.context().frame.ts[i]) for i in rows] for k, rows in kinds.items()}
     assert got == {k: [v[0]] for k, v in stateless.items()}
+
+
+def test_ops_the_cause_touched_too_few_times_are_named_as_too_few_to_compare() -> None:
+    # given slow syncs under preemption, and two launches that a preemption also covered
+    ev = Events(comms={100: "train", 999: "stress"})
+    syncs = steady_training(ev, 400)
+    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999)
+    for t in (syncs[10] - 10 * US, syncs[20] - 10 * US):
+        ev.sched(t + 1 * US, 3 * US, preempted=True, by_pid=999)
+    top = ev.report().findings[0]
+    assert top.kind == "cpu-preemption"
+    assert "cudaLaunchKernel: 2 calls overlapping CPU preemption, too few to compare" in top.causes[0].evidence

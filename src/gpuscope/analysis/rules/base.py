@@ -8,7 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.stats import effect_size, measurable, pct, severity_for
+from gpuscope.analysis.stats import MIN_AFFECTED, effect_size, measurable, pct, severity_for
 from gpuscope.model.findings import RATIO_FLOOR_NS, Cause, Culprit, Effect, Finding, Symptom
 from gpuscope.model.ops import op_name
 from gpuscope.model.units import fmt_ns
@@ -40,6 +40,16 @@ def effect_line(op: str, e: Effect, cause: str) -> str:
         f"unaffected ({ratio}); {e.slowest_overlapped} of the {e.slowest_n} slowest calls overlapped; "
         f"{cause} explains {e.excess_share:.0%} of the excess time"
     )
+
+
+def too_small_to_compare(ctx: Context, affected: np.ndarray, pid: int) -> list[tuple[int, int]]:
+    """(op, affected calls) of a process's groups the cause touched too few times for an effect size."""
+    out = []
+    for gpid, op, pos in ctx.groups():
+        n = int(affected[pos].sum())
+        if gpid == pid and 0 < n < MIN_AFFECTED:
+            out.append((op, n))
+    return out
 
 
 def per_op_effects(ctx: Context, cause_ns: np.ndarray, affected: np.ndarray, pid: int | None = None) -> list[OpEffect]:
@@ -101,6 +111,10 @@ def host_cause_findings(
         lost = sum(o.effect.explained_ns for o in mine)
         wall = ctx.pid_span_ns(pid)
         lines = [effect_line(op_name(o.op), o.effect, cause_name) for o in mine[:3]]
+        lines += [
+            f"{op_name(op)}: {n} call{'s' if n > 1 else ''} overlapping {cause_name}, too few to compare"
+            for op, n in too_small_to_compare(ctx, affected, pid)
+        ]
         cause = Cause(rule, (*evidence.get(pid, []), *lines), top.effect, culprits.get(pid, ()))
         e = top.effect
         summary = (
