@@ -159,7 +159,7 @@ def test_no_doc_shows_a_path_of_the_machine_it_was_written_on() -> None:
 def _finding_queries() -> dict[str, str]:
     text = (DOCS / "explain.md").read_text()
     section = text.split("## Reproducing a finding with one query", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    blocks = re.findall(r"```sql\n(-- [a-z0-9-]+:.*?)```", section, flags=re.S)
     return {re.match(r"-- ([a-z0-9-]+):", b).group(1): b.strip().rstrip(";") for b in blocks}  # type: ignore[union-attr]
 
 
@@ -183,3 +183,31 @@ def test_every_rule_kind_has_a_query_that_reproduces_its_measure_and_runs(tmp_pa
     assert sum(r["calls"] for r in trace.query(queries["cpu-preemption"])) == calls
     launches = trace.query("SELECT count(*) AS n FROM events WHERE op IN ('cudaGraphLaunch', 'cuGraphLaunch')")
     assert sum(r["launches"] for r in trace.query(queries["graph-recapture"])) == launches[0]["n"] == 100
+
+
+def test_the_documented_percentile_query_gives_explains_percentiles(tmp_path: Path) -> None:
+    import gzip
+    import shutil
+
+    import numpy as np
+
+    import gpuscope
+    from gpuscope.analysis.stats import pct
+
+    text = (DOCS / "explain.md").read_text()
+    section = text.split("## Reproducing a finding with one query", 1)[1].split("```sql\n", 1)[1]
+    sql = section.split("```", 1)[0].strip().rstrip(";")
+    assert "p50_ns" in sql and "p99_ns" in sql
+    # on every row of a real recording
+    db = tmp_path / "features.db"
+    with gzip.open(ROOT / "tests" / "fixtures" / "gpu" / "h100-features.db.gz", "rb") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    trace = gpuscope.open(db, frame="rows")
+    got = {r["op"]: (r["calls"], r["p50_ns"], r["p99_ns"]) for r in trace.query(sql)}
+    # the same nearest-rank percentiles explain computes from rows
+    rows = trace.query("SELECT op, duration_ns FROM cuda_calls")
+    want = {}
+    for op in {r["op"] for r in rows}:
+        d = np.array([r["duration_ns"] for r in rows if r["op"] == op])
+        want[op] = (len(d), pct(d, 50), pct(d, 99))
+    assert got == want and len(want) > 20
