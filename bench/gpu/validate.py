@@ -35,6 +35,8 @@ sys.path.insert(0, str(HERE))
 
 from counts import compare, cupti_counts, launches, memsets, recorded_counts, traced_pids  # noqa: E402
 
+import gpuscope  # noqa: E402
+
 WORKLOADS = HERE / "workloads"
 Json = dict[str, Any]
 
@@ -244,7 +246,7 @@ class Harness:
         if rc != 0 or j is None:
             return {"ok": False, "rc": rc, "error": err.strip()[-1500:]}
         _copy_db(db, self.out / "features.db")
-        t = _open(db)
+        t = gpuscope.open(db, frame="rows")
         pids = traced_pids(db)
         pid = pids[0] if pids else None
         comms = t.query(
@@ -321,12 +323,6 @@ def _figure(j: Json | None) -> str:
     if "steps_per_s" in j:
         return f"{j['steps_per_s']:.2f} steps/s"
     return f"{j.get('us_per_launch', float('nan')):.3f} us/launch"
-
-
-def _open(db: Path) -> Any:
-    import gpuscope
-
-    return gpuscope.open(db, frame="rows")
 
 
 STEPS = ("environment", "check", "counts", "features", "explain", "overhead_training", "demo", "overhead_launches")

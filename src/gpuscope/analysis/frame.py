@@ -12,7 +12,6 @@ The SQL behind both lives in ``gpuscope.store``; decoding the rows is done here.
 from __future__ import annotations
 
 import itertools
-import json
 import sqlite3
 from dataclasses import dataclass, field
 
@@ -31,7 +30,7 @@ from gpuscope.store.events_read import (
     frame_row_chunks,
 )
 from gpuscope.store.processes_read import latest_event_comm, pids_of_sessions, process_rows
-from gpuscope.store.sessions_read import session_flags, session_wall_offsets
+from gpuscope.store.sessions_read import session_flag_docs, session_wall_offsets
 
 # One row in this many of a thinned op is read: the sample selective storage keeps.
 THIN_SAMPLE = SAMPLE_EVERY
@@ -309,15 +308,8 @@ def pids_without_frees(conn: sqlite3.Connection) -> frozenset[int] | None:
     Without frees every allocation looks leaked, so memory-leak must stay
     silent for these. None when every session is such an import.
     """
-    imported: list[int] = []
-    rows = session_flags(conn)
-    for sid, raw in rows:
-        try:
-            doc = json.loads(raw) if raw else {}
-        except (TypeError, ValueError):
-            doc = {}
-        if isinstance(doc, dict) and doc.get("imported_from") == "ingero":
-            imported.append(sid)
-    if rows and len(imported) == len(rows):
+    docs = session_flag_docs(conn)
+    imported = [sid for sid, doc in docs.items() if doc.get("imported_from") == "ingero"]
+    if docs and len(imported) == len(docs):
         return None
     return pids_of_sessions(conn, imported)

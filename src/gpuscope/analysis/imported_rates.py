@@ -10,7 +10,6 @@ rates: nothing is inferred from the rows.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass, field
 
@@ -18,8 +17,9 @@ import numpy as np
 
 from gpuscope.analysis.frame import Window
 from gpuscope.model.ops import Op
-from gpuscope.store.aggregates_read import imported_aggregate_rows, session_pids
-from gpuscope.store.sessions_read import session_flags, session_offsets_by_node
+from gpuscope.store.aggregates_read import imported_aggregate_rows
+from gpuscope.store.events_read import session_pids
+from gpuscope.store.sessions_read import session_clocks, session_flag_docs
 
 
 @dataclass(frozen=True)
@@ -41,18 +41,12 @@ class ImportedRates:
 
 def load_imported_rates(conn: sqlite3.Connection, window: Window) -> ImportedRates | None:
     """None when no imported session recorded in the window."""
-    imported: list[int] = []
-    for sid, raw in session_flags(conn):
-        try:
-            doc = json.loads(raw) if raw else {}
-        except (TypeError, ValueError):
-            doc = {}
-        if isinstance(doc, dict) and doc.get("imported_from"):
-            imported.append(sid)
+    imported = [sid for sid, doc in session_flag_docs(conn).items() if doc.get("imported_from")]
     pids = session_pids(conn, imported, window.start_ns, window.end_ns)
     if not pids:
         return None
-    offsets = session_offsets_by_node(conn, imported)  # node -> wall - monotonic
+    # node -> wall-clock minus monotonic, from the latest imported session of each node
+    offsets = {c.node: c.started_wall_ns - c.started_mono_ns for c in session_clocks(conn) if c.session_id in imported}
     if not offsets:
         return ImportedRates(frozenset(pids))
     lo_wall = window.start_ns + min(offsets.values())

@@ -18,7 +18,6 @@ note on stderr, so its data output stays machine-readable.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sqlite3
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from gpuscope.store.sessions_read import (
     SessionState,
     recording_origin_ns,
     session_clocks,
-    session_flags,
+    session_flag_docs,
     session_offsets,
     session_states,
 )
@@ -272,7 +271,7 @@ def session_statuses(
     """
     own = os.getpid() if own_pid is None else own_pid
     states = session_states(conn)
-    flags = _flags(conn)
+    flags = session_flag_docs(conn)
     needs_holders = any(not s.closed for s in states)
     holders = sorted(recording_holders(Path(path).expanduser()) - {own}) if needs_holders and path else []
     clocks = {c.session_id: c.started_wall_ns - c.started_mono_ns for c in session_clocks(conn)}
@@ -309,17 +308,6 @@ def session_statuses(
             )
         )
     return tuple(out)
-
-
-def _flags(conn: sqlite3.Connection) -> dict[int, dict[str, object]]:
-    out: dict[int, dict[str, object]] = {}
-    for sid, raw in session_flags(conn):
-        try:
-            doc = json.loads(raw) if raw else {}
-        except (TypeError, ValueError):
-            doc = {}
-        out[sid] = doc if isinstance(doc, dict) else {}
-    return out
 
 
 def _complete_until(

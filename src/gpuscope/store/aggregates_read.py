@@ -91,15 +91,3 @@ def imported_aggregate_rows(
         (start_wall_ns, end_wall_ns),
     ).fetchall()
     return rows
-
-
-def session_pids(conn: sqlite3.Connection, session_ids: list[int], start_ns: int, end_ns: int) -> set[int]:
-    """Processes with events of these sessions in [start_ns, end_ns]."""
-    if not session_ids:
-        return set()
-    marks = ",".join("?" * len(session_ids))
-    rows = conn.execute(
-        f"SELECT DISTINCT pid FROM event_log WHERE session_id IN ({marks}) AND ts_ns BETWEEN ? AND ?",
-        (*session_ids, start_ns, end_ns),
-    ).fetchall()
-    return {int(r[0]) for r in rows}

@@ -165,3 +165,15 @@ def events_statement(
         sql += " LIMIT ?"
         params.append(int(limit))
     return Statement(sql, tuple(params))
+
+
+def session_pids(conn: sqlite3.Connection, session_ids: list[int], start_ns: int, end_ns: int) -> set[int]:
+    """Processes with events of these sessions in [start_ns, end_ns]."""
+    if not session_ids:
+        return set()
+    marks = ",".join("?" * len(session_ids))
+    rows = conn.execute(
+        f"SELECT DISTINCT pid FROM event_log WHERE session_id IN ({marks}) AND ts_ns BETWEEN ? AND ?",
+        (*session_ids, start_ns, end_ns),
+    ).fetchall()
+    return {int(r[0]) for r in rows}

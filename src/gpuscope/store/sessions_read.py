@@ -47,21 +47,21 @@ def session_wall_offsets(conn: sqlite3.Connection) -> list[tuple[int, int]]:
     return [(int(sid), int(offset)) for sid, offset in rows]
 
 
-def session_offsets_by_node(conn: sqlite3.Connection, session_ids: list[int]) -> dict[str, int]:
-    """node -> its wall-clock minus monotonic offset, from the latest of these sessions on each node."""
-    if not session_ids:
-        return {}
-    marks = ",".join("?" * len(session_ids))
-    rows = conn.execute(
-        f"SELECT node, started_wall_ns - started_mono_ns FROM sessions WHERE id IN ({marks}) ORDER BY id",
-        session_ids,
-    ).fetchall()
-    return {str(node): int(off) for node, off in rows}
-
-
 def session_flags(conn: sqlite3.Connection) -> list[tuple[int, str | None]]:
     """Read (session id, its ``flags`` JSON text or None) of every session, in table order."""
     return [(int(sid), raw) for sid, raw in conn.execute("SELECT id, flags FROM sessions").fetchall()]
+
+
+def session_flag_docs(conn: sqlite3.Connection) -> dict[int, dict[str, object]]:
+    """Every session's ``flags`` as a JSON object by id; {} where there are none or they do not parse."""
+    out: dict[int, dict[str, object]] = {}
+    for sid, raw in session_flags(conn):
+        try:
+            doc = json.loads(raw) if raw else {}
+        except (TypeError, ValueError):
+            doc = {}
+        out[sid] = doc if isinstance(doc, dict) else {}
+    return out
 
 
 def last_session(conn: sqlite3.Connection) -> tuple[int, int] | None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuscope.store.sessions_read import ALL_SESSIONS, SessionClock, session_clocks, session_flags, session_wall_offsets
+from gpuscope.store.connect import connect_writer
+from gpuscope.store.sessions_read import (
+    ALL_SESSIONS,
+    SessionClock,
+    session_clocks,
+    session_flag_docs,
+    session_flags,
+    session_wall_offsets,
+)
 from tests.unit.analysis.builder import Events
 
 from .recordings import FIRST_SESSION, FIRST_SESSION_WALL_NS, add_session, reading, record
@@ -50,3 +58,21 @@ def test_the_all_sessions_statement_reads_every_column_of_every_session_oldest_f
         rows = cur.fetchall()
     assert {"id", "node", "started_wall_ns", "flags"} <= set(columns)
     assert [r[columns.index("id")] for r in rows] == [FIRST_SESSION, second]
+
+
+def test_session_flag_docs_parse_each_sessions_flags_and_read_none_or_garbage_as_empty(tmp_path: Path) -> None:
+    path, second = _two_sessions(tmp_path)
+    # and two sessions whose flags are JSON but not an object, and not JSON
+    conn = connect_writer(path)
+    try:
+        for uuid, raw in (("c", "[1]"), ("d", "{")):
+            conn.execute(
+                "INSERT INTO sessions(uuid, node, started_wall_ns, started_mono_ns, flags) VALUES (?, 'n', 0, 0, ?)",
+                (uuid, raw),
+            )
+    finally:
+        conn.close()
+    with reading(path) as conn:
+        docs = session_flag_docs(conn)
+    assert docs[FIRST_SESSION] == {} and docs[second] == {"imported_from": "ingero"}
+    assert list(docs.values())[2:] == [{}, {}]

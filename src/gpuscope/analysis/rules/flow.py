@@ -263,10 +263,14 @@ class ThroughputDropRule:
         out = []
         imp = ctx.imported_rates
         skip: frozenset[int] = frozenset()
+        rows = (
+            {(g[0], g[1]): g[2] for g in ctx.groups(min_count=1, warm_only=False)}
+            if imp is not None or a is not None
+            else {}
+        )
         if imp is not None:
             # Processes the reference recorded: its exact counts, or no rates at all (rows are selective).
             skip = imp.pids
-            rows = {(g[0], g[1]): g[2] for g in ctx.groups(min_count=1, warm_only=False)}
             for (p, op), (first, counts) in imp.series.items():
                 if op not in GPU_CALLS or int(counts.sum()) < 50:
                     continue
@@ -279,7 +283,6 @@ class ThroughputDropRule:
                 if len(counts) >= 5:
                     out.append((p, op, pos, counts, imp.width_ns))
         if a is not None:
-            rows = {(g[0], g[1]): g[2] for g in ctx.groups(min_count=1, warm_only=False)}
             for p, op in a.op_keys():
                 if op not in GPU_CALLS or p in skip:
                     continue
