@@ -1,14 +1,22 @@
 # Two commands do everything on a fresh Debian 12 machine (as root):
-#   make demo   set up, then `gpuscope demo`: six slowdowns traced live and explained (GPU: how to trace yours)
+#   make demo   set up and install, then `gpuscope demo`: six slowdowns traced live and explained
 #   make test   set up, then run the whole test suite (privileged eBPF tests included)
+# Also: make install (a `gpuscope` launcher on PATH, tab completion), make uninstall, make wheel (dist/*.whl).
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 \
-                iproute2 binutils util-linux tmux
+                iproute2 binutils util-linux tmux sudo
 
-.PHONY: setup apt venv native demo test lint bench gpu-validate clean
+# `make install` writes a launcher for this checkout's environment here; `sudo gpuscope` finds
+# /usr/local/bin (sudo's secure_path has it). Without root: make install PREFIX=~/.local
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+COMPLETIONS ?= $(PREFIX)/share/bash-completion/completions
+LAUNCHER_MARK := gpuscope launcher (make install)
+
+.PHONY: setup apt venv native demo test lint bench gpu-validate clean install uninstall wheel
 
 setup: apt venv native
 
@@ -32,8 +40,28 @@ $(VENV)/.installed: pyproject.toml hatch_build.py
 native:
 	$(PY) scripts/build_native.py
 
-demo: setup
+demo: install
 	$(PY) scripts/demo.py $(ARGS)
+
+install: setup
+	@mkdir -p "$(BINDIR)"
+	@if [ -e "$(BINDIR)/gpuscope" ] && ! grep -q "$(LAUNCHER_MARK)" "$(BINDIR)/gpuscope"; then \
+	  echo "$(BINDIR)/gpuscope exists and is not ours: left alone (remove it, or make install PREFIX=...)"; exit 1; fi
+	@printf '#!/bin/sh\n# $(LAUNCHER_MARK): runs the gpuscope of %s\nexec "%s" "$$@"\n' \
+	  "$(CURDIR)" "$(abspath $(VENV))/bin/gpuscope" > "$(BINDIR)/gpuscope.tmp"
+	@chmod 755 "$(BINDIR)/gpuscope.tmp" && mv "$(BINDIR)/gpuscope.tmp" "$(BINDIR)/gpuscope"
+	@mkdir -p "$(COMPLETIONS)" && $(VENV)/bin/gpuscope completion bash > "$(COMPLETIONS)/gpuscope"
+	@echo "installed $(BINDIR)/gpuscope (bash completion in $(COMPLETIONS)); zsh/fish: gpuscope completion -h"
+
+uninstall:
+	@if [ -e "$(BINDIR)/gpuscope" ] && grep -q "$(LAUNCHER_MARK)" "$(BINDIR)/gpuscope"; then \
+	  rm -f "$(BINDIR)/gpuscope" "$(COMPLETIONS)/gpuscope" && echo "removed $(BINDIR)/gpuscope"; \
+	else echo "no gpuscope launcher of ours in $(BINDIR)"; fi
+
+# A wheel with the BPF objects, the stand-in libraries and the guides inside: pip install dist/gpuscope-*.whl
+# (or pipx install dist/gpuscope-*.whl) on a machine with libbpf1; no compiler needed there.
+wheel: setup
+	$(PY) -m pip wheel -q --no-deps -w dist .
 
 test: setup lint
 	$(PY) -m pytest -q

@@ -12,15 +12,17 @@ import sys
 
 from gpuscope.cli import main as gpuscope
 from gpuscope.demo.gpu import detect_gpu
+from gpuscope.platform.invocation import invocation
 
 
 def main(argv: list[str]) -> int:
     gpu = detect_gpu()
     if gpu is not None and "--gpu" not in argv:
+        program = invocation()
         print(f"GPU found: {gpu.describe()}. Trace a real workload with:")
-        print("  sudo .venv/bin/gpuscope trace -- python train.py")
-        print("  .venv/bin/gpuscope explain")
-        print("or run the demo's PyTorch scenarios: sudo .venv/bin/gpuscope demo --gpu")
+        print(f"  sudo {program} trace -- python train.py")
+        print(f"  {program} explain")
+        print(f"or run the demo's PyTorch scenarios: sudo {program} demo --gpu")
         return 0
     return gpuscope(["demo", *argv])
 

@@ -27,13 +27,41 @@ from gpuscope.commands import Command
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
 from gpuscope.store.integrity import READER_DAMAGE_REMEDY
 
-COMMANDS = ["trace", "explain", "stacks", "check", "query", "export", "diff", "merge", "import", "demo", "version"]
+COMMANDS = [
+    "trace",
+    "explain",
+    "stacks",
+    "check",
+    "query",
+    "export",
+    "diff",
+    "merge",
+    "import",
+    "demo",
+    "docs",
+    "completion",
+    "version",
+]
 
 # The status of a process killed by SIGPIPE, as shells report it.
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 if TYPE_CHECKING:
-    from gpuscope.commands import check, demo, diff, explain, export, import_, merge, query, stacks, trace, version
+    from gpuscope.commands import (
+        check,
+        completion,
+        demo,
+        diff,
+        docs,
+        explain,
+        export,
+        import_,
+        merge,
+        query,
+        stacks,
+        trace,
+        version,
+    )
 
     # Not run: makes mypy check every command module against the Command protocol.
     _REGISTERED: tuple[Command, ...] = (
@@ -47,6 +75,8 @@ if TYPE_CHECKING:
         merge,
         import_,
         demo,
+        docs,
+        completion,
         version,
     )
 
@@ -65,19 +95,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     Importing every command pulls in numpy, rich and the analysis code; a
     command line names one command, so start-up imports only that one.
     """
+    # No abbreviations: `trace --record` must not silently become `--record-all`.
     parser = argparse.ArgumentParser(
         prog="gpuscope",
         description="eBPF GPU causal observability: trace CUDA and the host, explain why it is slow.",
+        epilog="`gpuscope COMMAND -h` for a command's options; `gpuscope docs` for the guides.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more diagnostics (-vv: tracebacks)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         if only is not None and name != only:
-            sub.add_parser(name)
+            sub.add_parser(name, allow_abbrev=False)
             continue
         command = load_command(name)
-        p = sub.add_parser(name, help=command.HELP, description=command.HELP)
+        p = sub.add_parser(name, help=command.HELP, description=command.HELP, allow_abbrev=False)
+        # Also after the command (`gpuscope explain -vv`), where the error messages ask for it.
+        p.add_argument(
+            "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more diagnostics (-vv: tracebacks)"
+        )
         command.add_arguments(p)
         p.set_defaults(_run=command.run)
     return parser
@@ -98,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str] | None) -> int:
+    if "_ARGCOMPLETE" in os.environ:
+        _complete()
     words = sys.argv[1:] if argv is None else argv
     only = next((w for w in words if not w.startswith("-")), None)
     parser = build_parser(only if only in COMMANDS else None)
@@ -129,6 +168,14 @@ def _dispatch(argv: list[str] | None) -> int:
             traceback.print_exc()
         print(f"error: internal error: {type(exc).__name__}: {exc} (rerun with -vv for the traceback)", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _complete() -> None:
+    """Answer the shell's tab completion (``gpuscope completion SHELL`` installs the hook); exits."""
+    import argcomplete
+
+    argcomplete.autocomplete(build_parser(), always_complete_options="long")
+    sys.exit(0)  # reached only when argcomplete did not answer (a malformed request)
 
 
 def _discard_stdout() -> None:

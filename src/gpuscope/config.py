@@ -4,11 +4,16 @@ or ``/etc/gpuscope/config.toml``.
 Recognised keys: ``node`` (node name stored with every event) and ``db``
 (default recording path). Command-line flags and ``$GPUSCOPE_DB`` win over
 the file; ``resolve_db_path`` is the one place that order is decided.
+
+Under ``sudo``, ``~`` is the home of the user who ran sudo, not root's: only
+``trace`` needs privileges, so ``sudo gpuscope trace`` must record where the
+same user's ``gpuscope explain`` looks (``invoking_user``).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +25,48 @@ KNOWN_KEYS = {"node", "db"}
 DEFAULT_DB = "~/.gpuscope/gpuscope.db"
 
 
+@dataclass(frozen=True, slots=True)
+class Invoker:
+    """The user behind ``sudo``: whose home the defaults live in and who owns what root records there."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+
+def invoking_user() -> Invoker | None:
+    """The user who ran ``sudo gpuscope ...`` when this process is root through sudo; None otherwise.
+
+    sudo sets ``SUDO_USER`` and ``SUDO_UID``; both must name the same account
+    in the password database, or the environment is not sudo's and is ignored.
+    """
+    name, uid = os.environ.get("SUDO_USER"), os.environ.get("SUDO_UID")
+    if os.geteuid() != 0 or not name or not uid or uid == "0":
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    if str(entry.pw_uid) != uid or not entry.pw_dir:
+        return None
+    return Invoker(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
+
+
+def expand_home(path: str | os.PathLike[str]) -> Path:
+    """``Path.expanduser``, except that under sudo a leading ``~`` is the invoking user's home."""
+    p = Path(path)
+    invoker = invoking_user()
+    if invoker is not None and p.parts and p.parts[0] == "~":
+        return invoker.home.joinpath(*p.parts[1:])
+    return p.expanduser()
+
+
 def config_paths() -> list[Path]:
     env = os.environ.get("GPUSCOPE_CONFIG")
     if env:
         return [Path(env)]
-    return [Path("~/.config/gpuscope/config.toml").expanduser(), Path("/etc/gpuscope/config.toml")]
+    return [expand_home("~/.config/gpuscope/config.toml"), Path("/etc/gpuscope/config.toml")]
 
 
 def _parse_toml(text: str, path: Path) -> dict[str, Any]:
@@ -106,8 +148,10 @@ def resolve_db_path(flag: str | os.PathLike[str] | None = None) -> DbPath:
         return DbPath(Path(flag), "--db")
     env = os.environ.get("GPUSCOPE_DB")
     if env:
-        return DbPath(Path(env).expanduser(), "$GPUSCOPE_DB")
+        return DbPath(expand_home(env), "$GPUSCOPE_DB")
     config, data = _load_config_file()
     if config is not None and "db" in data:
-        return DbPath(Path(data["db"]).expanduser(), f"`db` in {config}")
-    return DbPath(Path(DEFAULT_DB).expanduser(), "the built-in default")
+        return DbPath(expand_home(data["db"]), f"`db` in {config}")
+    invoker = invoking_user()
+    source = f"the built-in default, in {invoker.name}'s home (sudo)" if invoker else "the built-in default"
+    return DbPath(expand_home(DEFAULT_DB), source)

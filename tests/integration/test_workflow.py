@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.export.perfetto import AGGREGATE_COUNTERS
 from tests.conftest import run_gpuscope
 from tests.shared_fixtures import ingero_fixture
 
@@ -97,9 +98,16 @@ def test_export_writes_a_timeline_with_every_event_of_the_recording(runs: tuple[
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     calls = [e for e in events if e.get("ph") == "X"]
     conn = sqlite3.connect(f"file:{a}?mode=ro", uri=True)
-    stored = conn.execute("SELECT count(*) FROM events WHERE duration_ns > 0").fetchone()[0]
+    # page allocations are counts per interval, exported as counter tracks, not slices
+    aggregated = tuple(AGGREGATE_COUNTERS)
+    marks = ",".join("?" * len(aggregated))
+    stored = conn.execute(
+        f"SELECT count(*) FROM events WHERE duration_ns > 0 AND op NOT IN ({marks})", aggregated
+    ).fetchone()[0]
+    counted = conn.execute(f"SELECT count(*) FROM events WHERE op IN ({marks})", aggregated).fetchone()[0]
     conn.close()
     assert len(calls) == stored
+    assert counted == 0 or any(e.get("ph") == "C" and e["name"] == "page allocations/s" for e in events)
 
 
 def test_diff_sees_the_planted_sync_spike_whichever_way_round_the_runs_are_given(runs: tuple[Path, Path]) -> None:

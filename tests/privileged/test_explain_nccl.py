@@ -68,6 +68,8 @@ def test_a_rank_that_never_returns_is_reported_as_nccl_hang_while_tracing_runs( 
     cmd = gpuscope_cmd(
         "trace",
         "--json",
+        "-o",
+        "-",  # the stream shares stdout with the ranks, whose "pid P rank R" lines the test reads too
         "--db",
         str(tmp_path / "hang.db"),
         "--lib",

@@ -77,7 +77,7 @@ def test_a_library_dlopened_from_a_new_directory_is_traced_from_its_first_call(s
     ((flags,),) = run.query("SELECT flags FROM sessions")
     assert json.loads(str(flags))["late_loads"] == "hold"
     # and the summary says what was attached late, and for how long the process was held
-    assert f"attached after start: {lib}; 1 process(es) held at the load, longest" in run.stdout
+    assert f"attached after start: {lib}; 1 process(es) held at the load, longest" in run.stderr
 
 
 def test_exec_descendants_with_their_own_rpath_are_traced_from_their_first_call(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]

@@ -31,4 +31,4 @@ def test_records_lost_to_a_full_ring_are_counted_exactly(build_workload, trace_c
     assert recorded == drops["submitted"] == run.query("SELECT count(*) FROM events")[0][0]
     assert dropped == drops["dropped"] == drops["drop_cuda"]
     # and the summary reports the loss
-    assert f"{dropped:,} dropped" in run.stdout
+    assert f"{dropped:,} dropped" in run.stderr

@@ -85,7 +85,8 @@ def trace_shell_command(standin: StandinLibs, db: Path, workload: list[str], lat
         "--",
         *workload,
     ]
-    return shlex.join(cmd) + " 2>/dev/null"
+    # The live view and the summary are drawn on stderr, the pane's terminal; stdout is the workload's.
+    return shlex.join(cmd)
 
 
 def shows_live_runtime_table(screen: str) -> bool:
@@ -169,21 +170,25 @@ def test_piped_trace_prints_one_plain_line_per_second_on_stderr(
     assert p.returncode == 0, p.stderr
     interval_lines = [line for line in p.stderr.splitlines() if line.startswith("[") and "events (" in line]
     assert interval_lines, p.stderr
-    assert "cudaLaunchKernel" in p.stdout
-    assert EXPLAIN_NEXT in p.stdout
+    # the summary is on stderr too: stdout is the workload's alone
+    assert "cudaLaunchKernel" in p.stderr
+    assert EXPLAIN_NEXT in p.stderr
+    assert p.stdout == "done 1500 x 1\n"
     assert "\x1b[" not in p.stdout + p.stderr  # no terminal control codes when piped
 
 
-def test_json_trace_streams_only_json_objects_on_stdout(
+def test_json_trace_streams_only_json_objects_into_its_file(
     standin: StandinLibs,
     build_workload,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     exe = build_workload("cuda_calls.c")
-    db = tmp_path / "json.db"
+    db, stream = tmp_path / "json.db", tmp_path / "live.jsonl"
     p = run_gpuscope(
         "trace",
         "--json",
+        "-o",
+        str(stream),
         "--db",
         str(db),
         "--lib",
@@ -196,9 +201,9 @@ def test_json_trace_streams_only_json_objects_on_stdout(
         env=standin.env(cudaStreamSynchronize="2ms:sleep"),
     )
     assert p.returncode == 0, p.stderr
-    # the workload's own output shares stdout; everything gpuscope writes there is JSON
-    objects = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert [line for line in p.stdout.splitlines() if not line.startswith("{")] == ["done 1500 x 1"]
+    # the workload's output alone on stdout; every line of the stream is a JSON object
+    assert p.stdout == "done 1500 x 1\n"
+    objects = [json.loads(line) for line in stream.read_text().splitlines()]
     intervals = [o for o in objects if o["type"] == "interval"]
     assert len(intervals) >= 2
     last = intervals[-1]

@@ -51,8 +51,8 @@ class ExplainOptions:
 
     ``from_ns``/``to_ns`` are offsets from the start of the recording (when
     its first session started, as in every command); ``from_wall_ns``/``to_wall_ns`` are Unix times (ns), turned
-    into the recording's clock by ``resolve_window``. Give at most one of
-    each pair.
+    into the recording's clock by ``resolve_window``; ``from_end_ns``/``to_end_ns``
+    count back from the end of the recording. Give at most one of each group.
     """
 
     since_ns: int | None = None
@@ -62,6 +62,8 @@ class ExplainOptions:
     min_severity: Severity = Severity.LOW
     from_wall_ns: int | None = None
     to_wall_ns: int | None = None
+    from_end_ns: int | None = None
+    to_end_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,10 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
         end = min(hi, origin + opts.to_ns)
     if opts.to_wall_ns is not None:
         end = min(hi, opts.to_wall_ns - offset)
+    if opts.from_end_ns is not None:
+        start = max(lo, hi - opts.from_end_ns)
+    if opts.to_end_ns is not None:
+        end = min(hi, hi - opts.to_end_ns)
     return Window(start, max(start, end), lo, hi, offset, sessions)
 
 
@@ -324,7 +330,7 @@ def _reference_findings(conn: sqlite3.Connection, report: Report, frame: EventFr
             agreement = f"no {op} call of the window is stored in the file, so gpuscope cannot measure it"
         else:
             agreement = (
-                f"gpuscope finds no measurable cause for {op} in this window (docs/explain.md: a cause must "
+                f"gpuscope finds no measurable cause for {op} in this window (`gpuscope docs explain`: a cause must "
                 "change the calls it overlaps, not only coincide with them)"
             )
         out.append(ReferenceFinding(rid, node, int(wall_ns), severity, summary, root_cause, op, agreement))

@@ -7,13 +7,13 @@ it the same way.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuscope.config import DEFAULT_DB, resolve_db_path
 from gpuscope.errors import UsageError
-from gpuscope.model.units import parse_duration_s, parse_size
+from gpuscope.model.times import TIME_FORMS
+from gpuscope.model.units import DURATION_FORMS, parse_duration_ns, parse_duration_s, parse_size
 
 if TYPE_CHECKING:
     # Imported where used: the query package loads the query engine and the
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gpuscope.query.filters import EventFilter
 
 
-def add_db_option(p: argparse.ArgumentParser, *, purpose: str = "the recording to read") -> None:
+def add_db_option(p: argparse.ArgumentParser, *, purpose: str = "the recording to read", writes: bool = False) -> None:
     """Add ``--db PATH``; its help names the default and where it came from (resolved by ``db_from_args``)."""
     try:
         chosen = resolve_db_path()
@@ -30,41 +30,65 @@ def add_db_option(p: argparse.ArgumentParser, *, purpose: str = "the recording t
         # A broken config file is reported when the command runs, not while its help is built.
         default = f"$GPUSCOPE_DB, else `db` in the config file, else {DEFAULT_DB}"
     p.add_argument("--db", metavar="PATH", help=f"{purpose} (default: {default})".replace("%", "%%"))
+    if not writes:
+        # Ingero spells it -d; here -d is trace's duration, so the short form is refused with a pointer.
+        p.add_argument("-d", dest="ingero_db", metavar="PATH", help=argparse.SUPPRESS)
+
+
+def refuse_ingero_flags(args: argparse.Namespace) -> None:
+    """Refuse Ingero's spellings that mean something else here (``-d PATH``, ``--nodes``), saying what to type."""
+    if getattr(args, "ingero_db", None):
+        raise UsageError(
+            f"-d {args.ingero_db}: gpuscope names the recording --db (-d is trace's duration)",
+            remedy=f"use --db {args.ingero_db}",
+        )
+    refuse_nodes(args)
 
 
 def db_from_args(args: argparse.Namespace) -> Path:
     """Resolve the recording a command uses: ``--db`` > ``$GPUSCOPE_DB`` > config ``db`` > the built-in default."""
+    refuse_ingero_flags(args)
     return resolve_db_path(args.db).path
 
 
 def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True) -> None:
-    """Add the time window (``--since``, ``--from``, ``--to``), ``--pid`` and, with ``node``, ``--node``."""
+    """Add the time window (``--since``, ``--from``, ``--to``), ``--pid`` and, with ``node``, ``--node``.
+
+    Also ``--nodes``, Ingero's flag for asking other nodes' agents, refused
+    with a pointer: here a recording is read from one file (see ``refuse_nodes``).
+    """
     p.add_argument(
         "--since",
         metavar="DURATION",
-        help="only the last DURATION of the recording, counted back from its end, not from now (e.g. 30s, 5m)",
+        help="only the last DURATION of the recording, counted back from its end, not from now (e.g. 30s, 5m, 1m30s)",
     )
-    p.add_argument(
-        "--from",
-        dest="start",
-        metavar="TIME",
-        help="from TIME: an offset from the recording start (90s) or an ISO 8601 time (2026-01-02T03:04:05Z)",
-    )
-    p.add_argument(
-        "--to", dest="end", metavar="TIME", help="up to TIME: an offset from the recording start or ISO 8601"
-    )
+    p.add_argument("--from", dest="start", metavar="TIME", help=f"from TIME: {TIME_FORMS}")
+    p.add_argument("--to", dest="end", metavar="TIME", help="up to TIME (same forms as --from)")
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
     if node:
         p.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
+    p.add_argument("--nodes", help=argparse.SUPPRESS)
 
 
 def filter_from_args(args: argparse.Namespace) -> EventFilter:
-    """Parse the filter options; raises UsageError for text that is neither a duration nor ISO 8601."""
+    """Parse the filter options; raises UsageError for text that is neither a duration nor a time."""
     from gpuscope.query.filters import EventFilter
+
+    refuse_nodes(args)
 
     return EventFilter.from_options(
         since=args.since, start=args.start, end=args.end, pids=args.pid, nodes=getattr(args, "node", None) or []
     )
+
+
+def refuse_nodes(args: argparse.Namespace) -> None:
+    """Ingero's ``--nodes host:port,…`` asks other nodes' agents; say what to do here instead of failing obscurely."""
+    if getattr(args, "nodes", None):
+        raise UsageError(
+            f"--nodes {args.nodes}: this command reads one recording file, it does not ask other nodes",
+            remedy="keep some nodes of a merged recording with --node NAME (repeatable); "
+            "combine nodes' recordings first with `gpuscope merge a.db b.db -o all.db`",
+        )
 
 
 def timeout_from_args(text: str) -> float:
@@ -73,17 +97,23 @@ def timeout_from_args(text: str) -> float:
 
 
 def duration_s(flag: str, text: str, *, examples: str = "30s, 5m, 2h or 250ms") -> float:
-    """Read a duration option (``30s``, ``5m``, ``250ms``) in seconds; raises UsageError naming ``flag``.
+    """Read a duration option (``30s``, ``5m``, ``1m30s``, ``250ms``) in seconds; raises UsageError naming ``flag``.
 
-    Negative, infinite and unreadable values are refused; ``examples`` goes in the remedy.
+    Every form of ``DURATION_FORMS`` is read; negative and unreadable values
+    are refused, with ``examples`` and the forms in the remedy.
     """
     try:
-        value = parse_duration_s(text)
+        return parse_duration_s(text)
     except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{flag} {text}: not a duration", remedy=f"use e.g. {examples}")
-    return value
+        raise UsageError(f"{flag} {text}: not a duration", remedy=f"use e.g. {examples}: {DURATION_FORMS}") from None
+
+
+def duration_ns(flag: str, text: str, *, examples: str = "500us, 2ms, 1s") -> int:
+    """``duration_s`` in whole nanoseconds, exactly (``0.1s`` is 100,000,000 ns)."""
+    try:
+        return parse_duration_ns(text)
+    except ValueError:
+        raise UsageError(f"{flag} {text}: not a duration", remedy=f"use e.g. {examples}: {DURATION_FORMS}") from None
 
 
 def size_bytes(flag: str, text: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from gpuscope.demo.gpu import detect_gpu
 from gpuscope.demo.live import STANDIN_DIR
 from gpuscope.demo.render import banner, header, next_steps, summary, verdict
 from gpuscope.errors import PermissionDeniedError, UsageError
+from gpuscope.platform.invocation import invocation
 from gpuscope.render.explain import render_report
 
 NAME = "demo"
@@ -62,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="multiply each scenario's length (e.g. 0.4 for a quick run; default 1)",
     )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout: each scenario's verdict, top finding and session (progress stays on stderr)",
+    )
 
 
 def _progress(console: Console) -> Progress:
@@ -77,6 +84,9 @@ def _progress(console: Console) -> Progress:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        if args.json:
+            print(json.dumps([{"name": s.name, "title": s.title, "expected": s.expected_kind} for s in REGISTRY]))
+            return 0
         for s in REGISTRY:
             print(f"{s.name:<18} {s.title}  (explain: {s.expected_kind})")
         return 0
@@ -98,14 +108,16 @@ def run(args: argparse.Namespace) -> int:
             )
         mode = DemoMode.LIVE if ok else DemoMode.SYNTHETIC
     db = Path(args.db).expanduser() if args.db else default_db()
-    print(header(mode, detect_gpu(), str(db), str(STANDIN_DIR / "libcudart.so.12")))
+    # With --json the human report goes to stderr: stdout carries the one JSON object.
+    out = sys.stderr if args.json else sys.stdout
+    print(header(mode, detect_gpu(), str(db), str(STANDIN_DIR / "libcudart.so.12")), file=out)
     results: list[DemoResult] = []
     width = min(shutil.get_terminal_size((100, 24)).columns, 100)
     with DemoRunner(db, scale=args.scale) as runner:
         for i, scenario in enumerate(scenarios, 1):
-            print()
-            print(banner(scenario, i, len(scenarios), width))
-            sys.stdout.flush()
+            print(file=out)
+            print(banner(scenario, i, len(scenarios), width), file=out)
+            out.flush()
             with _progress(err) as bar:
                 task = bar.add_task("starting", total=1.0, name=scenario.name)
 
@@ -114,14 +126,32 @@ def run(args: argparse.Namespace) -> int:
 
                 result = runner.run(scenario, mode, step)
             results.append(result)
-            print()
-            print(render_report(result.report))
-            print()
-            print(verdict(result))
-            sys.stdout.flush()
+            print(f"\n{render_report(result.report)}\n\n{verdict(result)}", file=out)
+            out.flush()
     if len(results) > 1:
-        print()
-        print(summary(results))
-    print()
-    print(next_steps(str(db), [r.session_id for r in results]))
+        print(f"\n{summary(results)}", file=out)
+    print(f"\n{next_steps(str(db), [r.session_id for r in results], invocation())}", file=out)
+    if args.json:
+        print(json.dumps(_as_dict(db, mode, results), indent=2))
     return 0 if all(r.as_expected for r in results) else 1
+
+
+def _as_dict(db: Path, mode: DemoMode, results: list[DemoResult]) -> dict[str, object]:
+    return {
+        "db": str(db),
+        "mode": mode.value,
+        "all_as_expected": all(r.as_expected for r in results),
+        "scenarios": [
+            {
+                "name": r.scenario.name,
+                "expected": r.scenario.expected_kind,
+                "top_finding": r.top_kind,
+                "as_expected": r.as_expected,
+                "session_id": r.session_id,
+                "events": r.events,
+                "elapsed_s": round(r.elapsed_s, 3),
+                "findings": [f.kind for f in r.report.findings],
+            }
+            for r in results
+        ],
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 
@@ -11,6 +12,7 @@ from gpuscope.diff import Change, DiffOptions, DiffReport, OpDiff, diff_database
 from gpuscope.model.units import fmt_count, fmt_ns
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.query.output import write_table
+from gpuscope.render.colour import write_styled
 
 NAME = "diff"
 HELP = "compare two recordings: per-op counts, rates, p50/p95/p99, significant regressions first"
@@ -32,6 +34,13 @@ _COLUMNS = [
     "p99_x",
     "p_value",
 ]
+# On a terminal: what got worse in red, what got better in green.
+_STYLES = (
+    (r"\bregression\b", "red"),
+    (r"\bimprovement\b", "green"),
+    (r"^\d+ significant regression\(s\)", "bold red"),
+    (r"^no significant regressions$", "green"),
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-findings", action="store_true", help="skip running explain on both recordings")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any op regressed (for CI)")
     add_filter_options(p, node=True)  # applied to both recordings alike
-    add_output_options(p, json_help="the whole report as one JSON object (the default in a pipe)")
+    add_output_options(p, json_help="the whole report as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     report = diff_databases(
         args.a, args.b, options, event_filter=filter_from_args(args), with_findings=not args.no_findings
     )
-    fmt = chosen_format(args.output, sys.stdout)
+    fmt = chosen_format(args.output)
     if fmt is OutputFormat.JSON:
         print(json.dumps(report.as_dict(), indent=2))
     elif fmt is OutputFormat.TABLE:
@@ -89,7 +98,15 @@ def _table_row(o: OpDiff) -> list[str]:
 
 
 def render(report: DiffReport) -> None:
-    out = sys.stdout
+    """Print the report for people on stdout (coloured on a terminal), its notes on stderr."""
+    write_styled(render_text(report), sys.stdout, _STYLES)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+
+
+def render_text(report: DiffReport) -> str:
+    """The report for people: the spans, the per-op table, the verdict, findings only in one side."""
+    out = io.StringIO()
     out.write(f"A: {report.a} ({fmt_ns(report.span_a_ns)})\nB: {report.b} ({fmt_ns(report.span_b_ns)})\n\n")
     rows = [_table_row(o) for o in report.ops]
     write_table(_COLUMNS, rows, out)
@@ -111,5 +128,4 @@ def render(report: DiffReport) -> None:
     if f is not None:
         out.write("\nfindings only in A: " + (", ".join(f.only_a) or "none") + "\n")
         out.write("findings only in B: " + (", ".join(f.only_b) or "none") + "\n")
-    for note in report.notes:
-        print(f"note: {note}", file=sys.stderr)
+    return out.getvalue().removesuffix("\n")

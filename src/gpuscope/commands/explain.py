@@ -13,15 +13,15 @@ from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format
+from gpuscope.render.colour import SEVERITY_STYLES, write_styled
 from gpuscope.render.explain import render_report
 from gpuscope.store.findings import save_findings
 
 NAME = "explain"
 HELP = "explain why GPU calls were slow: ranked findings with evidence, effect sizes and fixes"
 
-# The report, not rows: text for people even in a pipe (`gpuscope explain | less`).
+# The report, not rows: text for people (in a pipe too: `gpuscope explain | less`), or one JSON document.
 _FORMATS = (OutputFormat.TABLE, OutputFormat.JSON)
-_IN_PIPE = OutputFormat.TABLE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,9 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_output_options(
         p,
         formats=_FORMATS,
-        in_pipe=_IN_PIPE,
         table_help="the report as text",
-        json_help="one JSON document (shape in docs/explain.md)",
+        json_help="one JSON document (shape: `gpuscope docs explain`)",
     )
 
 
@@ -57,6 +56,8 @@ def explain_options(f: EventFilter, min_severity: Severity) -> ExplainOptions:
         from_wall_ns=f.start.wall_ns if f.start else None,
         to_ns=f.end.offset_ns if f.end else None,
         to_wall_ns=f.end.wall_ns if f.end else None,
+        from_end_ns=f.start.before_end_ns if f.start else None,
+        to_end_ns=f.end.before_end_ns if f.end else None,
         pids=f.pids,
         min_severity=min_severity,
     )
@@ -75,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
         session_id = w.session_ids[0] if len(w.session_ids) == 1 else None
         save_findings(db, report.findings, session_id=session_id, window_start_ns=w.start_ns, window_end_ns=w.end_ns)
         report = replace(report, stored=True)
-    if chosen_format(args.output, sys.stdout, in_pipe=_IN_PIPE) is OutputFormat.JSON:
+    if chosen_format(args.output) is OutputFormat.JSON:
         print(json.dumps(report.as_dict(per_process=args.per_process), indent=2))
     else:
-        print(render_report(report, per_process=args.per_process))
+        write_styled(render_report(report, per_process=args.per_process), sys.stdout, SEVERITY_STYLES)
         for note in report.notes:
             print(note, file=sys.stderr)
     return 0

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 
-from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, duration_s, filter_from_args
+from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, duration_ns, filter_from_args
 from gpuscope.errors import UsageError
-from gpuscope.export import EXPORTERS, ExportOptions, export_to_file
+from gpuscope.export import EXPORTERS, ExportOptions, ExportStats, export_to_file
 from gpuscope.model.units import fmt_count
 from gpuscope.platform.files import refuse_same_file
 from gpuscope.query.engine import open_reader
+from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
 
 NAME = "export"
-HELP = "export a recording for ui.perfetto.dev / chrome://tracing (see docs/export.md)"
+HELP = "export a recording for ui.perfetto.dev / chrome://tracing (`gpuscope docs export`)"
 
 # Formats asked for in issue 7 that are not built in, and why (shown as the remedy).
 _NOT_BUILT = {
     "perfetto-proto": (
         "the Perfetto protobuf format is not built in (no maintained, dependency-light writer on PyPI; "
-        "see docs/export.md)",
+        "`gpuscope docs export`)",
         "use --format perfetto (JSON); ui.perfetto.dev converts it, and gzip shrinks it ~10x",
     )
 }
@@ -37,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--counter-interval", default="1s", help="bucket width of the calls/s counters (default 1s)")
     add_filter_options(p)
+    add_json_summary_option(p, what="the trace written (output, counts, notes)", limit="not with -o -")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,9 +51,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown format {args.format!r}", remedy=f"use one of: {', '.join(EXPORTERS)}")
     if args.max_events is not None and args.max_events < 0:
         raise UsageError("--max-events must be 0 or more")
-    interval_ns = int(duration_s("--counter-interval", args.counter_interval, examples="1s, 100ms") * 1e9)
+    interval_ns = duration_ns("--counter-interval", args.counter_interval, examples="1s, 100ms")
     options = ExportOptions(max_events=args.max_events, counter_interval_ns=max(1, interval_ns), explain=args.explain)
     to_stdout = args.output == "-"
+    if to_stdout and args.json:
+        # stdout already holds the trace: a summary there would corrupt it.
+        raise UsageError("--json with -o -: stdout is the trace itself", remedy="write the trace to a file: -o FILE")
     db = db_from_args(args)
     if not to_stdout:
         refuse_same_file(args.output, [db])  # before the recording is opened at all
@@ -59,22 +65,32 @@ def run(args: argparse.Namespace) -> int:
             stats = exporter.export(reader, sys.stdout, options)
         else:
             stats = export_to_file(exporter, reader, options, args.output)
+    notes = _notes(stats, args.max_events)
+    if args.json:
+        doc = {"output": absolute_path(args.output), "recording": absolute_path(str(db)), "format": args.format}
+        write_json_summary({**doc, **asdict(stats), "notes": notes}, sys.stdout)
+        return 0
     where = "stdout" if to_stdout else args.output
     print(
         f"wrote {fmt_count(stats.events_written)} events on {stats.threads} threads of {stats.nodes} node(s), "
         f"{stats.findings} findings ({stats.findings_source}), {stats.counters} counter samples to {where}",
         file=sys.stderr,
     )
-    if stats.events_cut:
-        print(
-            f"note: --max-events {args.max_events} cut {fmt_count(stats.events_cut)} later events "
-            "(the trace holds the earliest ones; counters still count every event)",
-            file=sys.stderr,
-        )
-    if stats.findings == 0 and stats.findings_source != "explain":
-        print(
-            "note: no finding markers: run `gpuscope explain` first (it stores them) or pass --explain", file=sys.stderr
-        )
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if not to_stdout:
         print("open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing", file=sys.stderr)
     return 0
+
+
+def _notes(stats: ExportStats, max_events: int | None) -> list[str]:
+    """What a reader of the trace should know about what is not in it."""
+    notes = []
+    if stats.events_cut:
+        notes.append(
+            f"--max-events {max_events} cut {fmt_count(stats.events_cut)} later events "
+            "(the trace holds the earliest ones; counters still count every event)"
+        )
+    if stats.findings == 0 and stats.findings_source != "explain":
+        notes.append("no finding markers: run `gpuscope explain` first (it stores them) or pass --explain")
+    return notes

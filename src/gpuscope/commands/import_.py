@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpuscope.importers import import_file
+from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
 
 NAME = "import"
 HELP = "convert an Ingero database (events, stacks, causal chains, snapshots) into a gpuscope database"
@@ -17,10 +18,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o", "--output", required=True, metavar="OUT.db", help="new database to write (replaced at the end)"
     )
     p.add_argument("--node", help="node name for rows recorded without one (renames a single-node file)")
+    add_json_summary_option(p, what="the new file (output, source, counts, notes)")
 
 
 def run(args: argparse.Namespace) -> int:
     report = import_file(args.source, args.output, node=args.node, progress=lambda s: print(s, file=sys.stderr))
+    if args.json:
+        write_json_summary(
+            {"output": absolute_path(args.output), "source": report.source_path, **report.as_dict()}, sys.stdout
+        )
+        return 0
     ops = ", ".join(f"{op} {n:,}" for op, n in report.events_by_op.items())
     print(f"imported {report.source_path} ({', '.join(report.nodes) or 'no node'}) into {args.output}")
     print(f"  {report.sessions} sessions, {report.events:,} events ({ops or 'none'})")

@@ -15,10 +15,11 @@ from gpuscope.commands._options import (
     filter_from_args,
     timeout_from_args,
 )
-from gpuscope.query import add_output_options, chosen_format, open_reader, write_rows
+from gpuscope.query import OutputFormat, add_output_options, chosen_format, open_reader, write_rows
+from gpuscope.query.humanize import readable_cells
 
 NAME = "query"
-HELP = "run read-only SQL on a recording (views: events, cuda_calls, sched_switches; see docs/query.md)"
+HELP = "run read-only SQL on a recording (views: events, cuda_calls, sched_switches; `gpuscope docs query`)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", default="5s", help="stop the query after this long (default 5s; 0 = no limit)")
     add_filter_options(p)
     add_output_options(p)
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="table cells as stored: integer ns, no digit grouping (JSON and CSV are always as stored)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,10 +43,19 @@ def run(args: argparse.Namespace) -> int:
         note = _note(reader.conn, db)
         if note:
             print(note, file=sys.stderr)
+        fmt = chosen_format(args.output)
+        # Every table is made readable, in a pipe too: the table is for people, and a person reads
+        # `gpuscope query ... | less` as much as a terminal; programs ask for --json or --csv, and
+        # --raw gives the stored numbers in a table. Output that changed with isatty() is what
+        # surprised people in the first place.
+        cells = None if fmt is not OutputFormat.TABLE or args.raw else readable_cells(reader.conn, result.columns)
         try:
-            write_rows(result.columns, result.rows, chosen_format(args.output, sys.stdout), sys.stdout)
+            write_rows(result.columns, result.rows, fmt, sys.stdout, table_cells=cells)
         finally:
             result.close()  # stopped early (a closed pipe): end the stream while its connection is open
+        unreadable = cells.note() if cells is not None else None
+        if unreadable:
+            print(unreadable, file=sys.stderr)
     return 0
 
 

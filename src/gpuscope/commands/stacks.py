@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuscope.commands._options import add_db_option, db_from_args, duration_s
+from gpuscope.commands._options import add_db_option, db_from_args, duration_ns
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.recording import open_recording
 from gpuscope.stacks.report import top_stacks
@@ -26,13 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     min_ns = None
     if args.min_duration:
-        min_ns = int(duration_s("--min-duration", args.min_duration, examples="500us, 2ms") * 1e9)
+        min_ns = duration_ns("--min-duration", args.min_duration, examples="500us, 2ms")
     conn = open_recording(db_from_args(args))
     try:
         stacks = top_stacks(conn, op=args.op, pid=args.pid, min_duration_ns=min_ns, limit=args.limit)
     finally:
         conn.close()
-    fmt = chosen_format(args.output, sys.stdout)
+    fmt = chosen_format(args.output)
     if fmt is OutputFormat.TABLE:
         if not stacks:
             print("no stacks recorded (traced with --no-stack, or no CUDA call matched)", file=sys.stderr)

@@ -10,12 +10,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gpuscope.agent.launch import StopSignals, finish, launch_held
-from gpuscope.commands._options import add_db_option, db_from_args, duration_s, size_bytes
+from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, size_bytes
 from gpuscope.config import load_config
-from gpuscope.errors import DatabaseError, NoCudaLibraryError, ProcessNotFoundError, UsageError
+from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-d", "--duration", help="stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits"
     )
-    add_db_option(p, purpose="the recording to write; one that exists gets a new session")
+    add_db_option(p, purpose="the recording to write; one that exists gets a new session", writes=True)
     p.add_argument("--node", help="node name stored with every event (default: hostname)")
     p.add_argument("--entry-only", action="store_true", help="record calls at entry only, without durations (cheapest)")
     p.add_argument("--no-host", action="store_true", help="no scheduler/process tracepoints")
@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--record-all",
         action="store_true",
-        help="store a row for every event (default: selective, see docs/storage.md)",
+        help="store a row for every event (default: selective, `gpuscope docs storage`)",
     )
     p.add_argument(
         "--keep-first",
@@ -72,13 +72,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classic-uprobes", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-tui", action="store_true", help="no full-screen view: one plain line per second on stderr")
     p.add_argument(
-        "--json", action="store_true", help="one JSON object per second on stdout (the summary goes to stderr)"
+        "--json",
+        action="store_true",
+        help="one JSON object per second: to -o FILE, or to stdout when no command is launched",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the JSON stream to FILE ('-' for stdout; implies --json). With `-- COMMAND` stdout is the "
+        "command's: gpuscope writes only to stderr and FILE",
     )
     p.add_argument(
         "--stack",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="record the call stack (native and Python frames) of CUDA calls (default: on; see docs/stacks.md)",
+        help="record the call stack (native and Python frames) of CUDA calls (default: on; `gpuscope docs stacks`)",
     )
     p.add_argument(
         "--python-stack",
@@ -117,14 +126,65 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     command = _command(args)
+    _require_bpf()
+    json_out = _json_stream(args, command)
+    try:
+        return _trace(args, command, json_out)
+    finally:
+        if json_out is not None and json_out is not sys.stdout:
+            with contextlib.suppress(OSError):
+                json_out.close()
+
+
+def _require_bpf() -> None:
+    """Refuse before anything is created when this user cannot load BPF programs (no empty recording is left).
+
+    Root is not asked: the one-millisecond test load would only repeat what
+    loading the probes does, and a failure there is reported the same way.
+    """
+    if os.geteuid() == 0:
+        return
+    from gpuscope.bpf.features import probe_bpf_load
+
+    if not probe_bpf_load().available:
+        raise PermissionDeniedError(
+            "trace needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN) to load its probes; nothing was recorded",
+            remedy="run `sudo gpuscope trace ...`: the recording still goes to your home, owned by you "
+            "(`gpuscope check` shows what is missing)",
+        )
+
+
+def _json_stream(args: argparse.Namespace, command: list[str]) -> TextIO | None:
+    """Where the JSON stream goes (None: no JSON): ``-o FILE``, or stdout when stdout is not the command's.
+
+    Raises UsageError for ``--json`` with a command and no ``-o``: the
+    command's output and the stream would interleave on one stdout.
+    """
+    if args.output is None and not args.json:
+        return None
+    if args.output is None or args.output == "-":
+        if command and args.output is None:
+            raise UsageError(
+                "--json with a command: stdout is the command's, the JSON stream needs a file of its own",
+                remedy="add -o FILE (e.g. -o trace.jsonl), or -o - to share stdout with the command",
+            )
+        return sys.stdout
+    try:
+        # Line-buffered: a reader following the file (`tail -f`) sees each second as it ends.
+        return open(args.output, "w", buffering=1, encoding="utf-8")  # closed by _run
+    except OSError as exc:
+        raise UsageError(f"-o {args.output}: cannot write: {exc.strerror}") from None
+
+
+def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None) -> int:
     for pid in args.pid:
         if not os.path.exists(f"/proc/{pid}"):
             raise ProcessNotFoundError(f"no process with pid {pid}")
     for lib in args.lib:
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
-    duration = duration_s("--duration", args.duration) if args.duration else None
-    hang_threshold_ns = int(duration_s("--hang-threshold", args.hang_threshold, examples="30s, 2m") * 1e9)
+    duration = _duration(args.duration) if args.duration else None
+    hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
     setup = _setup(args, command)
     # Start-up waits mostly for the verifier: the probes load on a thread
     # from here, while the modules below are imported and the session opens
@@ -136,7 +196,7 @@ def _run(args: argparse.Namespace) -> int:
         from gpuscope.render.summary import render_summary
         from gpuscope.tui.explain_source import ExplainFindings
         from gpuscope.tui.findings import builtin_findings
-        from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode
+        from gpuscope.tui.output import LiveOutput, choose_mode
 
         session = _session(args, command, setup, loading)
     except BaseException:
@@ -154,13 +214,17 @@ def _run(args: argparse.Namespace) -> int:
         # before the command is launched (it is then stopped at once).
         with StopSignals() as stop:
             _print_header(session, command, args.pid)
-            mode = choose_mode(no_tui=args.no_tui, json=args.json, stdout_is_tty=sys.stdout.isatty())
+            mode = choose_mode(no_tui=args.no_tui, json=json_out is not None, terminal=sys.stderr.isatty())
             # Explain rules over the recent recording, beside the built-in live findings.
             explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
             # Handed the rows as they are stored, it never reads them back out of the recording.
             session.stored_listeners.append(explain.feed)
             live = LiveOutput(
-                session, mode, _target_text(command, args.pid), findings=[*builtin_findings(session.flags), explain]
+                session,
+                mode,
+                _target_text(command, args.pid),
+                findings=[*builtin_findings(session.flags), explain],
+                stdout=json_out,
             )
             if command:
                 proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
@@ -186,15 +250,14 @@ def _run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - session._t0
     counters = _finish(session, explain)
     live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
-    # Machine formats keep stdout for themselves: the human summary goes to stderr.
-    out = sys.stderr if mode is OutputMode.JSON else sys.stdout
-    print(
+    # Stdout belongs to the traced command (and to the JSON stream): the summary is for the person, on stderr.
+    lines = [
         render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted),
-        file=out,
-    )
-    for line in _late_load_lines(session.late_loads):
-        print(line, file=out)
-    print(f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next", file=out)
+        *_late_load_lines(session.late_loads),
+        f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next",
+    ]
+    with contextlib.suppress(OSError):  # stderr closed (`2>&1 | head`): the recording is complete regardless
+        print("\n".join(lines), file=sys.stderr, flush=True)
     return exit_code
 
 
@@ -272,6 +335,16 @@ def _recording_failed(
         f"{counters.get('dropped', 0):,} events dropped in the kernel",
         remedy=remedy,
     )
+
+
+def _duration(text: str) -> float:
+    """``-d``/``--duration`` in seconds; a recording's name there gets Ingero users a pointer (its ``-d`` is the db)."""
+    if text.endswith(".db") or os.path.isfile(text):
+        raise UsageError(
+            f"-d {text}: -d is the trace duration in gpuscope (e.g. -d 30s), not the recording",
+            remedy=f"name the recording with --db {text}",
+        )
+    return duration_s("--duration", text, examples="30s, 5m, 1m30s")
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 
 from gpuscope.agent.versions import version_info
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format
@@ -15,18 +14,15 @@ HELP = "print gpuscope, commit, libbpf and kernel versions"
 
 
 _FORMATS = (OutputFormat.TABLE, OutputFormat.JSON)
-_IN_PIPE = OutputFormat.TABLE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_output_options(
-        p, formats=_FORMATS, in_pipe=_IN_PIPE, table_help="one line per component", json_help="one JSON object"
-    )
+    add_output_options(p, formats=_FORMATS, table_help="one line per component", json_help="one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     info = version_info()
-    if chosen_format(args.output, sys.stdout, in_pipe=_IN_PIPE) is OutputFormat.JSON:
+    if chosen_format(args.output) is OutputFormat.JSON:
         print(json.dumps(info, sort_keys=True))
     else:
         print(f"gpuscope {info['version']} (commit {info['commit']})")

@@ -63,12 +63,18 @@ def summary(results: list[DemoResult]) -> str:
     return "\n".join(lines)
 
 
-def next_steps(db: str, session_ids: list[int]) -> str:
-    """Point at what to run next on the recording the demo kept."""
+def next_steps(db: str, session_ids: list[int], program: str = "gpuscope") -> str:
+    """Point at what to run next on the recording the demo kept.
+
+    ``program`` is how this gpuscope is run here (``gpuscope`` when that is
+    on PATH, else its full path), so each line works when pasted.
+    """
     lines = [
         f"data kept in {db} ({len(session_ids)} session(s)). Next:",
-        f"  gpuscope explain --db {db}            # the last scenario again (or --from/--to for another)",
-        f'  gpuscope query --db {db} "{COUNT_BY_OP}"',
-        "  sudo gpuscope trace -- python train.py    # your own workload",
+        f"  {program} explain --db {db}            # the last scenario again (or --from/--to for another)",
+        f'  {program} query --db {db} "{COUNT_BY_OP}"',
+        f"  sudo {program} trace -- python train.py    # your own workload",
     ]
+    if program != "gpuscope":
+        lines.append("  (`make install` puts `gpuscope` on PATH)")
     return "\n".join(lines)

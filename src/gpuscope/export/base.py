@@ -29,6 +29,7 @@ class ExportStats:
     nodes: int = 0
     findings: int = 0
     counters: int = 0
+    flows: int = 0  # cause -> symptom arrows
     findings_source: str = "none"
 
 

@@ -4,8 +4,12 @@ Layout: one process track per node (``pid`` = node number, named after the
 node), one thread track per traced thread (``tid`` = the real thread id,
 named ``comm [pid/tid]``). Calls with a duration are complete events
 (``"ph": "X"``); entry-only records are thread-scoped instants. Findings are
-global instant markers whose colour (``cname``) follows severity. Per-op
-call rates are counter events (``"ph": "C"``) on each node's track.
+global instant markers whose colour (``cname``) follows severity; where a
+finding's cause is itself a slice (a preemption, a block I/O, a direct
+reclaim), flow arrows (``"ph": "s"`` / ``"f"``) link cause slices to the
+symptom calls they slowed. Per-op call rates and aggregated rows (page
+allocations, whose "duration" is a counting interval, not a time spent) are
+counter events (``"ph": "C"``) on each node's track, never slices.
 
 Times are microseconds since the earliest session start, written with three
 decimals so nanoseconds survive (a JSON double of absolute Unix µs would not).
@@ -17,18 +21,39 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpuscope.export.base import ExportOptions, ExportStats
+from gpuscope.export.flows import CAUSE_LINKS, MAX_LINKS_PER_FINDING, Span, flow_points, link_causes, symptom_pid
 from gpuscope.query.engine import GuardedReader
 from gpuscope.query.findings import FindingMarker, explain_markers, stored_markers
 from gpuscope.store.connect import database_path
-from gpuscope.store.events_read import count_events, export_rows, op_counts_by_interval
+from gpuscope.store.events_read import count_events, events_statement, export_rows, op_counts_by_interval
 from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import session_clocks
 
 SEVERITY_COLORS = {"CRITICAL": "terrible", "HIGH": "bad", "MEDIUM": "yellow", "LOW": "good"}
 _ENTRY_ONLY = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateCounter:
+    """A counter track drawn from an aggregated op: its ``column`` per bucket, as a rate per second."""
+
+    name: str
+    column: str
+
+
+# Ops whose rows are counts over an interval, not calls: one counter track per
+# (name, process), never a slice (a 1 s slice on a thread track overlaps the
+# thread's calls partially, and Perfetto drops improperly nested slices).
+AGGREGATE_COUNTERS: dict[str, tuple[AggregateCounter, ...]] = {
+    "mm_page_alloc": (
+        AggregateCounter("page allocations/s", "arg0"),
+        AggregateCounter("page-allocation bytes/s", "bytes"),
+    ),
+}
 
 
 def us(ns: int) -> str:
@@ -46,6 +71,37 @@ class PerfettoJsonExporter:
     def export(self, reader: GuardedReader, out: TextIO, options: ExportOptions) -> ExportStats:
         """Write the whole (filtered) recording to ``out``; returns what was written and cut."""
         return _Writer(reader, out, options).run()
+
+
+class _CounterTrack:
+    """One counter name on one node, sampled per bucket.
+
+    A counter holds its last value until the next sample, so a series gets a
+    0 where it stops: in the first bucket it is absent from, and after the
+    last one (``close``).
+    """
+
+    def __init__(self, writer: _Writer, name: str, pid: int, interval_ns: int) -> None:
+        self.writer, self.name, self.pid, self.interval_ns = writer, name, pid, interval_ns
+        self.last: int | None = None
+        self.live: set[str] = set()
+
+    def sample(self, bucket: int, values: dict[str, float]) -> None:
+        if self.last is not None and bucket > self.last + 1:
+            self.close()
+        self.emit(bucket, {k: 0.0 for k in self.live if k not in values} | values)
+        self.last, self.live = bucket, set(values)
+
+    def close(self) -> None:
+        if self.last is not None:
+            self.emit(self.last + 1, dict.fromkeys(self.live, 0.0))
+        self.live = set()
+
+    def emit(self, bucket: int, args: dict[str, float]) -> None:
+        if args:
+            ts = float(us(bucket * self.interval_ns))
+            self.writer.emit({"name": self.name, "ph": "C", "pid": self.pid, "tid": 0, "ts": ts, "args": args})
+            self.writer.stats.counters += 1
 
 
 class _Writer:
@@ -66,6 +122,9 @@ class _Writer:
         self.node_names = {v: k for k, v in nodes.items()}
         self.seen_nodes: set[int] = set()
         self.seen_threads: set[tuple[int, int]] = set()
+        self.interval_ns = max(1, int(options.counter_interval_ns))
+        self.cut_ts_ns: int | None = None  # with --max-events: every row before this ts_ns was written
+        self.next_flow_id = 1
 
     def emit(self, obj: dict[str, Any]) -> None:
         self.out.write("\n" if self.first else ",\n")
@@ -77,11 +136,13 @@ class _Writer:
         self.write_events()
         self.write_findings()
         self.write_counters()
+        self.write_aggregates()
         other = {
             "producer": "gpuscope export --format perfetto",
             "t0_wall_ns": self.t0,
             "events_written": self.stats.events_written,
             "events_cut": self.stats.events_cut,
+            "flows": self.stats.flows,
         }
         if self.stats.events_cut:
             other["note"] = (
@@ -117,6 +178,7 @@ class _Writer:
         for n, row in enumerate(export_rows(self.conn, first_by_time=limit + 1)):
             if n == limit:
                 self.stats.events_cut = count_events(self.conn) - limit
+                self.cut_ts_ns = int(row[1])
                 return
             yield row
 
@@ -129,6 +191,8 @@ class _Writer:
             pid = self.session_pid.get(sid, 0)
             if pid not in self.seen_nodes:
                 self.node(pid)
+            if op in AGGREGATE_COUNTERS:
+                continue  # a counter track (write_aggregates), not a slice
             if (pid, tid) not in self.seen_threads:
                 self.thread(pid, tid, real_pid, comm)
             key = (str(op), str(source or "unknown"), arg0 == 1)
@@ -169,9 +233,11 @@ class _Writer:
             if markers is None:
                 return
             self.stats.findings_source = "findings table"
-        for m in markers:
+        # Held (a run's few findings) so the flow queries do not interleave with the findings cursor.
+        for m in list(markers):
             self.emit(self.marker(m))
             self.stats.findings += 1
+            self.write_flows(m)
         # An imported reference file's own findings: marked as the reference's, in their own category.
         for rid, node, wall_ns, severity, summary, root_cause, op in imported_chain_rows(self.conn):
             ref = FindingMarker(rid, severity.upper() or "LOW", summary, wall_ns, {"root_cause": root_cause, "op": op})
@@ -196,33 +262,117 @@ class _Writer:
             "args": {"finding": m.key, "severity": m.severity, **m.args},
         }
 
+    def spans(self, ops: list[str]) -> Iterator[Span]:
+        """The exported slices of ``ops``, in time order (rows cut by --max-events left out)."""
+        st = events_statement(ops=ops)
+        cur = self.conn.execute(st.sql, st.params)
+        col = {d[0]: i for i, d in enumerate(cur.description)}
+        i_sid, i_ts, i_dur, i_pid, i_tid = (col[c] for c in ("session_id", "ts_ns", "duration_ns", "pid", "tid"))
+        i_op, i_arg0, i_stream, i_cg, i_flags = (col[c] for c in ("op", "arg0", "stream", "cgroup_id", "flags"))
+        for r in cur:
+            ts = int(r[i_ts])
+            if self.cut_ts_ns is not None and ts >= self.cut_ts_ns:
+                return
+            dur = 0 if int(r[i_flags] or 0) & _ENTRY_ONLY else int(r[i_dur] or 0)
+            yield Span(
+                int(r[i_sid]), ts, ts + dur, int(r[i_pid]), int(r[i_tid]), str(r[i_op]),
+                int(r[i_arg0] or 0), int(r[i_stream] or 0), int(r[i_cg] or 0),
+            )  # fmt: skip
+
+    def write_flows(self, m: FindingMarker) -> None:
+        """Arrows from cause slices to the symptom calls they slowed most: a v1 flow, ``s`` then ``f``.
+
+        v1 rather than ``bind_id`` on the slices: a slice holds one ``bind_id``
+        (a cause may slow several calls), and the ends are written after the
+        slices, once the pairs are known.
+        """
+        link, pid = CAUSE_LINKS.get(m.kind), symptom_pid(m)
+        if link is None or pid is None or m.op is None:
+            return
+        pairs = link_causes(self.spans([m.op, *link.ops]), pid, m.op, link, MAX_LINKS_PER_FINDING)
+        for call, cause in pairs:
+            points = flow_points(call, cause)
+            if points is None:
+                continue
+            node, offset = self.session_pid.get(call.sid, 0), self.session_offset.get(call.sid, -self.t0)
+            common = {"name": m.key, "cat": "finding", "id": self.next_flow_id, "pid": node}
+            self.emit({**common, "ph": "s", "tid": cause.tid, "ts": float(us(points[0] + offset))})
+            self.emit({**common, "ph": "f", "bp": "e", "tid": call.tid, "ts": float(us(points[1] + offset))})
+            self.next_flow_id += 1
+            self.stats.flows += 1
+
     def write_counters(self) -> None:
-        interval = max(1, int(self.options.counter_interval_ns))
+        interval = self.interval_ns
         per_s = 1e9 / interval
         for sid, pid in self.session_pid.items():
             if pid not in self.seen_nodes:
                 continue
-            offset = self.session_offset[sid]
+            track = _CounterTrack(self, "calls/s", pid, interval)
             bucket: int | None = None
             rates: dict[str, float] = {}
-            previous: set[str] = set()
-            for _, b, op, n in op_counts_by_interval(self.conn, sid, offset, interval):
+            for _, b, op, n in op_counts_by_interval(self.conn, sid, self.session_offset[sid], interval):
+                if op in AGGREGATE_COUNTERS:
+                    continue  # a row per process and interval, not a call: write_aggregates counts what it holds
                 if bucket is not None and b != bucket:
-                    previous = self.counter(pid, bucket, interval, rates, previous)
+                    track.sample(bucket, rates)
                     rates = {}
                 bucket = int(b)
                 rates[str(op)] = round(int(n) * per_s, 3)
             if bucket is not None:
-                previous = self.counter(pid, bucket, interval, rates, previous)
-                self.counter(pid, bucket + 1, interval, {}, previous)
+                track.sample(bucket, rates)
+            track.close()
 
-    def counter(self, pid: int, bucket: int, interval: int, rates: dict[str, float], previous: set[str]) -> set[str]:
-        # An op absent from this bucket is written as 0: a counter track holds
-        # its last value until the next sample.
-        args = {op: 0.0 for op in previous if op not in rates} | rates
-        if args:
-            self.emit(
-                {"name": "calls/s", "ph": "C", "pid": pid, "tid": 0, "ts": float(us(bucket * interval)), "args": args}
-            )
-            self.stats.counters += 1
-        return set(rates)
+    def write_aggregates(self) -> None:
+        """Aggregated rows as counters: each row's value spread evenly over its interval, summed per bucket.
+
+        Rows come in time order, so a bucket before the current row's first
+        one is complete: it is written and forgotten (memory stays flat).
+        """
+        interval = self.interval_ns
+        per_s = 1e9 / interval
+        st = events_statement(ops=sorted(AGGREGATE_COUNTERS))
+        cur = self.conn.execute(st.sql, st.params)
+        col = {d[0]: i for i, d in enumerate(cur.description)}
+        tracks: dict[tuple[int, str], _CounterTrack] = {}
+        pending: dict[int, dict[int, dict[tuple[str, str], float]]] = {}  # sid -> bucket -> (name, process) -> sum
+
+        def flush(sid: int, before: int | None) -> None:
+            buckets = pending.get(sid, {})
+            node = self.session_pid.get(sid, 0)
+            for b in sorted(x for x in buckets if before is None or x < before):
+                by_name: dict[str, dict[str, float]] = {}
+                for (name, who), v in buckets.pop(b).items():
+                    by_name.setdefault(name, {})[who] = round(v * per_s, 3)
+                for name, values in by_name.items():
+                    track = tracks.get((sid, name))
+                    if track is None:
+                        self.node(node)
+                        track = tracks[sid, name] = _CounterTrack(self, name, node, interval)
+                    track.sample(b, values)
+
+        for r in cur:
+            sid = int(r[col["session_id"]])
+            start = int(r[col["ts_ns"]]) + self.session_offset.get(sid, -self.t0)
+            dur = max(0, int(r[col["duration_ns"]] or 0))
+            who = f"{r[col['comm']] or '?'} [{r[col['pid']]}]"
+            flush(sid, start // interval)
+            buckets = pending.setdefault(sid, {})
+            for counter in AGGREGATE_COUNTERS[str(r[col["op"]])]:
+                value = float(r[col[counter.column]] or 0)
+                for b, share in _spread(start, dur, interval):
+                    slot = buckets.setdefault(b, {})
+                    slot[counter.name, who] = slot.get((counter.name, who), 0.0) + value * share
+        for sid in list(pending):
+            flush(sid, None)
+        for track in tracks.values():
+            track.close()
+
+
+def _spread(start: int, dur: int, interval: int) -> Iterator[tuple[int, float]]:
+    """(bucket, share of the row) for each bucket [start, start + dur) covers; all in one bucket when dur is 0."""
+    if dur <= 0:
+        yield start // interval, 1.0
+        return
+    end = start + dur
+    for b in range(start // interval, (end - 1) // interval + 1):
+        yield b, (min(end, (b + 1) * interval) - max(start, b * interval)) / dur

@@ -1,7 +1,8 @@
 """Read-only, time-limited SQL over a recording: filters as views, shared output formats."""
 
+from gpuscope.model.times import TimePoint
 from gpuscope.query.engine import DEFAULT_TIMEOUT_S, GuardedReader, QueryResult, open_reader, run_query
-from gpuscope.query.filters import EventFilter, TimePoint
+from gpuscope.query.filters import EventFilter
 from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format, write_rows
 

@@ -13,54 +13,25 @@ bound parameter.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import sqlite3
 from dataclasses import dataclass
 
 from gpuscope.errors import UsageError
-from gpuscope.model.units import parse_duration_s
+from gpuscope.model.times import TIME_FORMS, TimePoint
+from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 
 
 def parse_offset_ns(text: str) -> int:
-    """Read ``90s``/``2m``/``250ms``/``1.5`` (seconds) as nanoseconds; ValueError unless finite and not negative."""
-    seconds = parse_duration_s(text)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"not a length of time: {text!r}")
-    return int(seconds * 1e9)
+    """Read a duration (``90s``, ``1m30s``, ``250ms``, ``1.5`` seconds) as nanoseconds; ValueError otherwise."""
+    return parse_duration_ns(text)
 
 
-@dataclass(frozen=True, slots=True)
-class TimePoint:
-    """A point in a recording: an offset from its start, or an absolute Unix time."""
-
-    offset_ns: int | None = None
-    wall_ns: int | None = None
-
-    @classmethod
-    def parse(cls, text: str, flag: str = "time") -> TimePoint:
-        """Read ``90s``/``2m``/``1.5`` (offset from the recording start) or ISO 8601 (``2026-01-02T03:04:05Z``).
-
-        An ISO 8601 time without a zone is local time, like ``date``. ``flag``
-        names the option in the error. Raises UsageError for anything else.
-        """
-        try:
-            return cls(offset_ns=parse_offset_ns(text))
-        except ValueError:
-            pass
-        try:
-            when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise UsageError(
-                f"{flag}: cannot read time {text!r}",
-                remedy="give an offset from the recording start (90s, 2m) or an ISO 8601 time (2026-01-02T03:04:05Z)",
-            ) from None
-        if when.tzinfo is None:
-            when = when.astimezone()
-        # Integer arithmetic: a float timestamp in ns is only good to ~256 ns today.
-        since_epoch = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-        seconds = since_epoch.days * 86_400 + since_epoch.seconds
-        return cls(wall_ns=seconds * 1_000_000_000 + since_epoch.microseconds * 1_000)
+def parse_time(text: str, flag: str) -> TimePoint:
+    """Read a ``--from``/``--to`` time (every form of ``TIME_FORMS``); raises UsageError naming ``flag``."""
+    try:
+        return TimePoint.parse(text, flag)
+    except ValueError:
+        raise UsageError(f"{flag} {text}: not a time", remedy=f"give {TIME_FORMS}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +68,11 @@ class EventFilter:
             try:
                 since_ns = parse_offset_ns(since)
             except ValueError:
-                raise UsageError(f"--since: cannot read duration {since!r}", remedy="use e.g. 30s, 5m, 2h") from None
+                raise UsageError(f"--since {since}: not a duration", remedy=f"give {DURATION_FORMS}") from None
         return cls(
             since_ns=since_ns,
-            start=TimePoint.parse(start, "--from") if start else None,
-            end=TimePoint.parse(end, "--to") if end else None,
+            start=parse_time(start, "--from") if start else None,
+            end=parse_time(end, "--to") if end else None,
             pids=tuple(int(p) for p in pids or ()),
             nodes=tuple(nodes or ()),
         )
@@ -151,15 +122,12 @@ def _where(conn: sqlite3.Connection, f: EventFilter) -> str:
     lo: int | None = None
     hi: int | None = None
 
-    def resolve(p: TimePoint) -> int:
-        return rec_start + p.offset_ns if p.offset_ns is not None else int(p.wall_ns or 0)
-
     if f.since_ns is not None:
         lo = rec_end - f.since_ns
     if f.start is not None:
-        lo = max(lo, resolve(f.start)) if lo is not None else resolve(f.start)
+        lo = max(lo, f.start.resolve(rec_start, rec_end)) if lo is not None else f.start.resolve(rec_start, rec_end)
     if f.end is not None:
-        hi = resolve(f.end)
+        hi = f.end.resolve(rec_start, rec_end)
     per_session = []
     for s in sessions:
         terms = [f"session_id = {s.id}"]

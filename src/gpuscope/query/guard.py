@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpuscope.errors import EXIT_USAGE, GpuscopeError
+from gpuscope.model.units import fmt_ns
 
 # Pragmas that only read: those that take a table or index name, and those
 # allowed only without a value (with one, they would set it).
@@ -94,7 +95,7 @@ class QueryTimeoutError(GpuscopeError):
 
 class QuerySyntaxError(GpuscopeError):
     exit_code = EXIT_USAGE
-    remedy = "see docs/schema.md for the tables, views and columns"
+    remedy = "`gpuscope docs schema` lists the tables, views and columns"
 
 
 class ReadOnlyAuthorizer:
@@ -151,7 +152,7 @@ def translate_error(exc: sqlite3.Error, *, auth: ReadOnlyAuthorizer | None, time
     """Turn an sqlite3 error from user SQL into a one-line error with its remedy."""
     msg = str(exc)
     if "interrupted" in msg:
-        return QueryTimeoutError(f"query interrupted after the {timeout_s:g} s time limit")
+        return QueryTimeoutError(f"query interrupted after the {fmt_ns(timeout_s * 1e9)} time limit")
     if "not authorized" in msg or "authorization denied" in msg or "readonly" in msg or "read-only" in msg:
         what = f" ({auth.refused})" if auth is not None and auth.refused else ""
         return QueryRefusedError(f"refused: only reads are allowed{what}")

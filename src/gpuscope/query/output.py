@@ -1,8 +1,15 @@
 """Shared row output: aligned table, JSON, CSV, newline-delimited JSON.
 
 Every row-printing command takes the same options (``add_output_options``),
-limited to the formats it can print. Machine formats write only data to
+limited to the formats it can print. The table is the default everywhere, in
+a pipe too: which format a command prints never depends on where its stdout
+goes (``gpuscope query ... | less`` shows what the terminal shows), and the
+machine formats are chosen by name. Machine formats write only data to
 stdout and stream row by row; the table buffers rows to align columns.
+
+Commands that write a file rather than rows (``merge``, ``import``,
+``export``) take ``--json`` alone (``add_json_summary_option``): one JSON
+object describing what was written, instead of the lines for people.
 """
 
 from __future__ import annotations
@@ -11,8 +18,9 @@ import argparse
 import csv
 import enum
 import json
+import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 
@@ -30,20 +38,21 @@ _HELP = {
     OutputFormat.NL: "one JSON object per line",
 }
 
+RowCells = Callable[[Sequence[Any]], list[str]]
+"""Turns one row into its table cells (``gpuscope.query.humanize`` makes readable ones)."""
+
 
 def add_output_options(
     p: argparse.ArgumentParser,
     *,
     formats: Sequence[OutputFormat] = tuple(OutputFormat),
-    in_pipe: OutputFormat = OutputFormat.JSON,
     table_help: str | None = None,
     json_help: str | None = None,
 ) -> None:
     """Add one flag per format (``--table/--json/--csv/--nl``, mutually exclusive) to a subcommand.
 
     Args:
-        formats: the formats the command can print (the table is the default on a terminal).
-        in_pipe: the default when stdout is not a terminal; pass the same to ``chosen_format``.
+        formats: the formats the command can print; the table is the default, on a terminal or not.
         table_help, json_help: what the table or the JSON is, when not rows.
     """
     helps = {**_HELP}
@@ -53,25 +62,33 @@ def add_output_options(
         helps[OutputFormat.JSON] = json_help
     g = p.add_mutually_exclusive_group()
     for fmt in formats:
-        help_text = helps[fmt] + _default_note(fmt, in_pipe)
+        help_text = helps[fmt] + (" (the default)" if fmt is OutputFormat.TABLE else "")
         g.add_argument(f"--{fmt.value}", dest="output", action="store_const", const=fmt, help=help_text)
     p.set_defaults(output=None)
 
 
-def _default_note(fmt: OutputFormat, in_pipe: OutputFormat) -> str:
-    if fmt is OutputFormat.TABLE:
-        return " (the default)" if in_pipe is OutputFormat.TABLE else " (the default on a terminal)"
-    return " (the default in a pipe)" if fmt is in_pipe else ""
+def chosen_format(chosen: OutputFormat | None) -> OutputFormat:
+    """Pick the explicit choice, else the table: the same on a terminal and in a pipe (``| less`` is read by a person)."""
+    return chosen if chosen is not None else OutputFormat.TABLE
 
 
-def chosen_format(
-    chosen: OutputFormat | None, out: TextIO, *, in_pipe: OutputFormat = OutputFormat.JSON
-) -> OutputFormat:
-    """Pick the explicit choice, else a table on a terminal and ``in_pipe`` elsewhere."""
-    if chosen is not None:
-        return chosen
-    isatty = getattr(out, "isatty", None)
-    return OutputFormat.TABLE if isatty is not None and isatty() else in_pipe
+def add_json_summary_option(p: argparse.ArgumentParser, *, what: str, limit: str | None = None) -> None:
+    """Add ``--json`` (``args.json``) to a command that writes a file.
+
+    ``what`` says what the object describes; ``limit``, when the flag cannot always be used.
+    """
+    text = f"print one JSON object describing {what} on stdout instead of the summary lines"
+    p.add_argument("--json", action="store_true", help=text + (f" ({limit})" if limit else ""))
+
+
+def absolute_path(path: str) -> str:
+    """``path`` made absolute for a JSON summary, links not followed (the name the user gave, from ``/``)."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def write_json_summary(doc: Mapping[str, Any], out: TextIO) -> None:
+    """Write ``doc`` as one indented JSON object and a newline: the only thing on stdout with ``--json``."""
+    out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
 def plain(value: Any) -> Any:
@@ -92,8 +109,19 @@ def unique_columns(columns: Sequence[str]) -> list[str]:
     return out
 
 
-def write_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: OutputFormat, out: TextIO) -> int:
-    """Write ``rows`` in ``fmt`` to ``out``; returns how many rows were written."""
+def write_rows(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    fmt: OutputFormat,
+    out: TextIO,
+    *,
+    table_cells: RowCells | None = None,
+) -> int:
+    """Write ``rows`` in ``fmt`` to ``out``; returns how many rows were written.
+
+    ``table_cells`` turns a row into the table's cells (default: each value as stored, ``cell_text``);
+    JSON, CSV and newline-delimited JSON always carry the values as stored.
+    """
     keys = unique_columns(columns)
     n = 0
     if fmt is OutputFormat.JSON:
@@ -114,11 +142,12 @@ def write_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]], fmt: Outpu
             w.writerow([plain(v) for v in row])
             n += 1
     else:
-        n = write_table(columns, rows, out)
+        n = write_table(columns, rows, out, cells=table_cells)
     return n
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """One value as a table cell: blobs as hex, floats in fixed point, NULL empty."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -127,25 +156,32 @@ def _cell(value: Any) -> str:
     return str(plain(value))
 
 
-def write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO) -> int:
-    """An aligned table: numbers right-aligned, text left-aligned."""
-    cells = [[_cell(v) for v in row] for row in rows]
+def _row_text(row: Sequence[Any]) -> list[str]:
+    return [cell_text(v) for v in row]
+
+
+def write_table(
+    columns: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO, *, cells: RowCells | None = None
+) -> int:
+    """An aligned table: numbers right-aligned, text left-aligned; ``cells`` formats a row (see ``write_rows``)."""
+    row_cells = cells or _row_text
+    cells_of_rows = [row_cells(row) for row in rows]
     numeric = [True] * len(columns)
     widths = [len(c) for c in columns]
-    for row_cells in cells:
-        for i, text in enumerate(row_cells):
+    for texts in cells_of_rows:
+        for i, text in enumerate(texts):
             widths[i] = max(widths[i], len(text))
             if text and numeric[i]:
                 numeric[i] = _is_number(text)
     header = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip()
     out.write(header + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
-    for row_cells in cells:
+    for texts in cells_of_rows:
         line = "  ".join(
-            t.rjust(w) if numeric[i] else t.ljust(w) for i, (t, w) in enumerate(zip(row_cells, widths, strict=False))
+            t.rjust(w) if numeric[i] else t.ljust(w) for i, (t, w) in enumerate(zip(texts, widths, strict=False))
         )
         out.write(line.rstrip() + "\n")
-    return len(cells)
+    return len(cells_of_rows)
 
 
 # A number, optionally with thousands separators and a unit: 1,234  2.5 ms  3.00x  500.1/s

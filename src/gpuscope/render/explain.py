@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 from gpuscope.model.findings import Severity
@@ -9,7 +10,13 @@ from gpuscope.model.units import fmt_ns
 
 if TYPE_CHECKING:
     from gpuscope.analysis.engine import Report
+    from gpuscope.analysis.frame import Window
     from gpuscope.analysis.stats import OpStats
+
+# Below this the window's ends are shown to the millisecond: "06:58:52–06:58:53" says little of a 300 ms window.
+_MS_BELOW_NS = 10_000_000_000
+# A wall-clock start before 1973 is no recording's: a window without a session clock (an empty file).
+_WALL_MIN_NS = 100_000_000_000_000_000
 
 
 def _stats_table(rows: tuple[OpStats, ...] | list[OpStats], limit: int = 12) -> list[str]:
@@ -47,12 +54,54 @@ def _stats_caveats(report: Report) -> list[str]:
     return [f"  caveat: {c.text}" for c in report.caveats if c.source != "host"]
 
 
+def _dur(ns: int) -> str:
+    """A duration with its unit, zero included ("0 s", where ``fmt_ns`` says "0")."""
+    return fmt_ns(ns) if ns > 0 else "0 s"
+
+
+def wall_span(start_wall_ns: int, end_wall_ns: int) -> str:
+    """``2026-01-02 06:58:52–06:59:23 UTC``: the date once, and again at the end when the span crosses midnight.
+
+    Times are rounded to the second, or to the millisecond for spans under 10 s.
+    """
+    unit = 1_000_000 if end_wall_ns - start_wall_ns < _MS_BELOW_NS else 1_000_000_000
+
+    def at(wall_ns: int) -> tuple[dt.datetime, str]:
+        rounded = (wall_ns + unit // 2) // unit * unit
+        t = dt.datetime.fromtimestamp(rounded // 1_000_000_000, tz=dt.timezone.utc)
+        ms = f".{rounded // 1_000_000 % 1000:03d}" if unit < 1_000_000_000 else ""
+        return t, f"{t:%H:%M:%S}{ms}"
+
+    (start, start_text), (end, end_text) = at(start_wall_ns), at(end_wall_ns)
+    if start.date() == end.date():
+        return f"{start:%Y-%m-%d} {start_text}–{end_text} UTC"
+    return f"{start:%Y-%m-%d} {start_text} – {end:%Y-%m-%d} {end_text} UTC"
+
+
+def _placement(w: Window) -> str:
+    """Where the window lies in the recording, in durations from its ends ("the whole recording" when it is)."""
+    after_start = w.start_ns - w.recording_start_ns
+    before_end = w.recording_end_ns - w.end_ns
+    if w.length_ns == 0 and w.start_ns >= w.recording_end_ns > w.recording_start_ns:
+        return "after the end of the recording"
+    if before_end <= 0:
+        return "the whole recording" if after_start <= 0 else f"the last {_dur(w.length_ns)} of the recording"
+    if after_start <= 0:
+        start = "from the start of the recording"
+    else:
+        start = f"starting {_dur(after_start)} after the start of the recording"
+    return f"{start}, ending {_dur(before_end)} before its end"
+
+
+def window_line(w: Window) -> str:
+    """The report's first line: when the window is on the wall clock, how long, how many events, where it lies."""
+    start_wall = w.start_ns + w.wall_offset_ns
+    when = f"{wall_span(start_wall, w.end_ns + w.wall_offset_ns)} " if start_wall >= _WALL_MIN_NS else ""
+    return f"Window: {when}({_dur(w.length_ns)}, {w.events:,} events): {_placement(w)}"
+
+
 def render_report(report: Report, per_process: bool = False) -> str:
-    w = report.window
-    lines = [
-        f"Window: {fmt_ns(w.length_ns)} ({w.events:,} events) ending "
-        f"{fmt_ns(w.recording_end_ns - w.end_ns)} before the end of the recording"
-    ]
+    lines = [window_line(report.window)]
     lines.extend(_recording_lines(report))
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     if report.findings:

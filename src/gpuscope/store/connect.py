@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
-from gpuscope.config import resolve_db_path
+from gpuscope.config import invoking_user, resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.store.integrity import (
     READER_DAMAGE_REMEDY,
@@ -49,6 +49,7 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """
     p = Path(path).expanduser()
     _require_writable(p)
+    created = [d for d in (p, p.parent, *p.parent.parents) if not os.path.lexists(d)]
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -62,7 +63,33 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
             raise
     except sqlite3.DatabaseError as exc:
         raise _database_error(p, exc, DatabaseError.remedy) from None
+    _give_to_invoker(created)
     return conn
+
+
+def _give_to_invoker(created: list[Path]) -> None:
+    """Under sudo, hand what this run created in the invoking user's folders to that user.
+
+    ``sudo gpuscope trace`` then ``gpuscope explain`` as oneself must work:
+    the new recording (and the folders made for it) belong to whoever owns
+    the folder they were made in, when that is the user who ran sudo. SQLite
+    itself gives its -wal and -shm files the owner of the database file.
+    Existing files keep their owner; other users' folders are left alone.
+    """
+    invoker = invoking_user()
+    if invoker is None or not created:
+        return
+    try:
+        if os.stat(created[-1].parent).st_uid != invoker.uid:
+            return
+        for path in reversed(created):
+            os.chown(path, invoker.uid, invoker.gid, follow_symlinks=False)
+        for suffix in ("-wal", "-shm"):
+            side = created[0].with_name(created[0].name + suffix)
+            if side.exists() and side.stat().st_uid == 0:
+                os.chown(side, invoker.uid, invoker.gid, follow_symlinks=False)
+    except OSError:
+        pass  # e.g. a file system without owners: the recording is still root's and readable
 
 
 def _prepare_writer(conn: sqlite3.Connection, p: Path) -> None:

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
+from rich.console import Console
+
 from gpuscope.agent.live_stats import Tick
 from gpuscope.agent.session import TraceSession
 from gpuscope.tui.findings import builtin_findings
@@ -16,16 +18,20 @@ from gpuscope.tui.view import JsonView, LiveView, PlainView
 
 
 class OutputMode(enum.Enum):
-    TUI = "tui"  # full screen on a terminal
+    TUI = "tui"  # full screen on the terminal of stderr
     PLAIN = "plain"  # one line per interval on stderr
-    JSON = "json"  # one JSON object per interval on stdout
+    JSON = "json"  # one JSON object per interval on its own stream (-o FILE, or stdout without a command)
 
 
-def choose_mode(*, no_tui: bool, json: bool, stdout_is_tty: bool) -> OutputMode:
-    """``--json`` wins; the full screen needs stdout to be a terminal and no ``--no-tui``."""
+def choose_mode(*, no_tui: bool, json: bool, terminal: bool) -> OutputMode:
+    """``--json`` wins; the full screen needs stderr to be a terminal and no ``--no-tui``.
+
+    Stderr, not stdout: stdout is the traced command's (``trace -- CMD > out``
+    still gets the live view on the terminal).
+    """
     if json:
         return OutputMode.JSON
-    if no_tui or not stdout_is_tty:
+    if no_tui or not terminal:
         return OutputMode.PLAIN
     return OutputMode.TUI
 
@@ -54,7 +60,7 @@ class LiveOutput:
         err = stderr or sys.stderr
         self.view: LiveView | PlainView | JsonView
         if mode is OutputMode.TUI:
-            self.view = LiveView()
+            self.view = LiveView(Console(file=err))
         elif mode is OutputMode.JSON:
             self.view = JsonView(out)
         else:

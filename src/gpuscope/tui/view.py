@@ -7,8 +7,10 @@ snapshot and a height, which is what the snapshot tests pin down.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import threading
 from typing import IO
 
@@ -311,9 +313,12 @@ class PlainView:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stream.flush()
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
 
     def post(self, snap: LiveSnapshot) -> None:
+        if self.stream.closed:
+            return
         out = [plain_line(snap)]
         keys = set()
         for finding in snap.findings:
@@ -322,8 +327,7 @@ class PlainView:
             if key not in self._seen:
                 out.append(f"  ⚠ {finding}")
         self._seen = keys
-        self.stream.write("\n".join(out) + "\n")
-        self.stream.flush()
+        _write_or_close(self.stream, "\n".join(out) + "\n")
 
 
 class JsonView:
@@ -336,11 +340,32 @@ class JsonView:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stream.flush()
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
 
     def post(self, snap: LiveSnapshot) -> None:
         self.emit(snap.to_dict())
 
     def emit(self, obj: dict[str, object]) -> None:
-        self.stream.write(json.dumps(obj, ensure_ascii=False, sort_keys=False) + "\n")
-        self.stream.flush()
+        if not self.stream.closed:
+            _write_or_close(self.stream, json.dumps(obj, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def _write_or_close(stream: IO[str], text: str) -> None:
+    """Write and flush; when the reader has gone (a closed pipe, a full disk), stop writing to ``stream`` for good.
+
+    The live output is a view of the recording, not the recording: losing its
+    reader must not stop tracing, and never touches the traced command.
+    """
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            if stream in (sys.stdout, sys.stderr):
+                # Not closed: later messages (and the interpreter's last flush) are discarded instead of failing.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+            else:
+                stream.close()

@@ -62,9 +62,9 @@ def test_since_still_counts_back_from_the_end_of_the_recording(db: Path, capsys:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--from", "yesterday"], "--from: cannot read time 'yesterday'"),
-        (["--to=-5s"], "--to: cannot read time '-5s'"),
-        (["--since", "5 parsecs"], "--since: cannot read duration"),
+        (["--from", "yesterday"], "--from yesterday: not a time"),
+        (["--to=end-5 parsecs"], "--to end-5 parsecs: not a time"),
+        (["--since", "5 parsecs"], "--since 5 parsecs: not a duration"),
         (["--since", "1s", "--from", "2s"], "--since cannot be combined with --from/--to"),
     ],
 )
@@ -88,3 +88,28 @@ def test_explain_and_query_count_offsets_from_the_same_start(
     # then both mean 300 ms and 600 ms after the session started, not after the first call
     assert (window["start_wall_ns"], window["end_wall_ns"]) == (WALL0 + 300_000_000, WALL0 + 600_000_000)
     assert (rows[0]["lo"], rows[0]["hi"]) == (WALL0 + 300_000_000, WALL0 + 600_000_000)
+
+
+@pytest.mark.parametrize("form", ["end-200ms", "-200ms"])
+def test_explain_and_query_count_back_from_the_same_end(
+    db: Path, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
+    # when both are asked for the window from 200 ms before the end of the recording
+    window = _window(capsys, db, f"--from={form}")
+    sql = "SELECT min(wall_ns) AS lo FROM events WHERE op = 'cudaMalloc'"
+    assert main(["query", "--db", str(db), "--json", f"--from={form}", sql]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    # then the window is the last 200 ms, and query's first call is its first call
+    assert window["end_ns"] - window["start_ns"] == 200_000_000
+    assert window["end_ns"] == window["recording_end_ns"]
+    assert window["start_wall_ns"] <= row["lo"] < window["start_wall_ns"] + 1_000_000 + 1
+
+
+@pytest.mark.parametrize("form", ["@{s}.5", "{s}.5", "{s}.500"])
+def test_unix_seconds_select_the_same_window_as_iso_8601(
+    db: Path, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
+    seconds = WALL0 // 1_000_000_000  # the recording runs from WALL0 for 1 s
+    by_unix = _window(capsys, db, "--from", form.format(s=seconds))
+    assert by_unix == _window(capsys, db, "--from", _iso(WALL0 + 500_000_000))
+    assert by_unix["start_wall_ns"] == WALL0 + 500_000_000

@@ -53,13 +53,31 @@ def test_explain_json_prints_one_document_and_nothing_else_on_stdout(
 
 
 def test_explain_prints_text_in_a_pipe_unless_json_is_asked_for(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # capsys is not a terminal: explain, unlike query, keeps its report for people there
+    # capsys is not a terminal: the report for people is the default there too, as for every command
     assert main(["explain", "--db", str(db)]) == 0
     text = capsys.readouterr().out
     assert main(["explain", "--db", str(db), "--table"]) == 0
     assert capsys.readouterr().out == text
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
+
+
+@pytest.mark.parametrize("command", ["query", "stacks", "diff"])
+def test_row_commands_print_their_table_in_a_pipe_and_json_only_when_asked(
+    db: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = {
+        "query": ["query", "--db", str(db), "SELECT count(*) AS n FROM events"],
+        "stacks": ["stacks", "--db", str(db)],
+        "diff": ["diff", str(db), str(db), "--no-findings"],
+    }[command]
+    # given stdout is not a terminal (capsys), when no format is named, then it is not JSON
+    assert main(argv) == 0
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(capsys.readouterr().out)
+    # and with --json it is
+    assert main([*argv, "--json"]) == 0
+    json.loads(capsys.readouterr().out)
 
 
 def test_the_output_flags_are_mutually_exclusive(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

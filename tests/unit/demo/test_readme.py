@@ -29,7 +29,7 @@ def test_the_explain_sample_parses_as_the_current_report_format() -> None:
 
     text = samples.section(_readme(), "explain").splitlines()
     assert text[0] == "$ gpuscope explain"
-    assert re.match(r"Window: \S+ \S+ \([\d,]+ events\) ending", text[1])
+    assert re.match(r"Window: \d{4}-\d\d-\d\d \S+ UTC \(\S+ \S+, [\d,]+ events\): ", text[1])
     # how the recording ended and what tracing cost come next, when there is something to say
     notes = [line for line in text[2:] if line.startswith(("Recording: ", "  fix: ", "Tracer overhead: "))]
     assert text[2 : 2 + len(notes)] == notes

@@ -81,6 +81,10 @@ def assert_valid_trace_event_format(trace: dict[str, Any]) -> None:
             assert e["s"] in {"t", "p", "g"}
         elif e["ph"] == "C":
             assert all(isinstance(v, (int, float)) for v in e["args"].values())
+        elif e["ph"] in {"s", "f"}:
+            # v1 flow ends: matched by (id, cat, name); a finish binds to its enclosing slice only with bp=e
+            assert isinstance(e["id"], int) and e["cat"] and (e["ph"] == "s" or e["bp"] == "e"), e
+            assert (e["pid"], e["tid"]) in named_threads
         else:
             pytest.fail(f"unexpected phase {e['ph']}")
 

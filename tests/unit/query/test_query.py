@@ -6,6 +6,7 @@ import csv
 import datetime as dt
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def test_a_runaway_cartesian_join_is_interrupted_by_the_time_limit(db: Path) -> 
         "query", "--db", str(db), "--timeout", "300ms", "SELECT count(*) FROM event_log a, event_log b, event_log c"
     )
     assert p.returncode == 1
-    assert "interrupted after the 0.3 s time limit" in p.stderr
+    assert "interrupted after the 300.0 ms time limit" in p.stderr
     assert "Traceback" not in p.stderr
     assert time.monotonic() - started < 60  # the join itself would take hours
 
@@ -140,7 +141,10 @@ def test_a_node_filter_that_matches_nothing_gives_no_rows(db: Path) -> None:
 
 def test_json_csv_and_nl_outputs_parse_back_to_the_same_rows(db: Path) -> None:
     sql = "SELECT op, pid, count(*) AS n, sum(duration_ns) / 1e3 AS us FROM events GROUP BY op, pid ORDER BY op, pid"
-    outputs = {fmt: run_gpuscope("query", "--db", str(db), f"--{fmt}", sql) for fmt in ("json", "csv", "nl", "table")}
+    # --raw: the table's cells as stored, so they parse back (the readable table is tested in tests/unit/commands)
+    outputs = {
+        fmt: run_gpuscope("query", "--db", str(db), f"--{fmt}", "--raw", sql) for fmt in ("json", "csv", "nl", "table")
+    }
     assert all(p.returncode == 0 and p.stderr == "" for p in outputs.values())
     as_json = json.loads(outputs["json"].stdout)
     as_nl = [json.loads(line) for line in outputs["nl"].stdout.splitlines()]
@@ -192,10 +196,10 @@ def test_an_iso_8601_time_without_a_zone_is_local_time() -> None:
     assert TimePoint.parse(local.isoformat()) == TimePoint(wall_ns=WALL0)
 
 
-@pytest.mark.parametrize("text", ["-5s", "nan", "inf", "soon"])
-def test_negative_infinite_or_unreadable_times_are_usage_errors_naming_the_flag(text: str) -> None:
-    with pytest.raises(UsageError, match="--from: cannot read time"):
-        TimePoint.parse(text, "--from")
+@pytest.mark.parametrize("text", ["nan", "inf", "soon", "end-soon", "--5s"])
+def test_infinite_or_unreadable_times_are_usage_errors_naming_the_flag(text: str) -> None:
+    with pytest.raises(UsageError, match=f"--from {re.escape(text)}: not a time"):
+        EventFilter.from_options(start=text)
 
 
 def test_iso_8601_bounds_filter_query_rows_like_the_offsets_they_name(db: Path) -> None:

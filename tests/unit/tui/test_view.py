@@ -186,4 +186,4 @@ def test_json_view_writes_one_parseable_object_per_interval() -> None:
     ],
 )
 def test_full_screen_only_on_a_terminal_without_flags(no_tui: bool, as_json: bool, tty: bool, mode: OutputMode) -> None:
-    assert choose_mode(no_tui=no_tui, json=as_json, stdout_is_tty=tty) is mode
+    assert choose_mode(no_tui=no_tui, json=as_json, terminal=tty) is mode
