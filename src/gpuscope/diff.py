@@ -338,6 +338,20 @@ def diff_databases(
     return compare(profiles[0], profiles[1], options, fdiff, notes)
 
 
+def diff_windows(
+    path: str | os.PathLike[str],
+    window_a: EventFilter,
+    window_b: EventFilter,
+    options: DiffOptions = DiffOptions(),
+) -> DiffReport:
+    """Compare two windows of one recording (before and after a change mid-run), without findings."""
+    profiles = []
+    for label, window in (("a", window_a), ("b", window_b)):
+        with open_reader(path, event_filter=window, timeout_s=0) as reader:
+            profiles.append(profile(reader.conn, f"{os.fspath(path)} ({label})"))
+    return compare(profiles[0], profiles[1], options, None, ["two windows of one recording: findings not compared"])
+
+
 def _finding_keys(path: str | os.PathLike[str], since_ns: int | None) -> tuple[list[str] | None, str]:
     try:
         return [finding_marker(f).compare_key for f in explain_findings(path, since_ns=since_ns)], ""

@@ -17,7 +17,7 @@ from gpuscope.store.connect import connect_writer
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # Commands whose guide documents every option (pages written with the option table).
-GUIDES_WITH_EVERY_OPTION = ("trace", "check", "import")
+GUIDES_WITH_EVERY_OPTION = ("trace", "check", "import", "dashboard", "mcp")
 
 
 def _sections(text: str) -> dict[str, str]:

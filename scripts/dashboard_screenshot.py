@@ -1,0 +1,63 @@
+"""Regenerate docs/images/dashboard.png: the dashboard in headless Chromium over the synthetic `incident` demo.
+
+Usage: .venv/bin/python scripts/dashboard_screenshot.py  (needs the apt package chromium; `make setup` installs it)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "images" / "dashboard.png"
+
+
+def main() -> int:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print("error: chromium is not installed (apt-get install chromium)", file=sys.stderr)
+        return 1
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as scratch:
+        db = Path(scratch) / "gpuscope.db"
+        env = dict(os.environ, HOME=scratch)
+        gpuscope = [sys.executable, "-m", "gpuscope"]
+        subprocess.run([*gpuscope, "demo", "--synthetic", "incident", "--db", str(db)], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        server = subprocess.Popen(
+            [*gpuscope, "dashboard", "--db", str(db), "--addr", "127.0.0.1:0", "--json"],
+            env=env, stdout=subprocess.PIPE, text=True, cwd=scratch,
+        )  # fmt: skip
+        try:
+            assert server.stdout is not None
+            url = json.loads(server.stdout.readline())["url"]
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                page = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900}).new_page()
+                page.goto(url)
+                page.wait_for_selector("#findings li .sev", timeout=30_000)
+                page.wait_for_selector("#timeline svg", timeout=30_000)
+                # The recording's path is the scratch folder's: shown as the name a user would pass.
+                page.evaluate(
+                    "p => { const r = document.getElementById('recording'); r.textContent = r.textContent.replace(p, 'gpuscope.db'); }",
+                    str(db),
+                )
+                OUT.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(OUT), full_page=False)
+                browser.close()
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=15)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

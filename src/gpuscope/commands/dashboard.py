@@ -1,0 +1,41 @@
+"""gpuscope dashboard: serve a recording over HTTPS: the JSON API (/api/v1), a web page, and optionally MCP."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpuscope.commands._options import add_db_option, db_from_args
+
+NAME = "dashboard"
+HELP = "serve a recording over HTTPS: a web dashboard and the JSON API (token-protected, read-only)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from gpuscope.serve.server import add_server_options
+
+    add_db_option(p, purpose="the recording to serve (may still be recording)")
+    add_server_options(p)
+    p.add_argument("--mcp", action="store_true", help="also serve MCP (streamable HTTP) at /mcp on the same port")
+    p.add_argument("--json", action="store_true", help="print one JSON object (url, token, fingerprint) at start")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuscope.recording.open import open_recording
+    from gpuscope.serve.app import create_app
+    from gpuscope.serve.server import listen, print_start, serve
+
+    db = db_from_args(args)
+    open_recording(db).close()  # a missing or damaged recording is reported now, not on the first request
+    listener = listen(args)
+    mcp_url = f"{listener.base_url}mcp" if args.mcp else None
+    info = listener.info(api=f"{listener.base_url}api/v1/", mcp=mcp_url, recording=str(db))
+    if args.json:
+        print(json.dumps(info), flush=True)
+    else:
+        lines = [f"open {info['url']}", f"API  {info['api']} (Authorization: Bearer <token>)"]
+        if mcp_url:
+            lines.append(f"MCP  {mcp_url} (streamable HTTP, same token)")
+        print_start(f"dashboard: serving {db}", listener, lines)
+    serve(create_app(db, listener.guard, mcp=args.mcp), listener, verbose=args.verbose)
+    return 0

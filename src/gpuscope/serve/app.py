@@ -1,0 +1,213 @@
+"""The ASGI application: the dashboard page, its static files, /api/v1 and its OpenAPI spec, behind the guard."""
+
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gpuscope._version import __version__
+from gpuscope.serve.api import ENDPOINTS, Api, Endpoint, handle_errors
+from gpuscope.serve.security import MAX_BODY_BYTES, BodyTooLargeError, Guard, GuardMiddleware
+
+log = logging.getLogger("gpuscope.serve")
+
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+}
+_NO_STORE = {"cache-control": "no-store"}
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=_NO_STORE)
+
+
+def _static(name: str) -> bytes:
+    return (resources.files("gpuscope.serve") / "static" / name).read_bytes()
+
+
+def static_names() -> list[str]:
+    return sorted(p.name for p in (resources.files("gpuscope.serve") / "static").iterdir() if p.name[0] != ".")
+
+
+def openapi_spec() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of /api/v1, built from the endpoint table (so it cannot drift from the routes)."""
+    error = {"$ref": "#/components/responses/Error"}
+    ok = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+    paths: dict[str, Any] = {}
+    for ep in ENDPOINTS:
+        parameters = [
+            {"name": n, "in": "query", "required": False, "description": d, "schema": {"type": "string"}}
+            for n, d in ep.params.items()
+        ]
+        paths[f"/api/v1{ep.path}"] = {
+            "get": {
+                "summary": ep.summary,
+                "operationId": ep.path.strip("/").replace("-", "_"),
+                "parameters": parameters,
+                "responses": {"200": ok, "400": error, "401": error, "503": error},
+            }
+        }
+    paths["/api/v1/query"] = {
+        "post": {
+            "summary": "one read-only SQL statement, time-limited (as `gpuscope query`)",
+            "operationId": "query",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["sql"],
+                            "properties": {
+                                "sql": {"type": "string"},
+                                "limit": {"type": "integer", "minimum": 1, "maximum": 10000},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {"200": ok, "400": error, "401": error, "413": error, "503": error},
+        }
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "gpuscope dashboard API", "version": __version__},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message"],
+                            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                        }
+                    },
+                }
+            },
+            "responses": {
+                "Error": {
+                    "description": "an error",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                }
+            },
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+def static_file(name: str) -> Response:
+    return Response(_static(name), media_type=STATIC_TYPES.get(Path(name).suffix, "application/octet-stream"))
+
+
+def mcp_app(db: Path, guard: Guard) -> GuardMiddleware:
+    """The MCP server alone, streamable HTTP at /mcp, behind ``guard``."""
+    return GuardMiddleware(_mcp_starlette(db), guard)
+
+
+def _mcp_starlette(db: Path) -> Starlette:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from gpuscope.serve.assistant import build_server
+
+    # The guard in front checks Host and Origin against the same allow-list as the dashboard's.
+    return build_server(db).streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=MAX_BODY_BYTES,
+    )
+
+
+class _WithMcp:
+    """Route /mcp to the MCP app and everything else to the dashboard; lifespan events go to the MCP app (its sessions)."""
+
+    def __init__(self, dashboard: Starlette, mcp: Starlette) -> None:
+        self.dashboard, self.mcp = dashboard, mcp
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan" or scope.get("path", "").rstrip("/") == "/mcp":
+            await self.mcp(scope, receive, send)
+        else:
+            await self.dashboard(scope, receive, send)
+
+
+def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
+    """The whole server: every route behind ``guard`` (Host, token, size limit, security headers); with ``mcp``, /mcp too."""
+    api = Api(db)
+
+    async def run(call: Any, *args: Any) -> Response:
+        try:
+            result = await run_in_threadpool(call, *args)
+        except Exception as exc:  # the API's own errors become the error shape; a bug is logged, not shown
+            mapped = handle_errors(exc)
+            if mapped is None:
+                log.exception("internal error")
+                return _error(500, "internal", "internal error (see the server's log)")
+            return _error(*mapped)
+        return JSONResponse(result, headers=_NO_STORE)
+
+    def get_route(ep: Endpoint) -> Route:
+        async def endpoint(request: Request) -> Response:
+            return await run(ep.handler, api, dict(request.query_params))
+
+        return Route(f"/api/v1{ep.path}", endpoint, methods=["GET"])
+
+    async def query(request: Request) -> Response:
+        try:
+            raw = await request.body()
+        except BodyTooLargeError:
+            return _error(413, "too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, "bad_json", 'body: a JSON object {"sql": "<one read-only statement>", "limit": N}')
+        if not isinstance(body, dict):
+            return _error(400, "bad_json", 'body: a JSON object {"sql": "<one read-only statement>", "limit": N}')
+        return await run(api.query, body)
+
+    async def spec(request: Request) -> Response:
+        return JSONResponse(openapi_spec(), headers=_NO_STORE)
+
+    async def page(request: Request) -> Response:
+        return Response(_static("index.html"), media_type=STATIC_TYPES[".html"], headers=_NO_STORE)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in static_names():
+            return _error(404, "not_found", f"no such file: {name}")
+        return static_file(name)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("internal error", exc_info=exc)
+        return _error(500, "internal", "internal error (see the server's log)")
+
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/static/{name}", static, methods=["GET"]),
+        Route("/favicon.ico", lambda request: static_file("favicon.svg"), methods=["GET"]),
+        Route("/api/v1/openapi.json", spec, methods=["GET"]),
+        Route("/api/v1/query", query, methods=["POST"]),
+        *(get_route(ep) for ep in ENDPOINTS),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: internal})
+    return GuardMiddleware(_WithMcp(app, _mcp_starlette(db)) if mcp else app, guard)

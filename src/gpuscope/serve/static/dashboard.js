@@ -1,0 +1,198 @@
+// The gpuscope dashboard: reads /api/v1 with the session cookie and draws the page.
+// Every string from the recording (process names, paths, frames, findings) is untrusted:
+// it is only ever put into the page as text (textContent, createTextNode), never as HTML.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const COLOURS = ["#2f6fde", "#d92d20", "#067647", "#b54708", "#7a5af8", "#0e9384", "#c11574", "#667085"];
+const state = { since: "", from: null, to: null, op: null };
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    // Styles through the CSSOM: the Content-Security-Policy forbids inline style attributes.
+    if (k === "class") node.className = v; else if (k === "style") Object.assign(node.style, v); else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
+  return node;
+}
+
+function fmtNs(ns) {
+  if (ns === null || ns === undefined) return "—";
+  if (ns < 1e3) return `${Math.round(ns)} ns`;
+  if (ns < 1e6) return `${(ns / 1e3).toFixed(1)} µs`;
+  if (ns < 1e9) return `${(ns / 1e6).toFixed(1)} ms`;
+  return `${(ns / 1e9).toFixed(2)} s`;
+}
+
+function fmtWall(ns) {
+  if (!ns) return "—";
+  return new Date(Number(BigInt(ns) / 1000000n)).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+async function api(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v !== null && v !== undefined && v !== "") q.set(k, v);
+  const res = await fetch(`/api/v1/${path}${q.toString() ? "?" + q : ""}`, { credentials: "same-origin" });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : res.statusText);
+  return body;
+}
+
+function windowParams() {
+  return { since: state.since };
+}
+
+function renderOverview(o) {
+  const w = o.window;
+  const text = `${o.recording} · ${fmtWall(w.start_wall_ns)} – ${fmtWall(w.end_wall_ns)} · `
+    + `${(w.events || 0).toLocaleString()} events · ${o.sessions.length} session(s)`
+    + (o.nodes.length ? ` · nodes ${o.nodes.join(", ")}` : "");
+  document.getElementById("recording").textContent = text;
+  const counts = Object.entries(o.finding_counts).map(([s, n]) => `${n} ${s}`).join(", ");
+  document.getElementById("finding-counts").textContent = counts ? `(${counts})` : "";
+}
+
+function renderFindings(f) {
+  const list = document.getElementById("findings");
+  list.replaceChildren();
+  if (!f.findings.length) list.append(el("li", { class: "muted" }, "no findings in this window"));
+  for (const finding of f.findings) {
+    const item = el("li", {}, el("span", { class: `sev sev-${finding.severity}` }, finding.severity), " ",
+      el("strong", {}, finding.kind), ": ", finding.symptom.summary);
+    if (finding.symptom.comm) item.append(el("div", { class: "muted" }, `process ${finding.symptom.comm} (pid ${finding.symptom.pid})`));
+    for (const cause of finding.causes || []) {
+      const evidence = el("ul", { class: "evidence" });
+      for (const line of cause.evidence || []) evidence.append(el("li", {}, line));
+      item.append(evidence);
+    }
+    if (finding.fix) item.append(el("div", { class: "fix" }, "fix: ", finding.fix));
+    list.append(item);
+  }
+  return new Set(f.findings.map((x) => x.symptom.op));
+}
+
+function renderOps(o, flagged) {
+  const body = document.querySelector("#ops tbody");
+  body.replaceChildren();
+  for (const op of o.ops) {
+    const share = op.time_share === null || op.time_share === undefined ? null : op.time_share;
+    const bar = el("span", { class: "share", style: { width: `${Math.round(60 * Math.min(1, share || 0))}px` } });
+    const row = el("tr", flagged.has(op.op) ? { class: "flagged" } : {},
+      el("td", {}, op.op), el("td", {}, (op.count || 0).toLocaleString()),
+      el("td", {}, op.rate_per_s === null ? "—" : op.rate_per_s.toLocaleString()),
+      el("td", {}, fmtNs(op.p50_ns)), el("td", {}, fmtNs(op.p95_ns)), el("td", {}, fmtNs(op.p99_ns)),
+      el("td", {}, fmtNs(op.max_ns)), el("td", {}, bar, share === null ? "—" : `${(100 * share).toFixed(1)}%`));
+    row.addEventListener("click", () => { state.op = op.op; refreshStacks(); });
+    body.append(row);
+  }
+}
+
+function renderProcesses(p, containers) {
+  const byCgroup = new Map(containers.containers.map((c) => [c.cgroup_id, c]));
+  const body = document.querySelector("#processes tbody");
+  body.replaceChildren();
+  for (const proc of p.processes) {
+    const c = byCgroup.get(proc.cgroup_id);
+    const where = c ? (c.pod_name || c.container_id || c.slurm_job_id || c.path || "") : "";
+    body.append(el("tr", {}, el("td", {}, proc.pid), el("td", {}, proc.comm), el("td", {}, proc.node),
+      el("td", {}, (proc.events || 0).toLocaleString()), el("td", {}, proc.cgroup_id ?? "—"), el("td", {}, where)));
+  }
+}
+
+function renderTimeline(t) {
+  const box = document.getElementById("timeline");
+  const legend = document.getElementById("timeline-legend");
+  box.replaceChildren();
+  legend.replaceChildren();
+  if (!t.series.length) { box.append(el("p", { class: "muted" }, "no events")); return; }
+  const timed = t.series.filter((s) => s.points.some((p) => p[3] > 0))
+    .sort((a, b) => Math.max(...b.points.map((p) => p[3])) - Math.max(...a.points.map((p) => p[3]))).slice(0, 8);
+  const width = 1000, height = 200, buckets = Math.max(1, Math.ceil((t.end_wall_ns - t.start_wall_ns) / t.bucket_ns));
+  const maxNs = Math.max(1, ...timed.flatMap((s) => s.points.map((p) => p[3])));
+  const minNs = Math.max(1, Math.min(...timed.flatMap((s) => s.points.map((p) => p[3]).filter((v) => v > 0))));
+  const y = (ns) => height - 10 - (height - 20) * (Math.log(Math.max(ns, minNs) / minNs) / Math.log(Math.max(maxNs / minNs, 10)));
+  const x = (b) => (width * (b + 0.5)) / buckets;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  timed.forEach((s, i) => {
+    const colour = COLOURS[i % COLOURS.length];
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", s.points.filter((p) => p[3] > 0).map((p) => `${x(p[0])},${y(p[3])}`).join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", colour);
+    line.setAttribute("stroke-width", "1.5");
+    line.setAttribute("vector-effect", "non-scaling-stroke");
+    const title = document.createElementNS(SVG, "title");
+    title.textContent = s.op;
+    line.append(title);
+    svg.append(line);
+    legend.append(el("span", {}, el("i", { style: { background: colour } }), s.op));
+  });
+  legend.append(el("span", { class: "muted" }, `${fmtWall(t.start_wall_ns)} – ${fmtWall(t.end_wall_ns)}, max ${fmtNs(maxNs)}`));
+  const sel = document.createElementNS(SVG, "rect");
+  sel.setAttribute("fill", "rgba(47,111,222,0.15)");
+  sel.setAttribute("height", String(height));
+  svg.append(sel);
+  let start = null;
+  const at = (ev) => (ev.offsetX / svg.clientWidth) * width;
+  svg.addEventListener("mousedown", (ev) => { start = at(ev); sel.setAttribute("x", String(start)); sel.setAttribute("width", "0"); });
+  svg.addEventListener("mousemove", (ev) => {
+    if (start === null) return;
+    const now = at(ev);
+    sel.setAttribute("x", String(Math.min(start, now)));
+    sel.setAttribute("width", String(Math.abs(now - start)));
+  });
+  svg.addEventListener("mouseup", (ev) => {
+    if (start === null) return;
+    const a = Math.min(start, at(ev)), b = Math.max(start, at(ev));
+    start = null;
+    if (b - a < 5) return;
+    const span = t.end_wall_ns - t.start_wall_ns;
+    state.from = `@${((t.start_wall_ns + (span * a) / width) / 1e9).toFixed(6)}`;
+    state.to = `@${((t.start_wall_ns + (span * b) / width) / 1e9).toFixed(6)}`;
+    refresh();
+  });
+  svg.addEventListener("dblclick", () => { state.from = null; state.to = null; refresh(); });
+  box.append(svg);
+}
+
+async function refreshStacks() {
+  if (!state.op) return;
+  const section = document.getElementById("stacks-section");
+  section.hidden = false;
+  document.getElementById("stacks-op").textContent = state.op;
+  const out = document.getElementById("stacks");
+  out.replaceChildren();
+  const s = await api("stacks", { op: state.op, limit: 5 });
+  if (!s.stacks.length) out.append(el("p", { class: "muted" }, "no stacks recorded for this op"));
+  for (const stack of s.stacks) {
+    out.append(el("div", {}, `${stack.calls.toLocaleString()} calls (${(100 * stack.share).toFixed(0)}%), ${fmtNs(stack.total_duration_ns)} in all`),
+      el("pre", {}, stack.frames.join("\n")));
+  }
+}
+
+async function refresh() {
+  const status = document.getElementById("status");
+  try {
+    const params = windowParams();
+    const [overview, findings, ops, processes, containers, timeline] = await Promise.all([
+      api("overview", params), api("findings", params), api("ops", params), api("processes", { limit: 50 }),
+      api("containers", {}), api("timeline", { since: state.since, from: state.from, to: state.to }),
+    ]);
+    renderOverview(overview);
+    renderOps(ops, renderFindings(findings));
+    renderProcesses(processes, containers);
+    renderTimeline(timeline);
+    status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (err) {
+    status.textContent = `error: ${err.message}`;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("since").addEventListener("change", (ev) => { state.since = ev.target.value; refresh(); });
+  setInterval(() => { if (document.getElementById("live").checked && !document.hidden) refresh(); }, 3000);
+  refresh();
+});

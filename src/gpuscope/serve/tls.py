@@ -1,0 +1,111 @@
+"""TLS for the server: TLS 1.3 only, a self-signed certificate made once, and real mutual TLS on request.
+
+The self-signed certificate is ECDSA P-256, made with ``cryptography`` and
+kept under ``~/.gpuscope/tls/`` (key 0600), so a browser that trusted it once
+keeps trusting it; its SHA-256 fingerprint is printed at every start so a
+client can pin it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuscope.errors import UsageError
+
+CERT_NAME = "dashboard-cert.pem"
+KEY_NAME = "dashboard-key.pem"
+VALID_DAYS = 825  # the longest validity Apple and Chrome accept for a server certificate
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCert:
+    cert: Path
+    key: Path
+    fingerprint: str  # SHA-256 of the DER certificate, colon-separated hex
+    generated: bool
+
+
+def fingerprint(cert_pem: bytes) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    digest = x509.load_pem_x509_certificate(cert_pem).fingerprint(hashes.SHA256())
+    return ":".join(f"{b:02X}" for b in digest)
+
+
+def self_signed(folder: Path, hosts: list[str]) -> ServerCert:
+    """The certificate in ``folder``, made there (ECDSA P-256, SANs ``hosts``) when absent or unreadable."""
+    cert, key = folder / CERT_NAME, folder / KEY_NAME
+    if cert.is_file() and key.is_file():
+        try:
+            return ServerCert(cert, key, fingerprint(cert.read_bytes()), generated=False)
+        except ValueError:
+            pass  # damaged: made again below
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"gpuscope dashboard ({socket.gethostname()})")])
+    sans: list[x509.GeneralName] = []
+    for h in dict.fromkeys(hosts):
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    now = dt.datetime.now(dt.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(private.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=VALID_DAYS))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(private, hashes.SHA256())
+    )
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key_pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    # The key is created 0600 before a byte is written: never readable by others, even for a moment.
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key_pem)
+    cert_pem = certificate.public_bytes(serialization.Encoding.PEM)
+    cert.write_bytes(cert_pem)
+    return ServerCert(cert, key, fingerprint(cert_pem), generated=True)
+
+
+def server_context(cert: Path, key: Path, *, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A server context that speaks TLS 1.3 only; with ``client_ca``, every client must present a certificate it signed.
+
+    Raises UsageError for files that cannot be read or do not match.
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(
+            f"--tls-cert {cert} / --tls-key {key}: cannot load: {exc}",
+            remedy="give a PEM certificate and its private key",
+        ) from None
+    if client_ca is not None:
+        try:
+            ctx.load_verify_locations(cafile=client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"--ca-cert {client_ca}: cannot load: {exc}", remedy="give a PEM CA certificate") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx

@@ -1,0 +1,169 @@
+"""A real `gpuscope dashboard` process for the tests, a recording of a contention run, and certificates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.client import HTTPResponse, HTTPSConnection
+from pathlib import Path
+from typing import Any
+
+from gpuscope.model.ops import Op
+from tests.unit.analysis.builder import MS, US, Events, steady_training
+
+HOSTILE_COMM = "<svg onload=1>"
+
+
+def contention_recording(path: Path, comm: str = HOSTILE_COMM) -> Path:
+    """A training loop whose syncs are preempted one in four, by a CPU hog; the traced process named ``comm``."""
+    ev = Events()
+    ev.comms[100] = comm
+    ev.comms[999] = "cpu_hog"
+    for i, t in enumerate(steady_training(ev, 400)):
+        if i % 4 == 0:
+            ev.rows = [r for r in ev.rows if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize))]
+            ev.add(Op.cudaStreamSynchronize, t, 50 * US + 5 * MS, 100)
+            ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999)
+    return ev.to_db(path)
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[str]
+    info: dict[str, Any]
+    home: Path
+
+    @property
+    def token(self) -> str:
+        return str(self.info["url"]).split("token=", 1)[1]
+
+    @property
+    def port(self) -> int:
+        return int(str(self.info["api"]).rsplit(":", 1)[1].split("/", 1)[0])
+
+    def context(self, *, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+        """A client context that trusts the server's certificate (pinned: the one file it uses)."""
+        ctx = ssl.create_default_context(cafile=str(self.home / ".gpuscope" / "tls" / "dashboard-cert.pem"))
+        if cert is not None:
+            ctx.load_cert_chain(*cert)
+        return ctx
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = "default",
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        ctx: ssl.SSLContext | None = None,
+    ) -> tuple[HTTPResponse, bytes]:
+        conn = HTTPSConnection("127.0.0.1", self.port, context=ctx or self.context(), timeout=30)
+        all_headers = dict(headers or {})
+        if token is not None:
+            all_headers.setdefault("Authorization", f"Bearer {self.token if token == 'default' else token}")
+        conn.request(method, path, body=body, headers=all_headers)
+        res = conn.getresponse()
+        data = res.read()
+        conn.close()
+        return res, data
+
+    def get_json(self, path: str, **kw: Any) -> tuple[int, Any]:
+        res, data = self.request("GET", path, **kw)
+        return res.status, json.loads(data)
+
+
+@contextmanager
+def dashboard(db: Path, home: Path, *extra: str) -> Iterator[Server]:
+    """Start `gpuscope dashboard --addr 127.0.0.1:0 --json` on ``db`` with HOME ``home``; stop it afterwards."""
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, HOME=str(home))
+    env.pop("GPUSCOPE_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuscope", "dashboard", "--db", str(db), "--addr", "127.0.0.1:0", "--json", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"dashboard did not start: {proc.stderr.read() if proc.stderr else ''}")
+        # The socket listens before the line is printed: requests wait in its backlog until the app is up.
+        yield Server(proc, json.loads(line), home)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def make_ca(folder: Path, name: str) -> tuple[Path, Path, Any, Any]:
+    """A CA certificate and key (files, and the objects to sign with)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / f"{name}-ca.pem", folder / f"{name}-ca.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path, cert, key
+
+
+def make_client_cert(folder: Path, name: str, ca_cert: Any, ca_key: Any) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / f"{name}.pem", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path

@@ -1,0 +1,65 @@
+"""The dashboard in real headless Chromium: it loads from the token URL, shows a contention run, escapes names."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.serve.support import HOSTILE_COMM, contention_recording, dashboard
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def page(tmp_path: Path):  # type: ignore[no-untyped-def]
+    if CHROMIUM is None:
+        pytest.fail("chromium is installed by `make setup` (apt package chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        # --no-sandbox: the tests run as root, where Chromium's sandbox cannot start.
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        # The certificate is the server's self-signed one: TLS itself is tested with real clients in test_security.
+        context = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900})
+        try:
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    db = contention_recording(tmp_path / "run.db", comm=HOSTILE_COMM)
+    problems: list[str] = []
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    with dashboard(db, tmp_path / "home") as server:
+        # when the printed URL is opened
+        page.goto(server.info["url"])
+        # then the token has left the address bar, and the page fills in from the API
+        assert "token=" not in page.url
+        page.wait_for_selector("#ops tbody tr", timeout=30_000)
+        page.wait_for_selector("#findings li .sev", timeout=30_000)
+        findings = page.inner_text("#findings")
+        assert "cpu-preemption" in findings and "fix:" in findings
+        ops = page.inner_text("#ops")
+        assert "cudaStreamSynchronize" in ops and "cudaLaunchKernel" in ops
+        # and the hostile process name is shown as text, creating no element
+        page.wait_for_selector("#processes tbody tr", timeout=30_000)
+        assert HOSTILE_COMM in page.inner_text("#processes")
+        assert HOSTILE_COMM in findings
+        assert page.evaluate("document.querySelectorAll('svg[onload], img[onerror]').length") == 0
+        assert page.evaluate("document.querySelectorAll('#timeline svg polyline').length") >= 2
+        # the stacks of an op open on a click
+        page.click("#ops tbody tr >> nth=0")
+        page.wait_for_selector("#stacks-section:not([hidden])", timeout=10_000)
+        shot = tmp_path / "dashboard.png"
+        page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert problems == []
+    origin = server.info["url"].split("/?", 1)[0]
+    assert all(u.startswith(origin) for u in requests), [u for u in requests if not u.startswith(origin)]
