@@ -35,6 +35,13 @@ def test_the_api_follows_a_recording_in_progress(tmp_path: Path, standin: Standi
             assert counts[0] > 0 and counts[-1] > counts[0], counts
             status, overview = server.get_json("/api/v1/overview")
             assert status == 200 and overview["events"] > 0
+            # and the host's CPU, memory and load of each second were recorded with it
+            status, system = server.get_json("/api/v1/snapshots")
+            assert status == 200 and system["source"] == "recorded", system
+            samples = system["snapshots"]
+            assert len(samples) >= 2 and all(s["cpus"] >= 1 and 0 <= s["mem_pct"] <= 100 for s in samples)
+            assert [s["wall_ns"] for s in samples] == sorted(s["wall_ns"] for s in samples)
+            assert any(s["cpu_pct"] is not None and 0 <= s["cpu_pct"] <= 100 for s in samples[1:])
     finally:
         tracer.wait(timeout=120)
     assert tracer.returncode == 0, tracer.stderr.read().decode() if tracer.stderr else ""

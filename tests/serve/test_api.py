@@ -177,3 +177,21 @@ def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows
     again = api.ops({})
     assert len(runs) == 3
     assert again["window"]["events"] > first["window"]["events"]
+
+
+def test_snapshots_are_the_recorded_host_samples(tmp_path: Path) -> None:
+    from gpuscope.serve.api import Api
+    from gpuscope.store.aggregates import insert_system_sample
+    from gpuscope.store.connect import connect_writer
+    from tests.unit.analysis.builder import WALL0
+
+    db = contention_recording(tmp_path / "run.db")
+    assert Api(db).snapshots({})["snapshots"] == []
+    conn = connect_writer(db)
+    for i in range(10):
+        insert_system_sample(conn, 1, WALL0 + i * 1_000_000_000, None if i == 0 else 10.0 * i, 40.0, 2**30, 0, 1.5, 2)
+    conn.close()
+    every = Api(db).snapshots({})
+    assert every["source"] == "recorded" and [s["cpu_pct"] for s in every["snapshots"]][:3] == [None, 10.0, 20.0]
+    last = Api(db).snapshots({"since": "2s"})["snapshots"]
+    assert [s["wall_ns"] for s in last] == [WALL0 + i * 1_000_000_000 for i in (7, 8, 9)]

@@ -54,6 +54,13 @@ def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tm
         assert HOSTILE_COMM in findings
         assert page.evaluate("document.querySelectorAll('svg[onload], img[onerror]').length") == 0
         assert page.evaluate("document.querySelectorAll('#timeline svg polyline').length") >= 2
+        # a click on a process keeps only its calls and findings, until the chip is clicked
+        page.click("#processes tbody tr >> nth=0")
+        page.wait_for_selector("#pid-filter:not([hidden])", timeout=10_000)
+        assert page.inner_text("#pid-filter").startswith("process 100")
+        page.wait_for_selector("#findings li .sev", timeout=30_000)
+        page.click("#pid-filter")
+        page.wait_for_selector("#pid-filter[hidden]", state="attached", timeout=10_000)
         # the stacks of an op open on a click
         page.click("#ops tbody tr >> nth=0")
         page.wait_for_selector("#stacks-section:not([hidden])", timeout=10_000)

@@ -44,8 +44,9 @@ from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.drops import DROP_SOURCES
 from gpuscope.model.ops import Op
+from gpuscope.platform.system import SystemSampler
 from gpuscope.stacks.collector import StackCollector
-from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates, insert_drops
+from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates, insert_drops, insert_system_sample
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.processes_write import (
     NcclComm,
@@ -132,6 +133,7 @@ class TraceSession:
             self.stats = LiveStats()
             # Called with each batch of events as it is stored (the live view's explain rules).
             self.stored_listeners: list[Callable[[np.ndarray], None]] = []
+            self._system = SystemSampler()
             self.conn = connect_writer(self.db_path)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -313,6 +315,7 @@ class TraceSession:
 
     def _tick(self, now: float) -> Tick:
         counters = self.tracer.counters()
+        self._sample_system()
         rate = (self.stats.events - self._last_events) / max(now - self._last_tick, 1e-9)
         self._last_tick, self._last_events = now, self.stats.events
         self._save_counters(counters)
@@ -324,6 +327,21 @@ class TraceSession:
                 for lib in self.discovery.scan_process(pid):
                     self.tracer.attach_library(lib)
         return Tick(now - self._t0, self.stats.events, rate, counters["dropped"], self.writer.pending())
+
+    def _sample_system(self) -> None:
+        """Keep the host's CPU, memory, load and swap of this second (three small /proc reads)."""
+        sample = self._system.sample()
+        self.writer.write(
+            insert_system_sample,
+            self.session_id,
+            time.time_ns(),
+            sample.cpu_pct,
+            sample.mem_pct,
+            sample.mem_available_bytes,
+            sample.swap_used_bytes,
+            sample.load1,
+            sample.cpus,
+        )
 
     def _on_commit(self, conn: sqlite3.Connection, read_wall_ns: int, read_mono_ns: int) -> None:
         """Writer thread, inside each transaction: it holds everything read up to then."""

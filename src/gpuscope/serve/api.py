@@ -243,13 +243,17 @@ class Api:
         return {"ops": rows}
 
     def snapshots(self, params: Params) -> dict[str, Any]:
+        """The host once a second (CPU, memory, load, swap): recorded by trace, or an Ingero import's samples."""
+        since = _since(params)
+        rows = self.read(store.system_sample_rows, None, _limit(params))
+        if rows:
+            if since is not None:
+                rows = [r for r in rows if r["wall_ns"] >= rows[-1]["wall_ns"] - since]
+            return {"snapshots": rows, "source": "recorded"}
         rows = self.read(store.imported_snapshot_rows, _limit(params))
         if rows:
             return {"snapshots": rows, "source": "imported"}
-        return {
-            "snapshots": [],
-            "note": "this recording holds no system samples (gpuscope records per-event host data)",
-        }
+        return {"snapshots": [], "note": "this recording holds no system samples (recorded before gpuscope kept them)"}
 
     def capabilities(self, params: Params) -> dict[str, Any]:
         sources = self.read(store.source_counts)
@@ -366,7 +370,12 @@ ENDPOINTS = [
     ),
     Endpoint("/graph-events", "CUDA Graph calls, newest first", {"limit": LIMIT}, Api.graph_events),
     Endpoint("/graph-metrics", "CUDA Graph capture, instantiate and launch counts and rates", {}, Api.graph_metrics),
-    Endpoint("/snapshots", "system samples over time, where the recording has them", {"limit": LIMIT}, Api.snapshots),
+    Endpoint(
+        "/snapshots",
+        "the host once a second: CPU, memory, load, swap",
+        {"since": SINCE, "limit": LIMIT},
+        Api.snapshots,
+    ),
     Endpoint("/capabilities", "what this recording holds, by source", {}, Api.capabilities),
 ]
 

@@ -156,6 +156,25 @@ def insert_aggregates(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...
     conn.executemany(INSERT_AGGREGATES, rows)
 
 
+def insert_system_sample(
+    conn: sqlite3.Connection,
+    session_id: int,
+    wall_ns: int,
+    cpu_pct: float | None,
+    mem_pct: float,
+    mem_available_bytes: int,
+    swap_used_bytes: int,
+    load1: float,
+    cpus: int,
+) -> None:
+    """One second's host sample (the live view's system bar), kept for the dashboard and ``snapshots``."""
+    conn.execute(
+        "INSERT OR REPLACE INTO system_samples(session_id, wall_ns, cpu_pct, mem_pct, mem_available_bytes, "
+        "swap_used_bytes, load1, cpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (session_id, wall_ns, cpu_pct, mem_pct, mem_available_bytes, swap_used_bytes, load1, cpus),
+    )
+
+
 def insert_drops(conn: sqlite3.Connection, session_id: int, bucket_ns: int, drops: dict[str, int]) -> None:
     """Add the events dropped since the last call, by source, to a second's ``drop_log`` row."""
     conn.executemany(

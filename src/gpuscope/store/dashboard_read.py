@@ -147,3 +147,18 @@ def graph_launch_rows(conn: sqlite3.Connection, pid: int | None = None, limit: i
 def view_columns(conn: sqlite3.Connection, names: tuple[str, ...]) -> dict[str, list[str]]:
     """The columns of each table or view in ``names`` that the recording has."""
     return {n: [str(r[1]) for r in conn.execute("SELECT * FROM pragma_table_info(?)", (n,))] for n in names}
+
+
+def system_sample_rows(conn: sqlite3.Connection, since_wall_ns: int | None, limit: int) -> list[dict[str, Any]]:
+    """Host samples in time order (the last ``limit``), from ``since_wall_ns`` when given."""
+    if not has_table(conn, "system_samples"):
+        return []
+    where, args = ("WHERE wall_ns >= ?", (since_wall_ns,)) if since_wall_ns is not None else ("", ())
+    rows = _dicts(
+        conn.execute(
+            "SELECT wall_ns, cpu_pct, mem_pct, mem_available_bytes, swap_used_bytes, load1, cpus "
+            f"FROM system_samples {where} ORDER BY wall_ns DESC LIMIT ?",
+            (*args, limit),
+        )
+    )
+    return rows[::-1]

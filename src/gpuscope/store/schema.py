@@ -506,6 +506,20 @@ LEFT JOIN event_stacks es ON es.session_id = ev.session_id AND es.tid = ev.tid A
 JOIN stacks st ON st.hash = coalesce(es.stack_hash, nullif(el.stack_hash, 0));
 """
 
+_V9_SYSTEM = """
+CREATE TABLE system_samples (
+    session_id INTEGER NOT NULL REFERENCES sessions(id),
+    wall_ns INTEGER NOT NULL,
+    cpu_pct REAL,
+    mem_pct REAL,
+    mem_available_bytes INTEGER,
+    swap_used_bytes INTEGER,
+    load1 REAL,
+    cpus INTEGER,
+    PRIMARY KEY (session_id, wall_ns)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
@@ -515,6 +529,7 @@ MIGRATIONS: list[Migration] = [
     Migration(6, "call stacks: deduplicated stacks and the event -> stack link", _V6_STACKS),
     Migration(7, "durability: agent pid, committed-until time, end reason, drops per second", _V7_DURABILITY),
     Migration(8, "call stacks on the event's own row", _V8_ROW_STACKS),
+    Migration(9, "host CPU, memory, load and swap once a second", _V9_SYSTEM),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

@@ -12,8 +12,8 @@ import numpy as np
 
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
+from gpuscope.platform.system import SystemStats
 from gpuscope.tui.snapshot import CollectorSample, Header, LibraryInfo
-from gpuscope.tui.system import SystemStats
 
 GIB = 1 << 30
 

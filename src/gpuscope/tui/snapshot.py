@@ -24,7 +24,7 @@ import numpy as np
 
 from gpuscope.model.latency import SUB, LatencyHistogram
 from gpuscope.model.ops import Op, Source, op_name, source_of
-from gpuscope.tui.system import SystemSampler, SystemStats
+from gpuscope.platform.system import SystemSampler, SystemStats
 
 LAYER_TITLES = {Source.CUDA: "CUDA Runtime", Source.DRIVER: "CUDA Driver", Source.HOST: "Host"}
 # Library kind (discovery) probed for each layer.

@@ -22,8 +22,8 @@ from rich.text import Text
 
 from gpuscope.model.ops import Source
 from gpuscope.model.units import fmt_bytes, fmt_ns
+from gpuscope.platform.system import SystemStats
 from gpuscope.tui.snapshot import LiveSnapshot, OpRow, layer_title
-from gpuscope.tui.system import SystemStats
 
 BAR_CELLS = 10
 MAX_LIBRARY_LINES = 3

@@ -17,11 +17,11 @@ import pytest
 from rich.console import Console
 
 from gpuscope.model.ops import Op
+from gpuscope.platform.system import SystemStats
 from gpuscope.tui.fakes import FakeCollector, FixedSystem, FrozenClock
 from gpuscope.tui.findings import DropFindings, TailLatencyFindings
 from gpuscope.tui.output import OutputMode, choose_mode
 from gpuscope.tui.snapshot import Header, LiveSnapshot, SnapshotBuilder
-from gpuscope.tui.system import SystemStats
 from gpuscope.tui.view import JsonView, PlainView, plain_line, render_screen
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -5,7 +5,7 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#2f6fde", "#d92d20", "#067647", "#b54708", "#7a5af8", "#0e9384", "#c11574", "#667085"];
-const state = { since: "", from: null, to: null, op: null };
+const state = { since: "", from: null, to: null, op: null, pid: null };
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -40,7 +40,13 @@ async function api(path, params) {
 }
 
 function windowParams() {
-  return { since: state.since };
+  return { since: state.since, pid: state.pid };
+}
+
+function renderFilter() {
+  const chip = document.getElementById("pid-filter");
+  chip.hidden = state.pid === null;
+  chip.textContent = state.pid === null ? "" : `process ${state.pid} ✕`;
 }
 
 function renderOverview(o) {
@@ -51,6 +57,28 @@ function renderOverview(o) {
   document.getElementById("recording").textContent = text;
   const counts = Object.entries(o.finding_counts).map(([s, n]) => `${n} ${s}`).join(", ");
   document.getElementById("finding-counts").textContent = counts ? `(${counts})` : "";
+}
+
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function renderSystem(s) {
+  const bar = document.getElementById("system");
+  const rows = s.snapshots || [];
+  if (!rows.length) { bar.textContent = ""; return; }
+  const last = rows[rows.length - 1];
+  const cpus = rows.map((r) => r.cpu_pct).filter((v) => v !== null && v !== undefined);
+  const peak = cpus.length ? Math.max(...cpus) : null;
+  const cpu = last.cpu_pct === null || last.cpu_pct === undefined ? "—" : `${Math.round(last.cpu_pct)}%`;
+  const free = last.mem_available_bytes === undefined ? "" : `, ${fmtBytes(last.mem_available_bytes)} free`;
+  bar.textContent = `System · CPU ${cpu}${last.cpus ? ` of ${last.cpus}` : ""}`
+    + (peak === null ? "" : ` (peak ${Math.round(peak)}%)`)
+    + ` · Mem ${Math.round(last.mem_pct ?? 0)}%${free} · Load ${(last.load1 ?? last.load_avg ?? 0).toFixed(2)}`
+    + ` · Swap ${fmtBytes(last.swap_used_bytes ?? 0)}`;
 }
 
 function renderFindings(f) {
@@ -95,8 +123,11 @@ function renderProcesses(p, containers) {
   for (const proc of p.processes) {
     const c = byCgroup.get(proc.cgroup_id);
     const where = c ? (c.pod_name || c.container_id || c.slurm_job_id || c.path || "") : "";
-    body.append(el("tr", {}, el("td", {}, proc.pid), el("td", {}, proc.comm), el("td", {}, proc.node),
-      el("td", {}, (proc.events || 0).toLocaleString()), el("td", {}, proc.cgroup_id ?? "—"), el("td", {}, where)));
+    const row = el("tr", state.pid === proc.pid ? { class: "selected" } : {}, el("td", {}, proc.pid),
+      el("td", {}, proc.comm), el("td", {}, proc.node), el("td", {}, (proc.events || 0).toLocaleString()),
+      el("td", {}, proc.cgroup_id ?? "—"), el("td", {}, where));
+    row.addEventListener("click", () => { state.pid = state.pid === proc.pid ? null : proc.pid; refresh(); });
+    body.append(row);
   }
 }
 
@@ -165,7 +196,7 @@ async function refreshStacks() {
   document.getElementById("stacks-op").textContent = state.op;
   const out = document.getElementById("stacks");
   out.replaceChildren();
-  const s = await api("stacks", { op: state.op, limit: 5 });
+  const s = await api("stacks", { op: state.op, pid: state.pid, limit: 5 });
   if (!s.stacks.length) out.append(el("p", { class: "muted" }, "no stacks recorded for this op"));
   for (const stack of s.stacks) {
     out.append(el("div", {}, `${stack.calls.toLocaleString()} calls (${(100 * stack.share).toFixed(0)}%), ${fmtNs(stack.total_duration_ns)} in all`),
@@ -177,10 +208,13 @@ async function refresh() {
   const status = document.getElementById("status");
   try {
     const params = windowParams();
-    const [overview, findings, ops, processes, containers, timeline] = await Promise.all([
+    const [overview, findings, ops, processes, containers, timeline, system] = await Promise.all([
       api("overview", params), api("findings", params), api("ops", params), api("processes", { limit: 50 }),
       api("containers", {}), api("timeline", { since: state.since, from: state.from, to: state.to }),
+      api("snapshots", { since: state.since, limit: 3600 }),
     ]);
+    renderSystem(system);
+    renderFilter();
     renderOverview(overview);
     renderOps(ops, renderFindings(findings));
     renderProcesses(processes, containers);
@@ -193,6 +227,7 @@ async function refresh() {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("since").addEventListener("change", (ev) => { state.since = ev.target.value; refresh(); });
+  document.getElementById("pid-filter").addEventListener("click", () => { state.pid = null; refresh(); });
   setInterval(() => { if (document.getElementById("live").checked && !document.hidden) refresh(); }, 3000);
   refresh();
 });

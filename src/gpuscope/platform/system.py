@@ -1,4 +1,4 @@
-"""Host CPU, memory, load and swap for the live view's system bar, read from /proc."""
+"""Host CPU, memory, load and swap, read from /proc: the live view's system bar and the recording's samples."""
 
 from __future__ import annotations
 
