@@ -40,6 +40,8 @@ COMMANDS = [
     "demo",
     "dashboard",
     "mcp",
+    "nodes",
+    "certs",
     "docs",
     "completion",
     "version",
@@ -50,6 +52,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 if TYPE_CHECKING:
     from gpuscope.commands import (
+        certs,
         check,
         completion,
         dashboard,
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
         import_,
         mcp,
         merge,
+        nodes,
         query,
         stacks,
         trace,
@@ -81,6 +85,8 @@ if TYPE_CHECKING:
         demo,
         dashboard,
         mcp,
+        nodes,
+        certs,
         docs,
         completion,
         version,

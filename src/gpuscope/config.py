@@ -1,8 +1,9 @@
 """The optional config file: ``$GPUSCOPE_CONFIG``, ``~/.config/gpuscope/config.toml``
 or ``/etc/gpuscope/config.toml``.
 
-Recognised keys: ``node`` (node name stored with every event) and ``db``
-(default recording path). Command-line flags and ``$GPUSCOPE_DB`` win over
+Recognised keys: ``node`` (node name stored with every event), ``db``
+(default recording path) and a ``[fleet]`` table with ``nodes`` (the
+dashboards ``--fleet`` asks) and ``ca_cert``, ``client_cert``, ``client_key``. Command-line flags and ``$GPUSCOPE_DB`` win over
 the file; ``resolve_db_path`` is the one place that order is decided.
 
 Under ``sudo``, ``~`` is the home of the user who ran sudo, not root's: only
@@ -21,7 +22,8 @@ from typing import Any
 
 from gpuscope.errors import UsageError
 
-KNOWN_KEYS = {"node", "db"}
+KNOWN_KEYS = {"node", "db", "fleet"}
+FLEET_FILES = {"ca_cert", "client_cert", "client_key"}
 DEFAULT_DB = "~/.gpuscope/gpuscope.db"
 
 
@@ -118,13 +120,35 @@ def _load_config_file() -> tuple[Path | None, dict[str, Any]]:
                 f"{path}: unknown config keys: {', '.join(sorted(unknown))}",
                 remedy=f"known keys: {', '.join(sorted(KNOWN_KEYS))}",
             )
-        for key in KNOWN_KEYS & set(data):
+        for key in {"node", "db"} & set(data):
             if not isinstance(data[key], str) or not data[key]:
                 raise UsageError(f"{path}: `{key}` must be a non-empty string")
+        fleet = data.get("fleet", {})
+        nodes = fleet.get("nodes", []) if isinstance(fleet, dict) else None
+        if nodes is None or not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+            raise UsageError(f'{path}: [fleet] must hold nodes = ["host:port", …]')
+        unknown_fleet = set(fleet) - {"nodes", *FLEET_FILES}
+        if unknown_fleet or not all(isinstance(fleet[k], str) and fleet[k] for k in FLEET_FILES & set(fleet)):
+            raise UsageError(
+                f"{path}: [fleet] takes nodes and the file paths {', '.join(sorted(FLEET_FILES))}",
+                remedy=f"unknown: {', '.join(sorted(unknown_fleet))}" if unknown_fleet else "paths are strings",
+            )
         if "node" in data and ":" in data["node"]:
             raise UsageError(f"{path}: node name may not contain ':' (it separates node and id in event ids)")
         return path, data
     return None, {}
+
+
+def fleet_nodes() -> list[str]:
+    """The ``nodes`` of the config file's ``[fleet]`` table ([] when there is none)."""
+    nodes = _load_config_file()[1].get("fleet", {}).get("nodes", [])
+    return [str(n) for n in nodes]
+
+
+def fleet_files() -> dict[str, Path]:
+    """The TLS files of the config file's ``[fleet]`` table: ``ca_cert``, ``client_cert``, ``client_key``."""
+    fleet = _load_config_file()[1].get("fleet", {})
+    return {k: expand_home(fleet[k]) for k in FLEET_FILES if k in fleet}
 
 
 @dataclass(frozen=True, slots=True)

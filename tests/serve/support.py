@@ -82,11 +82,12 @@ class Server:
 
 
 @contextmanager
-def dashboard(db: Path, home: Path, *extra: str) -> Iterator[Server]:
+def dashboard(db: Path, home: Path, *extra: str, env_extra: dict[str, str] | None = None) -> Iterator[Server]:
     """Start `gpuscope dashboard --addr 127.0.0.1:0 --json` on ``db`` with HOME ``home``; stop it afterwards."""
     home.mkdir(exist_ok=True)
     env = dict(os.environ, HOME=str(home))
-    env.pop("GPUSCOPE_TOKEN", None)
+    env.pop("GPUSCOPE_TOKEN", None)  # a token of its own unless the test gives one
+    env.update(env_extra or {})
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "dashboard", "--db", str(db), "--addr", "127.0.0.1:0", "--json", *extra],
         stdout=subprocess.PIPE,

@@ -51,11 +51,11 @@ def db_from_args(args: argparse.Namespace) -> Path:
     return resolve_db_path(args.db).path
 
 
-def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True) -> None:
+def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True, fleet: bool = False) -> None:
     """Add the time window (``--since``, ``--from``, ``--to``), ``--pid`` and, with ``node``, ``--node``.
 
-    Also ``--nodes``, Ingero's flag for asking other nodes' agents, refused
-    with a pointer: here a recording is read from one file (see ``refuse_nodes``).
+    Without ``fleet`` (the command's own ``--nodes``, see ``commands._fleet``),
+    also a hidden ``--nodes`` that is refused with a pointer (``refuse_nodes``).
     """
     p.add_argument(
         "--since",
@@ -67,7 +67,8 @@ def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True) -> None
     p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
     if node:
         p.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
-    p.add_argument("--nodes", help=argparse.SUPPRESS)
+    if not fleet:
+        p.add_argument("--nodes", help=argparse.SUPPRESS)
 
 
 def filter_from_args(args: argparse.Namespace) -> EventFilter:
@@ -83,11 +84,11 @@ def filter_from_args(args: argparse.Namespace) -> EventFilter:
 
 def refuse_nodes(args: argparse.Namespace) -> None:
     """Ingero's ``--nodes host:port,…`` asks other nodes' agents; say what to do here instead of failing obscurely."""
-    if getattr(args, "nodes", None):
+    if getattr(args, "nodes", None) and not getattr(args, "fleet_capable", False):
         raise UsageError(
             f"--nodes {args.nodes}: this command reads one recording file, it does not ask other nodes",
-            remedy="keep some nodes of a merged recording with --node NAME (repeatable); "
-            "combine nodes' recordings first with `gpuscope merge a.db b.db -o all.db`",
+            remedy="query, explain, stacks and nodes take --nodes; keep some nodes of a merged recording with "
+            "--node NAME; combine nodes' recordings with `gpuscope merge a.db b.db -o all.db`",
         )
 
 

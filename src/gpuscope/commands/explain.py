@@ -6,15 +6,17 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from urllib.parse import urlencode
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
+from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, filter_from_args
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format
 from gpuscope.render.colour import SEVERITY_STYLES, write_styled
-from gpuscope.render.explain import render_report
+from gpuscope.render.explain import render_fleet_findings, render_report
 from gpuscope.store.findings import save_findings
 
 NAME = "explain"
@@ -26,7 +28,7 @@ _FORMATS = (OutputFormat.TABLE, OutputFormat.JSON)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_db_option(p)
-    add_filter_options(p, node=False)
+    add_filter_options(p, node=False, fleet=True)
     p.add_argument("--per-process", action="store_true", help="per-process CUDA API breakdown")
     p.add_argument("--min-severity", default="low", metavar="LEVEL", help="low, medium, high or critical")
     p.add_argument(
@@ -41,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         table_help="the report as text",
         json_help="one JSON document (shape: `gpuscope docs explain`)",
     )
+    add_fleet_options(p)
 
 
 def explain_options(f: EventFilter, min_severity: Severity) -> ExplainOptions:
@@ -68,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         min_sev = Severity.parse(args.min_severity)
     except ValueError as exc:
         raise UsageError(f"--min-severity: {exc}") from None
+    if wants_fleet(args):
+        return _fleet(args, min_sev)
     opts = explain_options(filter_from_args(args), min_sev)
     db = db_from_args(args)
     report = explain_db(db, opts)
@@ -82,4 +87,21 @@ def run(args: argparse.Namespace) -> int:
         write_styled(render_report(report, per_process=args.per_process), sys.stdout, SEVERITY_STYLES)
         for note in report.notes:
             print(note, file=sys.stderr)
+    return 0
+
+
+def _fleet(args: argparse.Namespace, min_sev: Severity) -> int:
+    """Each node explains its own recording; the findings are merged, most severe first, each naming its node."""
+    from gpuscope.fleet.gather import gather_findings
+
+    if args.start or args.end or len(args.pid) > 1:
+        raise UsageError("with --nodes, explain takes --since and at most one --pid")
+    params = {"since": args.since, "pid": args.pid[0] if args.pid else None, "min_severity": min_sev.name.lower()}
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    got = gather_findings(fleet_client(args).get(f"/api/v1/findings?{query}"))
+    warn(got.warnings)
+    if chosen_format(args.output) is OutputFormat.JSON:
+        print(json.dumps({"findings": got.findings, "warnings": got.warnings}, indent=2))
+        return 0
+    print(render_fleet_findings(got.findings))
     return 0

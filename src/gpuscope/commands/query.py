@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuscope.analysis.recording_state import recording_note
+from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import (
     add_db_option,
     add_filter_options,
@@ -15,6 +16,7 @@ from gpuscope.commands._options import (
     filter_from_args,
     timeout_from_args,
 )
+from gpuscope.errors import UsageError
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, open_reader, write_rows
 from gpuscope.query.humanize import readable_cells
 
@@ -26,8 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", help='one SELECT statement, e.g. "SELECT op, count(*) FROM events GROUP BY op"')
     add_db_option(p)
     p.add_argument("--timeout", default="5s", help="stop the query after this long (default 5s; 0 = no limit)")
-    add_filter_options(p)
+    add_filter_options(p, fleet=True)
     add_output_options(p)
+    add_fleet_options(p, timeout=False)
+    p.add_argument("--limit", type=int, default=1000, metavar="N", help="with --nodes: at most N rows per node")
     p.add_argument(
         "--raw",
         action="store_true",
@@ -36,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if wants_fleet(args):
+        return _fleet(args)
     db = db_from_args(args)
     with open_reader(db, event_filter=filter_from_args(args), timeout_s=timeout_from_args(args.timeout)) as reader:
         result = reader.query(args.sql)
@@ -56,6 +62,23 @@ def run(args: argparse.Namespace) -> int:
         unreadable = cells.note() if cells is not None else None
         if unreadable:
             print(unreadable, file=sys.stderr)
+    return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """The same SQL on every node (its own read-only guard and time limit there); rows tagged with their node."""
+    from gpuscope.fleet.gather import gather_rows
+
+    if not 1 <= args.limit <= 10_000:
+        raise UsageError(f"--limit {args.limit}: from 1 to 10000 rows per node")
+    client = fleet_client(args, margin_s=1.0)
+    body = {"sql": args.sql, "limit": args.limit, "since": args.since, "from": args.start, "to": args.end}
+    if args.pid:
+        body["pids"] = args.pid
+    got = gather_rows(client.post("/api/v1/query", {k: v for k, v in body.items() if v is not None}))
+    warn(got.warnings)
+    write_rows(got.columns, iter(got.rows), chosen_format(args.output), sys.stdout)
+    warn([f"node {n}: more than {args.limit} rows; only the first {args.limit} shown (--limit)" for n in got.truncated])
     return 0
 
 

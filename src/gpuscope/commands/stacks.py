@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from urllib.parse import urlencode
 
+from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.recording import open_recording
@@ -21,12 +23,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-duration", metavar="DURATION", help="only calls at least this long (e.g. 1ms)")
     p.add_argument("--limit", type=int, default=10, help="how many stacks (default 10)")
     add_output_options(p)
+    add_fleet_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     min_ns = None
     if args.min_duration:
         min_ns = duration_ns("--min-duration", args.min_duration, examples="500us, 2ms")
+    if wants_fleet(args):
+        return _fleet(args, min_ns)
     conn = open_recording(db_from_args(args))
     try:
         stacks = top_stacks(conn, op=args.op, pid=args.pid, min_duration_ns=min_ns, limit=args.limit)
@@ -58,4 +63,30 @@ def run(args: argparse.Namespace) -> int:
         for s in stacks
     ]
     write_rows(cols, rows, fmt, sys.stdout)
+    return 0
+
+
+def _fleet(args: argparse.Namespace, min_ns: int | None) -> int:
+    """Each node's top stacks, tagged with the node."""
+    from gpuscope.fleet.gather import AllNodesFailedError
+
+    params = {"op": args.op, "pid": args.pid, "limit": min(max(args.limit, 1), 100), "min_duration_ns": min_ns}
+    results = fleet_client(args).get("/api/v1/stacks?" + urlencode({k: v for k, v in params.items() if v is not None}))
+    failed = [f"node {r.node.address}: {r.error}" for r in results if not r.ok]
+    if len(failed) == len(results):
+        raise AllNodesFailedError("every node failed: " + "; ".join(f.removeprefix("node ") for f in failed))
+    warn(failed)
+    found = [(r.node.address, s) for r in results if r.ok for s in r.data["stacks"]]
+    fmt = chosen_format(args.output)
+    if fmt is OutputFormat.TABLE:
+        for node, s in found:
+            marker = f"  [{s['marker']}]" if s.get("marker") else ""
+            print(f"{node}: {s['calls']} calls ({s['share']:.0%}) of {s['op']}, "
+                  f"{s['total_duration_ns'] / 1e6:.3f} ms total{marker}")  # fmt: skip
+            for frame in s["frames"]:
+                print(f"    {frame}")
+            print()
+        return 0
+    cols = ["node", "op", "calls", "share", "total_duration_ns", "call_site", "frames", "marker"]
+    write_rows(cols, ([node, *(s.get(c) for c in cols[1:])] for node, s in found), fmt, sys.stdout)
     return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuscope.model.findings import Severity
 from gpuscope.model.units import fmt_ns
@@ -152,3 +152,18 @@ def render_report(report: Report, per_process: bool = False) -> str:
         if len(pids) > 1:
             lines.append(f" {len(pids)} processes share the GPU (see gpu-contention findings for the effect)")
     return "\n".join(lines)
+
+
+def render_fleet_findings(findings: list[dict[str, Any]]) -> str:
+    """Findings from several nodes (``explain --nodes``), most severe first, each naming its node."""
+    if not findings:
+        return "no findings on any node"
+    lines = [f"{len(findings)} finding(s) across the nodes:", ""]
+    for i, f in enumerate(findings, 1):
+        lines.append(f"{i}. [{f.get('severity')}] {f.get('node')}: {f.get('kind')}: {f['symptom']['summary']}")
+        for cause in f.get("causes", []):
+            lines += [f"   - {line}" for line in cause.get("evidence", [])[:3]]
+        if f.get("fix"):
+            lines.append(f"   fix: {f['fix']}")
+        lines.append("")
+    return "\n".join(lines).rstrip()

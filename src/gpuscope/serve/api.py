@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuscope._version import __version__
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.times import TimePoint
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 from gpuscope.query.engine import open_reader
+from gpuscope.query.filters import EventFilter
 from gpuscope.recording.open import open_recording
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
@@ -120,6 +122,7 @@ class Api:
         sessions = self.read(store.sessions_brief)
         top = d["findings"][0] if d["findings"] else None
         return {
+            "version": __version__,
             "recording": str(self.db),
             "sessions": sessions,
             "nodes": sorted({s["node"] for s in sessions if s["node"]}),
@@ -158,6 +161,7 @@ class Api:
                 conn,
                 op=params.get("op") or None,
                 pid=_int(params, "pid", lo=0),
+                min_duration_ns=_int(params, "min_duration_ns", lo=0),
                 limit=int(_int(params, "limit", default=10, lo=1, hi=100) or 10),
             )
         finally:
@@ -269,7 +273,17 @@ class Api:
             raise UsageError('body: {"sql": "<one read-only statement>", "limit": N}, with a non-empty sql string')
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_ROWS:
             raise UsageError(f"limit: an integer from 1 to {MAX_ROWS}")
-        with open_reader(self.db, timeout_s=QUERY_TIMEOUT_S) as reader:
+        pids = body.get("pids", [])
+        if not isinstance(pids, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
+            raise UsageError("pids: a list of process ids")
+        window = {k: body.get(k) for k in ("since", "from", "to")}
+        if not all(v is None or isinstance(v, str) for v in window.values()):
+            raise UsageError("since, from, to: strings (30s, end-5m, ISO 8601, @UNIX_SECONDS)")
+        # The CLI's own filter: the same TEMP views over events, cuda_calls, … as `gpuscope query --since`.
+        event_filter = EventFilter.from_options(
+            since=window["since"], start=window["from"], end=window["to"], pids=pids
+        )
+        with open_reader(self.db, event_filter=event_filter, timeout_s=QUERY_TIMEOUT_S) as reader:
             result = reader.query(sql)
             try:
                 rows: list[list[Any]] = []
@@ -346,7 +360,12 @@ ENDPOINTS = [
     Endpoint(
         "/stacks",
         "the call stacks behind an op",
-        {"op": "only calls of this op", "pid": PID, "limit": "at most this many stacks (1..100)"},
+        {
+            "op": "only calls of this op",
+            "pid": PID,
+            "min_duration_ns": "only calls at least this long (ns)",
+            "limit": "at most this many stacks (1..100)",
+        },
         Api.stacks,
     ),
     Endpoint(

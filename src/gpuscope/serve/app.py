@@ -74,6 +74,10 @@ def openapi_spec() -> dict[str, Any]:
                             "properties": {
                                 "sql": {"type": "string"},
                                 "limit": {"type": "integer", "minimum": 1, "maximum": 10000},
+                                "since": {"type": "string", "description": "only the last DURATION"},
+                                "from": {"type": "string", "description": "from this time"},
+                                "to": {"type": "string", "description": "up to this time"},
+                                "pids": {"type": "array", "items": {"type": "integer"}},
                             },
                         }
                     }

@@ -210,12 +210,21 @@ def build_server(db: Path) -> MCPServer:
     async def run_demo(scenario: str = "incident") -> str:
         return fenced(await _call(_run_demo, scenario))
 
-    @server.tool(description="Run read-only SQL on every node of the fleet and merge the rows.")
+    @server.tool(
+        description="Run read-only SQL on every node of the fleet (the config file's [fleet] nodes) and merge the "
+        "rows, node first; nodes that fail are listed in warnings."
+    )
     async def query_fleet(sql: str, limit: int = DEFAULT_LIMIT) -> str:
-        return fenced(
-            {"nodes": [], "rows": []},
-            note="No fleet is configured: this server reads one recording. Use `query` for it.",
-        )
+        from gpuscope.config import fleet_nodes
+
+        if not fleet_nodes():
+            return fenced(
+                {"nodes": [], "rows": []},
+                note="No fleet is configured ([fleet] nodes in the config file): this server reads one recording. "
+                "Use `query` for it.",
+            )
+        got = await _call(_query_fleet, sql, _bounded("limit", limit))
+        return fenced({"columns": got.columns, "rows": got.rows, "warnings": got.warnings})
 
     @server.prompt(description="Walk through a recording: trace_stats, explain, then evidence; no invented numbers.")
     def investigate(focus: str | None = None) -> str:
@@ -226,6 +235,20 @@ def build_server(db: Path) -> MCPServer:
 
 def _params(**values: Any) -> dict[str, str]:
     return {k: str(v) for k, v in values.items() if v is not None}
+
+
+def _query_fleet(sql: str, limit: int) -> Any:
+    from gpuscope.config import fleet_files, fleet_nodes
+    from gpuscope.fleet.client import FleetClient, FleetTls, parse_nodes
+    from gpuscope.fleet.gather import AllNodesFailedError, gather_rows
+
+    files = fleet_files()
+    tls = FleetTls(files.get("ca_cert"), files.get("client_cert"), files.get("client_key"))
+    client = FleetClient(parse_nodes(fleet_nodes()), tls, timeout_s=6.0)
+    try:
+        return gather_rows(client.post("/api/v1/query", {"sql": sql, "limit": limit}))
+    except AllNodesFailedError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _diff(db: Path, other: str | None, a: tuple[str | None, str | None], b: tuple[str | None, str | None]) -> Any:

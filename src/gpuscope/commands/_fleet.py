@@ -1,0 +1,61 @@
+"""Options shared by the commands that can ask many nodes (``--nodes``) and the client they build."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuscope.config import fleet_files, fleet_nodes
+
+if TYPE_CHECKING:
+    from gpuscope.fleet.client import FleetClient
+
+
+def add_fleet_options(p: argparse.ArgumentParser, *, timeout: bool = True) -> None:
+    """``--nodes`` and the client's TLS files; ``--timeout`` unless the command has its own."""
+    g = p.add_argument_group("fleet (ask other nodes' `gpuscope dashboard` instead of a local file)")
+    g.add_argument(
+        "--nodes",
+        metavar="HOST:PORT,...",
+        help="ask these nodes (default: `nodes` of [fleet] in the config file, when --fleet is given)",
+    )
+    g.add_argument("--fleet", action="store_true", help="ask the nodes listed in the config file's [fleet] table")
+    if timeout:
+        g.add_argument("--timeout", default="5s", metavar="DURATION", help="per-node time limit (default 5s)")
+    g.add_argument("--ca-cert", metavar="FILE", help="the CA that signed the nodes' certificates")
+    g.add_argument("--client-cert", metavar="FILE", help="this client's certificate, for nodes that demand one")
+    g.add_argument("--client-key", metavar="FILE", help="its private key (mode 0600)")
+    g.add_argument("--insecure-http", action="store_true", help="plain HTTP, to loopback nodes only")
+    p.set_defaults(fleet_capable=True)
+
+
+def wants_fleet(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "nodes", None) or getattr(args, "fleet", False))
+
+
+def fleet_client(args: argparse.Namespace, *, margin_s: float = 0.0) -> FleetClient:
+    """The client for ``--nodes`` (or the config's fleet); raises UsageError for bad addresses or TLS files."""
+    from gpuscope.commands._options import duration_s
+    from gpuscope.errors import UsageError
+    from gpuscope.fleet.client import FleetClient, FleetTls, parse_nodes
+
+    text = args.nodes or fleet_nodes()
+    if not text:
+        raise UsageError("--fleet: no [fleet] nodes in the config file", remedy='add nodes = ["gpu-1:8080", …]')
+    files = fleet_files()  # the config's, where a flag does not say otherwise
+    tls = FleetTls(
+        ca_cert=Path(args.ca_cert) if args.ca_cert else files.get("ca_cert"),
+        client_cert=Path(args.client_cert) if args.client_cert else files.get("client_cert"),
+        client_key=Path(args.client_key) if args.client_key else files.get("client_key"),
+        plain_http=args.insecure_http,
+    )
+    timeout = duration_s("--timeout", args.timeout, examples="5s, 500ms")
+    # margin_s: a node enforcing the same limit itself answers with its own error, not our timeout.
+    return FleetClient(parse_nodes(text), tls, timeout_s=timeout + margin_s if timeout > 0 else 3600.0)
+
+
+def warn(lines: list[str]) -> None:
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)

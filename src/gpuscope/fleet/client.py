@@ -1,0 +1,273 @@
+"""Ask many nodes' `gpuscope dashboard` APIs at once: parallel, bounded, over (mutual) TLS, never hiding a failure.
+
+Each node gets its own request on a thread, a deadline (``timeout_s``), and a
+cap on the bytes it may send back. A node that is down, slow, refuses the
+handshake or answers with an error becomes a ``NodeResult`` with ``error``
+set: callers print one warning per failed node and go on with the others.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import ssl
+import stat
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http.client import HTTPConnection, HTTPException, HTTPSConnection, RemoteDisconnected
+from pathlib import Path
+from typing import Any
+
+from gpuscope.errors import UsageError
+
+DEFAULT_TIMEOUT_S = 5.0
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+CLOCK_SAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node's API address: ``host:port`` (``[v6]:port``)."""
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @classmethod
+    def parse(cls, text: str) -> Node:
+        t = text.strip()
+        host, sep, port = t.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise UsageError(f"--nodes {t!r}: expected HOST:PORT", remedy="e.g. --nodes gpu-1:8080,gpu-2:8080")
+        return cls(host.strip("[]"), int(port))
+
+
+def parse_nodes(text: str | Sequence[str]) -> list[Node]:
+    """``a:8080,b:8080`` (or a list of such) -> nodes, in order, duplicates removed; raises UsageError."""
+    items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
+    nodes = list(dict.fromkeys(Node.parse(t) for t in items if t.strip()))
+    if not nodes:
+        raise UsageError("--nodes: no node given", remedy="e.g. --nodes gpu-1:8080,gpu-2:8080")
+    return nodes
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTls:
+    """Client-side TLS: the CA that signed the nodes' certificates, and this client's certificate and key."""
+
+    ca_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    plain_http: bool = False  # only with --insecure-http: never the default
+
+    def context(self) -> ssl.SSLContext:
+        """A TLS 1.3 client context; raises UsageError for unreadable files or a key others can read."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_cert) if self.ca_cert else None)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        if bool(self.client_cert) != bool(self.client_key):
+            raise UsageError("--client-cert and --client-key go together")
+        if self.client_cert and self.client_key:
+            require_private(self.client_key, "--client-key")
+            try:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise UsageError(f"--client-cert/--client-key: cannot load: {exc}") from None
+        return ctx
+
+
+def require_private(path: Path, flag: str) -> None:
+    """Refuse a private key that others can read (as ssh does)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot read: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UsageError(f"{flag} {path}: readable by other users", remedy=f"chmod 600 {path}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResult:
+    node: Node
+    data: Any = None
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class FleetClient:
+    """Requests to every node in parallel; one ``NodeResult`` per node, in the nodes' order."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        tls: FleetTls = FleetTls(),
+        *,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
+        if tls.plain_http is False:
+            self.ctx: ssl.SSLContext | None = tls.context()
+        else:
+            remote = [n.address for n in nodes if not n.loopback]
+            if remote:
+                raise UsageError(
+                    f"--insecure-http to {', '.join(remote)}: plain HTTP beyond this machine sends data in clear",
+                    remedy="use HTTPS (the dashboard's default) with --ca-cert",
+                )
+            self.ctx = None
+        self.nodes = list(nodes)
+        self.token = token if token is not None else os.environ.get("GPUSCOPE_TOKEN") or None
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+
+    def get(self, path: str) -> list[NodeResult]:
+        return self._each(lambda node: self._request(node, "GET", path, None))
+
+    def post(self, path: str, body: dict[str, Any]) -> list[NodeResult]:
+        payload = json.dumps(body).encode()
+        return self._each(lambda node: self._request(node, "POST", path, payload))
+
+    def clock(self, samples: int = CLOCK_SAMPLES) -> list[NodeResult]:
+        """Each node's clock offset, NTP-style: ``data`` = {clock_offset_ns, rtt_ns, uncertainty_ns, samples}."""
+        return self._each(lambda node: self._clock(node, samples))
+
+    def _each(self, call: Callable[[Node], NodeResult]) -> list[NodeResult]:
+        with ThreadPoolExecutor(max_workers=min(64, max(1, len(self.nodes)))) as pool:
+            return list(pool.map(call, self.nodes))
+
+    def _connection(self, node: Node) -> HTTPConnection:
+        if self.ctx is None:
+            return HTTPConnection(node.host, node.port, timeout=self.timeout_s)
+        return HTTPSConnection(node.host, node.port, timeout=self.timeout_s, context=self.ctx)
+
+    def _request(self, node: Node, method: str, path: str, body: bytes | None) -> NodeResult:
+        t0 = time.monotonic()
+        try:
+            data = self._exchange(self._connection(node), node, method, path, body, deadline=t0 + self.timeout_s)
+        except _NodeError as exc:
+            return NodeResult(node, error=str(exc), elapsed_s=time.monotonic() - t0)
+        return NodeResult(node, data=data, elapsed_s=time.monotonic() - t0)
+
+    def _exchange(
+        self, conn: HTTPConnection, node: Node, method: str, path: str, body: bytes | None, *, deadline: float
+    ) -> Any:
+        headers = {"Accept": "application/json", "Host": node.address}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            res = conn.getresponse()
+            raw = _read_capped(res, self.max_bytes, deadline)
+        except ssl.SSLCertVerificationError as exc:
+            raise _NodeError(f"its certificate is not trusted ({exc.verify_message}; see --ca-cert)") from None
+        except ssl.SSLError as exc:
+            raise _NodeError(f"TLS failed ({exc.reason or exc}); a client certificate may be required") from None
+        except TimeoutError:
+            raise _NodeError(f"no answer within {self.timeout_s:g} s") from None
+        except ConnectionRefusedError:
+            raise _NodeError("connection refused (no gpuscope dashboard there?)") from None
+        except (RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            # TLS 1.3: a server that refuses our certificate (or its absence) hangs up after the handshake.
+            hint = "; it may require a client certificate (--client-cert)" if self.ctx is not None else ""
+            raise _NodeError(f"closed the connection without answering{hint}") from None
+        except (OSError, HTTPException) as exc:
+            raise _NodeError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        finally:
+            conn.close()
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise _NodeError(f"answered HTTP {res.status} with something that is not JSON") from None
+        if res.status != 200:
+            err = doc.get("error", {}) if isinstance(doc, dict) else {}
+            raise _NodeError(f"HTTP {res.status}: {err.get('message') or err.get('code') or res.reason}")
+        return doc
+
+    def _clock(self, node: Node, samples: int) -> NodeResult:
+        t_start = time.monotonic()
+        offsets, rtts = [], []
+        for _ in range(max(3, samples)):
+            conn = self._connection(node)
+            try:
+                conn.connect()  # the handshake is not part of the round trip being timed
+            except OSError as exc:
+                conn.close()
+                return NodeResult(node, error=_connect_error(exc, self.timeout_s), elapsed_s=time.monotonic() - t_start)
+            t1 = time.time_ns()
+            try:
+                doc = self._exchange(
+                    conn, node, "GET", "/api/v1/time", None, deadline=time.monotonic() + self.timeout_s
+                )
+            except _NodeError as exc:
+                return NodeResult(node, error=str(exc), elapsed_s=time.monotonic() - t_start)
+            t2 = time.time_ns()
+            remote = doc.get("timestamp_ns") if isinstance(doc, dict) else None
+            if not isinstance(remote, int):
+                return NodeResult(
+                    node, error="GET /api/v1/time gave no timestamp_ns", elapsed_s=time.monotonic() - t_start
+                )
+            offsets.append(remote - (t1 + (t2 - t1) // 2))
+            rtts.append(t2 - t1)
+        rtt = int(statistics.median(rtts))
+        data = {
+            "clock_offset_ns": int(statistics.median(offsets)),
+            "rtt_ns": rtt,
+            "uncertainty_ns": rtt // 2,
+            "samples": len(offsets),
+        }
+        return NodeResult(node, data=data, elapsed_s=time.monotonic() - t_start)
+
+
+class _NodeError(Exception):
+    """One node's failure, as the one line the user sees."""
+
+
+def _connect_error(exc: OSError, timeout_s: float) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"its certificate is not trusted ({exc.verify_message}; see --ca-cert)"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed ({exc.reason or exc}); a client certificate may be required"
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (no gpuscope dashboard there?)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _read_capped(res: Any, cap: int, deadline: float) -> bytes:
+    """The body, refusing more than ``cap`` bytes and stopping at ``deadline`` (a node that trickles)."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = res.read(min(65536, cap + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > cap:
+            raise _NodeError(f"answered more than {cap:,} bytes (the response cap)")

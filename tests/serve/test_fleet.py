@@ -1,0 +1,256 @@
+"""Fan-out to several real dashboards on loopback: mutual TLS, clock offsets, dead, slow and foreign nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuscope.fleet.certs import init_fleet
+from tests.serve.support import Server, contention_recording, dashboard
+
+FAKE_OFFSET_S = 5
+TOKEN = "fleet-test-token-0123456789"
+
+
+def _libfaketime() -> str:
+    for folder in ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/lib/faketime"):
+        lib = Path(folder) / "libfaketime.so.1"
+        if lib.exists():
+            return str(lib)
+    pytest.fail("libfaketime is installed by `make setup` (apt package faketime)")
+    raise AssertionError
+
+
+@dataclass
+class Fleet:
+    pki: Path
+    alpha: Server
+    beta: Server
+    gamma: Server  # its clock FAKE_OFFSET_S ahead (libfaketime)
+    foreign: Server  # a certificate from another CA (its own self-signed one)
+    dead: str
+    slow: str
+
+    def tls(self, *, client: bool = True) -> list[str]:
+        args = ["--ca-cert", str(self.pki / "ca.pem")]
+        if client:
+            args += ["--client-cert", str(self.pki / "client.pem"), "--client-key", str(self.pki / "client.key")]
+        return args
+
+    def addr(self, s: Server) -> str:
+        return f"127.0.0.1:{s.port}"
+
+
+def _silent_listener(stop: threading.Event) -> tuple[socket.socket, str]:
+    """A node that accepts connections and never says a word."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(sock.accept()[0])
+            except OSError:
+                continue
+        for c in held:
+            c.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return sock, f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    root = tmp_path_factory.mktemp("fleet")
+    pki = root / "pki"
+    issued = init_fleet(pki, ["alpha", "beta", "gamma"], ["127.0.0.1", "localhost"])
+    db = contention_recording(root / "run.db")
+    env = {"GPUSCOPE_TOKEN": TOKEN}
+    stop = threading.Event()
+    with ExitStack() as stack:
+        servers = {}
+        for name in ("alpha", "beta", "gamma"):
+            cert, key = issued.servers[name]
+            extra = env | (
+                {"LD_PRELOAD": _libfaketime(), "FAKETIME": f"+{FAKE_OFFSET_S}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                if name == "gamma"
+                else {}
+            )
+            servers[name] = stack.enter_context(
+                dashboard(
+                    db,
+                    root / name,
+                    "--tls-cert",
+                    str(cert),
+                    "--tls-key",
+                    str(key),
+                    "--ca-cert",
+                    str(issued.ca),
+                    env_extra=extra,
+                )
+            )
+        foreign = stack.enter_context(dashboard(db, root / "foreign", env_extra=env))
+        dead_sock = socket.socket()
+        dead_sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{dead_sock.getsockname()[1]}"
+        dead_sock.close()  # nothing listens there any more
+        slow_sock, slow = _silent_listener(stop)
+        stack.callback(slow_sock.close)
+        stack.callback(stop.set)
+        yield Fleet(pki, servers["alpha"], servers["beta"], servers["gamma"], foreign, dead, slow)
+
+
+def gpuscope(*args: str, token: bool = True, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("GPUSCOPE_TOKEN", None)
+    if token:
+        env["GPUSCOPE_TOKEN"] = TOKEN
+    if home is not None:
+        env["HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_nodes_recovers_each_clock_offset_and_names_each_failure(fleet: Fleet) -> None:
+    every = [fleet.addr(s) for s in (fleet.alpha, fleet.beta, fleet.gamma, fleet.foreign)] + [fleet.dead, fleet.slow]
+    t0 = time.monotonic()
+    p = gpuscope("nodes", "--nodes", ",".join(every), "--timeout", "1s", "--json", *fleet.tls())
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    by = {r["address"]: r for r in json.loads(p.stdout)}
+    for s in (fleet.alpha, fleet.beta):
+        r = by[fleet.addr(s)]
+        assert r["ok"] and abs(r["clock_offset_ns"]) < 20_000_000, r  # the same host's clock
+        assert r["samples"] >= 3 and r["uncertainty_ns"] == r["rtt_ns"] // 2
+    gamma = by[fleet.addr(fleet.gamma)]
+    assert gamma["ok"] and abs(gamma["clock_offset_ns"] - FAKE_OFFSET_S * 1_000_000_000) < 20_000_000, gamma
+    assert "not trusted" in by[fleet.addr(fleet.foreign)]["error"]
+    assert "refused" in by[fleet.dead]["error"]
+    assert "no answer within 1 s" in by[fleet.slow]["error"]
+    # the silent node cost about the timeout, not more: the nodes are asked in parallel
+    assert took < 15, took
+
+
+def test_query_fans_out_and_keeps_going_past_failed_nodes(fleet: Fleet) -> None:
+    nodes = [fleet.addr(fleet.alpha), fleet.addr(fleet.gamma), fleet.dead, fleet.slow, fleet.addr(fleet.foreign)]
+    sql = "SELECT op, count(*) AS n FROM events GROUP BY op ORDER BY op"
+    p = gpuscope("query", "--nodes", ",".join(nodes), "--timeout", "1s", "--json", *fleet.tls(), sql)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert {r["node"] for r in rows} == {fleet.addr(fleet.alpha), fleet.addr(fleet.gamma)}
+    assert list(rows[0]) == ["node", "op", "n"]
+    local = json.loads(gpuscope("query", "--db", str(fleet.alpha.info["recording"]), "--json", sql).stdout)
+    assert [{k: r[k] for k in ("op", "n")} for r in rows if r["node"] == fleet.addr(fleet.alpha)] == local
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning: node ")]
+    assert len(warnings) == 3 and all(any(n in w for w in warnings) for n in nodes[2:])
+
+
+def test_every_node_down_is_an_error(fleet: Fleet) -> None:
+    p = gpuscope("query", "--nodes", f"{fleet.dead},{fleet.slow}", "--timeout", "1s", *fleet.tls(), "SELECT 1")
+    assert p.returncode == 1 and p.stderr.startswith("error: every node failed")
+
+
+def test_without_a_client_certificate_the_nodes_refuse(fleet: Fleet) -> None:
+    p = gpuscope("query", "--nodes", fleet.addr(fleet.alpha), *fleet.tls(client=False), "SELECT 1")
+    assert p.returncode == 1 and "client certificate" in p.stderr
+
+
+def test_without_the_token_the_nodes_refuse(fleet: Fleet) -> None:
+    p = gpuscope("query", "--nodes", fleet.addr(fleet.alpha), *fleet.tls(), "SELECT 1", token=False)
+    assert p.returncode == 1 and "HTTP 401" in p.stderr
+
+
+def test_explain_merges_the_nodes_findings_by_severity(fleet: Fleet) -> None:
+    nodes = ",".join(fleet.addr(s) for s in (fleet.alpha, fleet.beta))
+    p = gpuscope("explain", "--nodes", nodes, "--json", *fleet.tls())
+    assert p.returncode == 0, p.stderr
+    found = json.loads(p.stdout)["findings"]
+    assert {f["node"] for f in found} == {fleet.addr(fleet.alpha), fleet.addr(fleet.beta)}
+    order = {"CRITICAL": 0, "HIGH": 1, "MEDIUM": 2, "LOW": 3}
+    assert [order[f["severity"]] for f in found] == sorted(order[f["severity"]] for f in found)
+    text = gpuscope("explain", "--nodes", nodes, *fleet.tls()).stdout
+    assert f"{fleet.addr(fleet.alpha)}: cpu-preemption" in text
+
+
+def test_stacks_fan_out(fleet: Fleet) -> None:
+    p = gpuscope("stacks", "--nodes", fleet.addr(fleet.alpha), "--json", *fleet.tls())
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == []  # the builder's recording has no stacks: an empty answer, not an error
+
+
+def _fleet_config(home: Path, fleet: Fleet, nodes: list[str]) -> None:
+    config = home / ".config" / "gpuscope" / "config.toml"
+    config.parent.mkdir(parents=True)
+    listed = ", ".join(f'"{n}"' for n in nodes)
+    config.write_text(
+        f"[fleet]\nnodes = [{listed}]\n"
+        f'ca_cert = "{fleet.pki / "ca.pem"}"\nclient_cert = "{fleet.pki / "client.pem"}"\n'
+        f'client_key = "{fleet.pki / "client.key"}"\n'
+    )
+
+
+def test_the_config_files_fleet_is_used_without_nodes(fleet: Fleet, tmp_path: Path) -> None:
+    _fleet_config(tmp_path, fleet, [fleet.addr(fleet.alpha), fleet.addr(fleet.beta)])
+    p = gpuscope("nodes", "--json", home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [r["ok"] for r in json.loads(p.stdout)] == [True, True]
+
+
+def test_the_mcp_query_fleet_tool_asks_the_configured_fleet(fleet: Fleet, tmp_path: Path) -> None:
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from tests.serve.test_mcp import data
+
+    _fleet_config(tmp_path, fleet, [fleet.addr(fleet.alpha), fleet.dead])
+    env = {"HOME": str(tmp_path), "GPUSCOPE_TOKEN": TOKEN, "PATH": os.environ["PATH"]}
+    args = ["-m", "gpuscope", "mcp", "--db", str(fleet.alpha.info["recording"])]
+
+    async def go() -> dict[str, object]:
+        params = StdioServerParameters(command=sys.executable, args=args, env=env)
+        with open(os.devnull, "w") as quiet:
+            async with stdio_client(params, errlog=quiet) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                return data(await s.call_tool("query_fleet", {"sql": "SELECT count(*) AS n FROM events"}))  # type: ignore[no-any-return]
+
+    got = anyio.run(go)
+    assert got["columns"] == ["node", "n"] and got["rows"][0][0] == fleet.addr(fleet.alpha)  # type: ignore[index]
+    assert any(fleet.dead in w for w in got["warnings"])  # type: ignore[union-attr]
+
+
+def test_plain_http_beyond_loopback_and_loose_keys_are_refused(fleet: Fleet, tmp_path: Path) -> None:
+    p = gpuscope("query", "--nodes", "10.1.2.3:8080", "--insecure-http", "SELECT 1")
+    assert p.returncode == 2 and "in clear" in p.stderr
+    loose = tmp_path / "client.key"
+    shutil.copy(fleet.pki / "client.key", loose)
+    loose.chmod(0o644)
+    p = gpuscope("query", "--nodes", fleet.addr(fleet.alpha), "--ca-cert", str(fleet.pki / "ca.pem"),
+                 "--client-cert", str(fleet.pki / "client.pem"), "--client-key", str(loose), "SELECT 1")  # fmt: skip
+    assert p.returncode == 2 and "chmod 600" in p.stderr
+
+
+def test_certs_init_writes_private_keys_and_never_replaces_a_ca(tmp_path: Path) -> None:
+    p = gpuscope("certs", "init", str(tmp_path / "pki"), "--nodes", "a,b", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    for key in [doc["client"]["key"], *(s["key"] for s in doc["servers"].values())]:
+        assert Path(key).stat().st_mode & 0o077 == 0
+    again = gpuscope("certs", "init", str(tmp_path / "pki"), "--nodes", "a")
+    assert again.returncode == 2 and "never replaced" in again.stderr
