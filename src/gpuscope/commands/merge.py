@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpuscope.errors import UsageError
+from gpuscope.model.units import fmt_ns, parse_duration_ns
 from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
 from gpuscope.recording.merge import merge_recordings
 from gpuscope.store.merge import ClockOffset, MergeReport
 
 NAME = "merge"
 HELP = "merge databases of several nodes (gpuscope or Ingero files) into one, node-namespaced"
-
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NODE=OFFSET",
         help="add OFFSET (e.g. -3.2ms, 150us, 12ns) to NODE's clock in the events_aligned view (repeatable)",
     )
+    p.add_argument(
+        "--clock-offsets-from",
+        metavar="FILE",
+        help="offsets measured by `gpuscope nodes --json > FILE`: each node's clock is put on the client's",
+    )
     add_json_summary_option(p, what="the merged file (output, inputs, events by node, clock offsets)")
 
 
@@ -51,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             force_node = name
     offsets = [_clock_offset(item) for item in args.clock_offset]
+    if args.clock_offsets_from:
+        named = {o.node for o in offsets}
+        offsets += [o for o in measured_offsets(Path(args.clock_offsets_from)) if o.node not in named]
     report = merge_recordings(
         args.inputs, args.output, force_node=force_node, rename=rename, clock_offsets=offsets, progress=_progress
     )
@@ -90,11 +98,41 @@ def merge_summary(report: MergeReport, output: str, offsets: list[ClockOffset]) 
 
 
 def _clock_offset(item: str) -> ClockOffset:
+    """``NODE=OFFSET``: a signed duration in the shared parser's units; a unit is required (12 is not 12 s or 12 ns)."""
     node, sep, text = item.partition("=")
-    m = re.fullmatch(r"\s*([+-]?\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)?\s*", text)
-    if not sep or not node or m is None:
-        raise UsageError(f"--clock-offset {item}: expected NODE=OFFSET", remedy="e.g. --clock-offset node-b=-3.2ms")
-    return ClockOffset(node, round(float(m.group(1)) * _UNITS[m.group(2) or "ns"]))
+    body = text.strip()
+    sign = -1 if body.startswith("-") else 1
+    body = body.lstrip("+-").strip()
+    try:
+        if not sep or not node or not body or body.replace(".", "", 1).isdigit():
+            raise ValueError
+        magnitude = parse_duration_ns(body)
+    except ValueError:
+        raise UsageError(
+            f"--clock-offset {item}: expected NODE=OFFSET with a unit", remedy="e.g. --clock-offset node-b=-3.2ms"
+        ) from None
+    return ClockOffset(node, sign * magnitude)
+
+
+def measured_offsets(path: Path) -> list[ClockOffset]:
+    """Offsets from ``gpuscope nodes --json``: a node ``offset`` ahead is moved back by it, onto the client's clock.
+
+    Nodes that did not answer, or whose recording names no node, are left out;
+    raises UsageError for a file that is not that command's output.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--clock-offsets-from {path}: not readable JSON ({exc})") from None
+    if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
+        raise UsageError(f"--clock-offsets-from {path}: expected the list `gpuscope nodes --json` prints")
+    out = []
+    for r in doc:
+        if r.get("ok") and isinstance(r.get("node"), str) and isinstance(r.get("clock_offset_ns"), int):
+            uncertainty = int(r.get("uncertainty_ns") or 0)
+            source = f"measured by gpuscope nodes from {r.get('address')}, ±{fmt_ns(uncertainty)}"
+            out += [ClockOffset(n.strip(), -int(r["clock_offset_ns"]), source) for n in r["node"].split(",")]
+    return out
 
 
 def _progress(line: str) -> None:

@@ -188,3 +188,50 @@ def test_findings_follow_their_session(tmp_path: Path) -> None:
     r = connect_reader(tmp_path / "m2.db")
     rows = r.execute("SELECT s.node, f.finding_id FROM findings f JOIN sessions s ON s.id = f.session_id").fetchall()
     assert rows == [("b", "f1")]
+
+
+def test_measured_offsets_from_gpuscope_nodes_put_every_node_on_the_clients_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    a = _node_db(tmp_path / "a.db", "a")
+    b = _node_db(tmp_path / "b.db", "b")
+    measured = tmp_path / "nodes.json"
+    measured.write_text(
+        json.dumps(
+            [
+                {"node": "a", "address": "a:8443", "ok": True, "clock_offset_ns": 1_000, "uncertainty_ns": 400},
+                {"node": "b", "address": "b:8443", "ok": True, "clock_offset_ns": 5_000_000_000, "uncertainty_ns": 900},
+                {"node": None, "address": "c:8443", "ok": False, "error": "connection refused"},
+            ]
+        )
+    )
+    out = tmp_path / "m.db"
+    assert main(["merge", str(a), str(b), "-o", str(out), "--clock-offsets-from", str(measured)]) == 0
+    conn = connect_reader(out)
+    rows = dict(conn.execute("SELECT node, min(aligned_wall_ns - wall_ns) FROM events_aligned GROUP BY node"))
+    sources = [r[0] for r in conn.execute("SELECT source FROM node_clock_offsets ORDER BY node")]
+    conn.close()
+    # b's clock runs 5 s ahead of the client's: its events move back by 5 s
+    assert rows == {"a": -1_000, "b": -5_000_000_000}
+    assert all(s.startswith("measured by gpuscope nodes") for s in sources)
+
+
+@pytest.mark.parametrize(("text", "ns"), [("b=-3.2ms", -3_200_000), ("b=150us", 150_000), ("b=+1m", 60_000_000_000)])
+def test_a_clock_offset_takes_the_shared_duration_forms_with_a_sign(tmp_path: Path, text: str, ns: int) -> None:
+    a = _node_db(tmp_path / "a.db", "a")
+    b = _node_db(tmp_path / "b.db", "b")
+    assert main(["merge", str(a), str(b), "-o", str(tmp_path / "m.db"), "--clock-offset", text]) == 0
+    conn = connect_reader(tmp_path / "m.db")
+    assert conn.execute("SELECT offset_ns FROM node_clock_offsets WHERE node = 'b'").fetchone()[0] == ns
+    conn.close()
+
+
+@pytest.mark.parametrize("text", ["b=12", "b=", "=3ms", "b=3 parsecs"])
+def test_a_clock_offset_without_a_unit_is_refused(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _node_db(tmp_path / "a.db", "a")
+    assert main(["merge", str(a), "-o", str(tmp_path / "m.db"), "--clock-offset", text]) == 2
+    assert "with a unit" in capsys.readouterr().err
