@@ -17,22 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.model.ops import Op
+from gpuscope.store.connect import connect_writer
 from tests.unit.analysis.builder import MS, US, Events, steady_training
 
 HOSTILE_COMM = "<svg onload=1>"
 
 
-def contention_recording(path: Path, comm: str = HOSTILE_COMM) -> Path:
+def contention_recording(path: Path, comm: str = HOSTILE_COMM, *, steps: int = 400, node: str | None = None) -> Path:
     """A training loop whose syncs are preempted one in four, by a CPU hog; the traced process named ``comm``."""
     ev = Events()
     ev.comms[100] = comm
     ev.comms[999] = "cpu_hog"
-    for i, t in enumerate(steady_training(ev, 400)):
+    for i, t in enumerate(steady_training(ev, steps)):
         if i % 4 == 0:
             ev.rows = [r for r in ev.rows if not (r[0] == t and r[4] == int(Op.cudaStreamSynchronize))]
             ev.add(Op.cudaStreamSynchronize, t, 50 * US + 5 * MS, 100)
             ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999)
-    return ev.to_db(path)
+    ev.to_db(path)
+    if node is not None:
+        conn = connect_writer(path)
+        conn.execute("UPDATE sessions SET node = ?", (node,))
+        conn.close()
+    return path
 
 
 @dataclass

@@ -254,3 +254,34 @@ def test_certs_init_writes_private_keys_and_never_replaces_a_ca(tmp_path: Path) 
         assert Path(key).stat().st_mode & 0o077 == 0
     again = gpuscope("certs", "init", str(tmp_path / "pki"), "--nodes", "a")
     assert again.returncode == 2 and "never replaced" in again.stderr
+
+
+def test_duckdb_over_the_nodes_parquet_exports_answers_as_query_nodes(tmp_path: Path) -> None:
+    import duckdb
+
+    # given three nodes' recordings, each with its own amount of work, served by three agents
+    names = {"alpha": 100, "beta": 200, "gamma": 300}
+    dataset = tmp_path / "dataset"
+    with ExitStack() as stack:
+        addresses = {}
+        for name, steps in names.items():
+            db = contention_recording(tmp_path / f"{name}.db", steps=steps, node=name)
+            server = stack.enter_context(
+                dashboard(db, tmp_path / f"home-{name}", "--no-tls", env_extra={"GPUSCOPE_TOKEN": TOKEN})
+            )
+            addresses[f"127.0.0.1:{server.port}"] = name
+            # and each exported into one shared dataset folder
+            p = gpuscope("export", "--db", str(db), "--format", "parquet", "-o", str(dataset), "--json")
+            assert p.returncode == 0, p.stderr
+        sql = "SELECT op, count(*) AS n, sum(duration_ns) AS t FROM events GROUP BY op"
+        p = gpuscope("query", "--nodes", ",".join(addresses), "--insecure-http", "--json", "--limit", "10000", sql)
+        assert p.returncode == 0, p.stderr
+    fanned = {(addresses[r["node"]], r["op"]): (r["n"], r["t"]) for r in json.loads(p.stdout)}
+    # when DuckDB reads the dataset
+    rows = duckdb.sql(
+        f"SELECT node, op, count(*), sum(duration_ns) FROM read_parquet('{dataset}/**/*.parquet', "
+        "hive_partitioning = true) GROUP BY node, op"
+    ).fetchall()
+    # then it gives the same answer, node by node
+    assert {(node, op): (n, t) for node, op, n, t in rows} == fanned
+    assert {node for node, _ in fanned} == set(names)

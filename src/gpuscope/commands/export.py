@@ -28,8 +28,13 @@ _NOT_BUILT = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="perfetto", help=f"output format: {', '.join(EXPORTERS)} (default perfetto)")
-    p.add_argument("-o", "--output", required=True, help="file to write ('-' for stdout)")
+    p.add_argument(
+        "--format",
+        default="perfetto",
+        help=f"output format: {', '.join(EXPORTERS)} (a timeline file, the default) or parquet "
+        "(a Hive-partitioned dataset: -o is a folder, node=…/date=…/SESSION.parquet)",
+    )
+    p.add_argument("-o", "--output", required=True, help="file to write ('-' for stdout); a folder for parquet")
     add_db_option(p)
     p.add_argument("--max-events", type=int, metavar="N", help="keep only the first N events by time")
     p.add_argument(
@@ -46,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format in _NOT_BUILT:
         message, remedy = _NOT_BUILT[args.format]
         raise UsageError(message, remedy=remedy)
+    if args.format == "parquet":
+        return _parquet(args)
     exporter = EXPORTERS.get(args.format)
     if exporter is None:
         raise UsageError(f"unknown format {args.format!r}", remedy=f"use one of: {', '.join(EXPORTERS)}")
@@ -80,6 +87,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if not to_stdout:
         print("open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing", file=sys.stderr)
+    return 0
+
+
+def _parquet(args: argparse.Namespace) -> int:
+    """A Hive-partitioned Parquet dataset under -o DIR (gpuscope.export.parquet); several nodes may share DIR."""
+    from pathlib import Path
+
+    from gpuscope.export.parquet import export_parquet
+
+    if args.output == "-":
+        raise UsageError("--format parquet writes a folder of files, not a stream", remedy="give -o DIR")
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out}: not a folder", remedy="give a folder (made if missing) for the dataset")
+    db = db_from_args(args)
+    with open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
+        stats = export_parquet(reader, out)
+    if args.json:
+        doc = {"output": absolute_path(args.output), "recording": absolute_path(str(db)), "format": "parquet"}
+        write_json_summary({**doc, "files": stats.files, "rows": stats.rows, "sessions": stats.sessions}, sys.stdout)
+        return 0
+    print(f"wrote {fmt_count(stats.rows)} events of {stats.sessions} session(s) in {len(stats.files)} file(s) "
+          f"under {out} (node=…/date=…)", file=sys.stderr)  # fmt: skip
+    print(f"e.g. duckdb -c \"SELECT node, op, count(*) FROM read_parquet('{out}/**/*.parquet', "
+          "hive_partitioning = true) GROUP BY ALL\"", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -177,3 +177,30 @@ def session_pids(conn: sqlite3.Connection, session_ids: list[int], start_ns: int
         (*session_ids, start_ns, end_ns),
     ).fetchall()
     return {int(r[0]) for r in rows}
+
+
+# The events view's columns a columnar export keeps (``node`` goes into the partition path).
+COLUMNAR_COLUMNS = (
+    "event_id", "session_id", "ts_ns", "wall_ns", "pid", "tid", "comm", "cgroup_id", "rank", "local_rank",
+    "world_size", "source", "op", "duration_ns", "bytes", "ret", "stream", "handle", "arg0", "arg1", "flags",
+)  # fmt: skip
+
+
+def columnar_sessions(conn: sqlite3.Connection) -> list[tuple[int, str, str, int]]:
+    """(id, uuid, node, started_wall_ns) of the sessions with events in the ``events`` view (filters apply)."""
+    return [
+        (int(r[0]), str(r[1]), str(r[2] or "unknown"), int(r[3]))
+        for r in conn.execute(
+            "SELECT s.id, s.uuid, s.node, s.started_wall_ns FROM sessions s "
+            "WHERE EXISTS (SELECT 1 FROM events e WHERE e.session_id = s.id) ORDER BY s.id"
+        )
+    ]
+
+
+def columnar_batches(conn: sqlite3.Connection, session_id: int, batch: int = 65_536) -> Iterator[list[tuple[Any, ...]]]:
+    """One session's events (``COLUMNAR_COLUMNS``) in time order, ``batch`` rows at a time."""
+    cur = conn.execute(
+        f"SELECT {', '.join(COLUMNAR_COLUMNS)} FROM events WHERE session_id = ? ORDER BY ts_ns", (session_id,)
+    )
+    while rows := cur.fetchmany(batch):
+        yield rows
