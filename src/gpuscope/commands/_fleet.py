@@ -35,7 +35,7 @@ def wants_fleet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "nodes", None) or getattr(args, "fleet", False))
 
 
-def fleet_client(args: argparse.Namespace, *, margin_s: float = 0.0) -> FleetClient:
+def fleet_client(args: argparse.Namespace) -> FleetClient:
     """The client for ``--nodes`` (or the config's fleet); raises UsageError for bad addresses or TLS files."""
     from gpuscope.commands._options import duration_s
     from gpuscope.errors import UsageError
@@ -52,8 +52,7 @@ def fleet_client(args: argparse.Namespace, *, margin_s: float = 0.0) -> FleetCli
         plain_http=args.insecure_http,
     )
     timeout = duration_s("--timeout", args.timeout, examples="5s, 500ms")
-    # margin_s: a node enforcing the same limit itself answers with its own error, not our timeout.
-    return FleetClient(parse_nodes(text), tls, timeout_s=timeout + margin_s if timeout > 0 else 3600.0)
+    return FleetClient(parse_nodes(text), tls, timeout_s=timeout if timeout > 0 else 3600.0)
 
 
 def warn(lines: list[str]) -> None:

@@ -179,6 +179,12 @@ class FleetClient:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
             conn.request(method, path, body=body, headers=headers)
+            # One deadline for the whole exchange: the connection, the handshake and the answer share the timeout.
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
             res = conn.getresponse()
             raw = _read_capped(res, self.max_bytes, deadline)
         except ssl.SSLCertVerificationError as exc:

@@ -283,7 +283,13 @@ class Api:
         event_filter = EventFilter.from_options(
             since=window["since"], start=window["from"], end=window["to"], pids=pids
         )
-        with open_reader(self.db, event_filter=event_filter, timeout_s=QUERY_TIMEOUT_S) as reader:
+        timeout_s = body.get("timeout_s", QUERY_TIMEOUT_S)
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not timeout_s > 0:
+            raise UsageError("timeout_s: a positive number of seconds")
+        # A client may ask for less time than the server's limit, never more.
+        with open_reader(
+            self.db, event_filter=event_filter, timeout_s=min(float(timeout_s), QUERY_TIMEOUT_S)
+        ) as reader:
             result = reader.query(sql)
             try:
                 rows: list[list[Any]] = []

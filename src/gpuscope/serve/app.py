@@ -78,6 +78,7 @@ def openapi_spec() -> dict[str, Any]:
                                 "from": {"type": "string", "description": "from this time"},
                                 "to": {"type": "string", "description": "up to this time"},
                                 "pids": {"type": "array", "items": {"type": "integer"}},
+                                "timeout_s": {"type": "number", "description": "at most the server's 5 s"},
                             },
                         }
                     }
