@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.fleet.certs import init_fleet
+from gpuscope.store.connect import connect_writer
 from tests.serve.support import Server, contention_recording, dashboard
 
 FAKE_OFFSET_S = 5
@@ -289,3 +290,34 @@ def test_duckdb_over_the_nodes_parquet_exports_answers_as_query_nodes(tmp_path: 
     # then it gives the same answer, node by node
     assert {(node, op): (n, t) for node, op, n, t in rows} == fanned
     assert {node for node, _ in fanned} == set(names)
+
+
+def test_export_nodes_puts_every_node_on_the_clients_clock(tmp_path: Path) -> None:
+    # given the same work recorded on two nodes, the second with a clock 5 s ahead (its recording says so too)
+    alpha_db = contention_recording(tmp_path / "alpha.db", node="alpha")
+    gamma_db = contention_recording(tmp_path / "gamma.db", node="gamma")
+    conn = connect_writer(gamma_db)
+    conn.execute("UPDATE sessions SET started_wall_ns = started_wall_ns + ?", (FAKE_OFFSET_S * 1_000_000_000,))
+    conn.close()
+    ahead = {"LD_PRELOAD": _libfaketime(), "FAKETIME": f"+{FAKE_OFFSET_S}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    with (
+        dashboard(alpha_db, tmp_path / "ha", "--no-tls", env_extra={"GPUSCOPE_TOKEN": TOKEN}) as alpha,
+        dashboard(gamma_db, tmp_path / "hg", "--no-tls", env_extra={"GPUSCOPE_TOKEN": TOKEN, **ahead}) as gamma,
+    ):
+        out = tmp_path / "fleet.json"
+        nodes = f"127.0.0.1:{alpha.port},127.0.0.1:{gamma.port}"
+        p = gpuscope("export", "--nodes", nodes, "--insecure-http", "-o", str(out), "--json")
+        assert p.returncode == 0, p.stderr
+    trace = json.loads(out.read_text())
+    offsets = trace["otherData"]["clock_offsets"]
+    assert abs(offsets[f"127.0.0.1:{gamma.port}"]["clock_offset_ns"] - FAKE_OFFSET_S * 1_000_000_000) < 20_000_000
+    # then the same call of the two nodes lands at the same moment of the trace (within the offset's error)
+    firsts = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e["name"] == "cudaStreamSynchronize":
+            firsts.setdefault(e["pid"], e["ts"])
+    assert len(firsts) == 2
+    a, g = firsts.values()
+    assert abs(a - g) < 20_000  # µs
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {f"node 127.0.0.1:{alpha.port}", f"node 127.0.0.1:{gamma.port}"}

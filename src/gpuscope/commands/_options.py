@@ -87,7 +87,7 @@ def refuse_nodes(args: argparse.Namespace) -> None:
     if getattr(args, "nodes", None) and not getattr(args, "fleet_capable", False):
         raise UsageError(
             f"--nodes {args.nodes}: this command reads one recording file, it does not ask other nodes",
-            remedy="query, explain, stacks and nodes take --nodes; keep some nodes of a merged recording with "
+            remedy="query, explain, stacks, export and nodes take --nodes; keep some nodes of a merged recording with "
             "--node NAME; combine nodes' recordings with `gpuscope merge a.db b.db -o all.db`",
         )
 

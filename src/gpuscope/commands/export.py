@@ -6,6 +6,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
+from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, duration_ns, filter_from_args
 from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, ExportOptions, ExportStats, export_to_file
@@ -43,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run the explain engine for finding markers (default: the stored latest run)",
     )
     p.add_argument("--counter-interval", default="1s", help="bucket width of the calls/s counters (default 1s)")
-    add_filter_options(p)
+    add_filter_options(p, fleet=True)
     add_json_summary_option(p, what="the trace written (output, counts, notes)", limit="not with -o -")
+    add_fleet_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(message, remedy=remedy)
     if args.format == "parquet":
         return _parquet(args)
+    if wants_fleet(args):
+        return _fleet(args)
     exporter = EXPORTERS.get(args.format)
     if exporter is None:
         raise UsageError(f"unknown format {args.format!r}", remedy=f"use one of: {', '.join(EXPORTERS)}")
@@ -87,6 +91,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if not to_stdout:
         print("open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing", file=sys.stderr)
+    return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """The nodes' events in one Perfetto trace, each node's clock corrected by its measured offset."""
+    from gpuscope.fleet.gather import AllNodesFailedError
+    from gpuscope.fleet.timeline import export_fleet_timeline
+    from gpuscope.platform.files import atomic_output
+
+    if args.format != "perfetto" or args.output == "-":
+        raise UsageError("--nodes exports a perfetto trace into a file", remedy="give --format perfetto -o FILE")
+    if args.since or args.start or args.end or args.pid:
+        raise UsageError("--nodes exports every node's whole recording (filters are not applied remotely yet)")
+    client = fleet_client(args)
+    with atomic_output(args.output, special_in_place=True) as path, path.open("w", encoding="utf-8") as out:
+        stats = export_fleet_timeline(client, out, max_events_per_node=args.max_events)
+        if stats.nodes == 0:
+            raise AllNodesFailedError("every node failed: " + "; ".join(stats.warnings))
+    warn(stats.warnings)
+    if args.json:
+        doc = {"output": absolute_path(args.output), "format": "perfetto", "nodes": stats.nodes,
+               "events_written": stats.events_written, "clock_offsets": stats.offsets, "warnings": stats.warnings}  # fmt: skip
+        write_json_summary(doc, sys.stdout)
+        return 0
+    print(f"wrote {fmt_count(stats.events_written)} events of {stats.nodes} node(s) to {args.output}, each node's "
+          "clock moved onto this machine's by its measured offset", file=sys.stderr)  # fmt: skip
     return 0
 
 

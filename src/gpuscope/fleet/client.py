@@ -148,6 +148,10 @@ class FleetClient:
         payload = json.dumps(body).encode()
         return self._each(lambda node: self._request(node, "POST", path, payload))
 
+    def one(self, node: Node, method: str, path: str, body: dict[str, Any] | None = None) -> NodeResult:
+        """One request to one node (paging through a node's answer)."""
+        return self._request(node, method, path, json.dumps(body).encode() if body is not None else None)
+
     def clock(self, samples: int = CLOCK_SAMPLES) -> list[NodeResult]:
         """Each node's clock offset, NTP-style: ``data`` = {clock_offset_ns, rtt_ns, uncertainty_ns, samples}."""
         return self._each(lambda node: self._clock(node, samples))

@@ -123,9 +123,9 @@ def test_trace_record_is_not_taken_for_record_all() -> None:
 def test_ingero_spellings_that_clash_get_a_pointer(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "-d", str(db)]) == 2
     assert f"use --db {db}" in capsys.readouterr().err
-    assert main(["export", "--db", str(db), "--nodes", "gpu-1:8080,gpu-2:8080", "-o", str(db) + ".json"]) == 2
+    assert main(["diff", str(db), str(db), "--nodes", "gpu-1:8080,gpu-2:8080"]) == 2
     err = capsys.readouterr().err
-    assert "gpuscope merge" in err and "query, explain, stacks and nodes take --nodes" in err
+    assert "gpuscope merge" in err and "query, explain, stacks, export and nodes take --nodes" in err
     assert main(["trace", "-d", str(db), "--", "true"]) == 2
     assert f"--db {db}" in capsys.readouterr().err
 
