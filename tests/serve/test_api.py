@@ -195,3 +195,9 @@ def test_snapshots_are_the_recorded_host_samples(tmp_path: Path) -> None:
     assert every["source"] == "recorded" and [s["cpu_pct"] for s in every["snapshots"]][:3] == [None, 10.0, 20.0]
     last = Api(db).snapshots({"since": "2s"})["snapshots"]
     assert [s["wall_ns"] for s in last] == [WALL0 + i * 1_000_000_000 for i in (7, 8, 9)]
+
+
+def test_non_finite_numbers_come_back_as_text_not_a_500(served: Server) -> None:
+    res, data = served.request("POST", "/api/v1/query", body=b'{"sql": "SELECT 1e999 AS a, -1e999 AS b, 0.5 AS c"}')
+    assert res.status == 200, data
+    assert json.loads(data)["rows"] == [["inf", "-inf", 0.5]]

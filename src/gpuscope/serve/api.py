@@ -9,6 +9,7 @@ other read on a read-only connection.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 import time
@@ -343,8 +344,11 @@ def _counts(severities: Any) -> dict[str, int]:
 
 
 def _json_value(v: Any) -> Any:
+    """A cell as JSON can carry it: blobs as hex, the non-finite floats SQLite can make (1e999) as text."""
     if isinstance(v, bytes):
         return v.hex()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # "inf", "-inf", "nan": JSON has no such numbers
     return v
 
 

@@ -88,8 +88,12 @@ class GuardMiddleware:
         self.guard = guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            # No route speaks WebSocket; one that did would need the same checks first.
+            await send({"type": "websocket.close", "code": 1008})
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         respond = _Responder(send, tls=self.guard.tls)

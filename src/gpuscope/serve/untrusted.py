@@ -12,6 +12,7 @@ are removed and long strings cut.
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
 from typing import Any
@@ -39,6 +40,8 @@ def clean(value: Any, cap: int = MAX_STRING) -> Any:
         return [clean(v, cap) for v in value]
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no inf or nan
     return value
 
 
