@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 \
-                iproute2 binutils util-linux tmux sudo chromium faketime
+                iproute2 binutils util-linux tmux sudo chromium faketime \
+                prometheus
 
 # `make install` writes a launcher for this checkout's environment here; `sudo gpuscope` finds
 # /usr/local/bin (sudo's secure_path has it). Without root: make install PREFIX=~/.local

@@ -8,9 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from gpuscope.agent.launch import StopSignals, finish, launch_held
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, size_bytes
@@ -109,6 +110,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="live nccl-hang finding: a rank silent in NCCL this long while its peers go on (default 30s)",
     )
+    p.add_argument(
+        "--prometheus",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics while tracing (loopback addresses only)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
@@ -184,6 +190,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
     duration = _duration(args.duration) if args.duration else None
+    metrics_at = _metrics_address(args.prometheus) if args.prometheus else None
     hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
     setup = _setup(args, command)
     # Start-up waits mostly for the verifier: the probes load on a thread
@@ -205,6 +212,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         raise
     proc: subprocess.Popen[bytes] | None = None
     explain: ExplainFindings | None = None
+    metrics: _Metrics | None = None
     try:
         for pid in args.pid:
             session.add_target(pid)
@@ -219,6 +227,8 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
             # Handed the rows as they are stored, it never reads them back out of the recording.
             session.stored_listeners.append(explain.feed)
+            if metrics_at is not None:
+                metrics = _serve_metrics(session, explain, metrics_at)
             live = LiveOutput(
                 session,
                 mode,
@@ -238,9 +248,13 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             with live:
                 session.run(should_stop, live.on_tick)
             if session.failure is not None:
+                if metrics is not None:
+                    metrics.counters.close()  # the failure path frees the tracer's maps too
                 _recording_failed(session, proc, command, stop, explain)
         exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
     except BaseException as exc:
+        if metrics is not None:
+            metrics.counters.close()
         _finish(session, explain)
         if proc is not None and proc.poll() is None and not isinstance(exc, KeyboardInterrupt):
             # The tracer failed, not the workload: it is left to run (detached
@@ -248,7 +262,11 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             print(f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced", file=sys.stderr)
         raise
     elapsed = time.monotonic() - session._t0
+    if metrics is not None:
+        metrics.counters.close()  # before the tracer's maps are freed
     counters = _finish(session, explain)
+    if metrics is not None:
+        metrics.server.shutdown()  # after the last events were counted: a final scrape sees the full run
     live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
     # Stdout belongs to the traced command (and to the JSON stream): the summary is for the person, on stderr.
     lines = [
@@ -335,6 +353,70 @@ def _recording_failed(
         f"{counters.get('dropped', 0):,} events dropped in the kernel",
         remedy=remedy,
     )
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    """``--prometheus HOST:PORT``, loopback only: the exporter has no TLS or token of its own yet."""
+    import ipaddress
+
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit():
+        raise UsageError(f"--prometheus {text}: expected HOST:PORT", remedy="e.g. --prometheus 127.0.0.1:9464")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UsageError(
+            f"--prometheus {text}: metrics are served on loopback only (plain HTTP, no token)",
+            remedy="bind 127.0.0.1 and let a local Prometheus agent or the OpenTelemetry Collector forward them",
+        )
+    return host, int(port)
+
+
+class _KernelCounters:
+    """The tracer's kernel counters for the exporter's thread, until the tracer closes; its last values after.
+
+    The BPF maps are freed when the session finishes: a scrape reading them
+    then would touch freed memory. ``close()`` waits for a read in progress.
+    """
+
+    def __init__(self, session: TraceSession) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {}
+        self._closed = False
+
+    def __call__(self) -> dict[str, int]:
+        with self._lock:
+            if not self._closed:
+                self._last = self._session.tracer.counters()
+            return dict(self._last)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._last = self._session.tracer.counters()
+                self._closed = True
+
+
+@dataclass
+class _Metrics:
+    server: Any
+    counters: _KernelCounters
+
+
+def _serve_metrics(session: TraceSession, explain: ExplainFindings, at: tuple[str, int]) -> _Metrics:
+    from gpuscope.serve.metrics import TraceCollector, serve_metrics
+
+    counters = _KernelCounters(session)
+    collector = TraceCollector(session.node, session.stats.copy, counters, explain.finding_counts)
+    try:
+        server, _ = serve_metrics(collector, *at)
+    except OSError as exc:
+        raise UsageError(f"--prometheus {at[0]}:{at[1]}: cannot listen: {exc.strerror}") from None
+    return _Metrics(server, counters)
 
 
 def _duration(text: str) -> float:

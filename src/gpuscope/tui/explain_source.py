@@ -109,6 +109,7 @@ class ExplainFindings:
         self._last_rowid = 0
         self._cols = [np.zeros(0, dtype=np.int64) for _ in range(_NCOLS)]
         self._lines: tuple[str, ...] = ()
+        self._counts: dict[tuple[str, str], int] = {}
         # The first evaluation comes every_s after the start: a trace's first
         # seconds have little to judge, and a short command then never loads the rules.
         self._last_run = time.monotonic()
@@ -214,7 +215,16 @@ class ExplainFindings:
         found.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
         with self._lock:
             self._lines = tuple(finding_line(f) for f in found[:MAX_LINES])
+            counts: dict[tuple[str, str], int] = {}
+            for f in found:
+                counts[f.kind, f.severity.name] = counts.get((f.kind, f.severity.name), 0) + 1
+            self._counts = counts
         return found
+
+    def finding_counts(self) -> dict[tuple[str, str], int]:
+        """The latest evaluation's findings by (kind, severity): the metrics exporter's gauge."""
+        with self._lock:
+            return dict(self._counts)
 
     def _read_new(self, conn: sqlite3.Connection, now_ns: int) -> None:
         with self._lock:

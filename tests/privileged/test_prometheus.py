@@ -1,0 +1,122 @@
+"""A real Prometheus server scrapes `gpuscope trace --prometheus` and sees the recording's exact counts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import StandinLibs, TraceRun
+
+CALLS = 400
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A Prometheus server scraping 127.0.0.1:<exporter port> every second; yields (its URL, the exporter port)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is installed by `make setup` (apt package prometheus)")
+    exporter, web = _free_port(), _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+            scrape_configs:
+              - job_name: gpuscope
+                static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{web}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{web}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/-/ready", timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError("prometheus did not start") from None
+                time.sleep(0.2)
+        yield url, exporter
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _query(url: str, promql: str) -> dict[str, float]:
+    """op -> value of an instant vector (the last scrape)."""
+    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.request.quote(promql)}", timeout=10) as r:
+        doc = json.load(r)
+    assert doc["status"] == "success", doc
+    return {s["metric"].get("op", ""): float(s["value"][1]) for s in doc["data"]["result"]}
+
+
+def test_prometheus_scrapes_the_recordings_exact_counts(
+    tmp_path: Path, standin: StandinLibs, prometheus: tuple[str, int]
+) -> None:
+    url, port = prometheus
+    script = tmp_path / "work.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import ctypes, time
+            lib = ctypes.CDLL({str(standin.cudart)!r})
+            ptr = ctypes.c_void_p()
+            for _ in range({CALLS}):
+                lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(256))
+                lib.cudaStreamSynchronize(None)
+            print("calls done", flush=True)
+            time.sleep(6)  # idle while Prometheus scrapes the final counts
+            """
+        )
+    )
+    db = tmp_path / "t.db"
+    tracer = subprocess.Popen(
+        [sys.executable, "-m", "gpuscope", "trace", "--no-tui", "--db", str(db), "--lib", str(standin.cudart),
+         "--prometheus", f"127.0.0.1:{port}", "--", sys.executable, str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert tracer.stdout is not None
+        assert tracer.stdout.readline().strip() == "calls done"
+        deadline = time.monotonic() + 20
+        while True:  # until a scrape after the last call is in
+            calls = _query(url, 'gpuscope_calls_total{job="gpuscope"}')
+            if calls.get("cudaMalloc") == CALLS or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        counts = _query(url, 'gpuscope_call_duration_seconds_count{job="gpuscope"}')
+        bucket_inf = _query(url, 'gpuscope_call_duration_seconds_bucket{job="gpuscope", le="+Inf"}')
+        agent_cpu = _query(url, "gpuscope_agent_cpu_seconds_total")
+    finally:
+        tracer.wait(timeout=60)
+    assert tracer.returncode == 0, tracer.stderr
+    recorded = {str(op): int(str(n)) for op, n in TraceRun(db, 0, "", "").query(
+        "SELECT op, count(*) FROM events WHERE source = 'cuda' GROUP BY op")}  # fmt: skip
+    assert recorded == {"cudaMalloc": CALLS, "cudaStreamSynchronize": CALLS}
+    assert {op: int(v) for op, v in calls.items()} == recorded
+    assert {op: int(v) for op, v in counts.items()} == recorded == {op: int(v) for op, v in bucket_inf.items()}
+    assert agent_cpu[""] > 0
