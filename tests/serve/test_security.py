@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.support import Server, contention_recording, dashboard, make_ca, make_client_cert
+from gpuscope.fleet.certs import init_fleet
+from tests.serve.support import Server, contention_recording, dashboard
 
 
 @pytest.fixture(scope="module")
@@ -153,12 +154,17 @@ def test_a_request_body_over_the_limit_is_refused(served: Server) -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    # the fleet's CA and client certificate, and another CA's client certificate (`gpuscope certs init` twice)
     folder = tmp_path_factory.mktemp("pki")
-    ca, _, ca_cert, ca_key = make_ca(folder, "fleet")
-    _, _, other_cert, other_key = make_ca(folder, "other")
-    good = make_client_cert(folder, "node-1", ca_cert, ca_key)
-    bad = make_client_cert(folder, "intruder", other_cert, other_key)
-    return {"ca": ca, "good_cert": good[0], "good_key": good[1], "bad_cert": bad[0], "bad_key": bad[1]}
+    ours = init_fleet(folder / "fleet", ["node-1"])
+    theirs = init_fleet(folder / "other", ["intruder"])
+    return {
+        "ca": ours.ca,
+        "good_cert": ours.client[0],
+        "good_key": ours.client[1],
+        "bad_cert": theirs.client[0],
+        "bad_key": theirs.client[1],
+    }
 
 
 def test_mutual_tls_demands_a_client_certificate_from_the_ca(tmp_path: Path, pki: dict[str, Path]) -> None:

@@ -14,22 +14,11 @@ from gpuscope.analysis.frame import Window
 from gpuscope.cli import main
 from gpuscope.commands import explain as explain_command
 from gpuscope.model.findings import Finding, Severity, Symptom
+from tests.terminal import Terminal, plain_environment  # noqa: F401 (an autouse fixture)
 from tests.unit.query.builder import build_db
 
 _COLOUR = re.compile(r"\x1b\[(?:[\d;]*;)?(?:3[0-7]|9[0-7]|38)(?:;[\d;]*)?m")
 _ANY_ESCAPE = "\x1b["
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-@pytest.fixture(autouse=True)
-def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TERM", "xterm-256color")
-    for name in ("NO_COLOR", "FORCE_COLOR", "COLORTERM", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _run(argv: list[str], monkeypatch: pytest.MonkeyPatch, out: io.StringIO) -> str:

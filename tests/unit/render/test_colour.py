@@ -8,25 +8,11 @@ import re
 import pytest
 
 from gpuscope.render.colour import SEVERITY_STYLES, is_terminal, write_styled
+from tests.terminal import Terminal, plain_environment  # noqa: F401 (an autouse fixture)
 
 REPORT = "2 finding(s): 1 CRITICAL, 1 LOW\n\n1. [CRITICAL] nccl-hang: stuck\n2. [LOW] cold-start: slow first call"
 # An SGR sequence that sets a foreground colour: 30-37, 90-97, or 38;5;N / 38;2;R;G;B.
 _COLOUR = re.compile(r"\x1b\[(?:[\d;]*;)?(?:3[0-7]|9[0-7]|38)(?:;[\d;]*)?m")
-
-
-class Terminal(io.StringIO):
-    """A stdout that says it is a terminal."""
-
-    def isatty(self) -> bool:
-        return True
-
-
-@pytest.fixture(autouse=True)
-def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a known terminal type, and none of the variables that turn colour off or on
-    monkeypatch.setenv("TERM", "xterm-256color")
-    for name in ("NO_COLOR", "FORCE_COLOR", "COLORTERM", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _strip(text: str) -> str:
