@@ -140,8 +140,9 @@ def _parquet(args: argparse.Namespace) -> int:
         return 0
     print(f"wrote {fmt_count(stats.rows)} events of {stats.sessions} session(s) in {len(stats.files)} file(s) "
           f"under {out} (node=…/date=…)", file=sys.stderr)  # fmt: skip
-    print(f"e.g. duckdb -c \"SELECT node, op, count(*) FROM read_parquet('{out}/**/*.parquet', "
-          "hive_partitioning = true) GROUP BY ALL\"", file=sys.stderr)  # fmt: skip
+    print(
+        "read it with DuckDB, Spark, Trino or ClickHouse (hive partitioning): `gpuscope docs export`", file=sys.stderr
+    )
     return 0
 
 
