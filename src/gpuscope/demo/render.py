@@ -71,7 +71,8 @@ def next_steps(db: str, session_ids: list[int], program: str = "gpuscope") -> st
     """
     lines = [
         f"data kept in {db} ({len(session_ids)} session(s)). Next:",
-        f"  {program} explain --db {db}            # the last scenario again (or --from/--to for another)",
+        f"  {program} explain --db {db}            # "
+        + ("the scenario again" if len(session_ids) == 1 else "all the scenarios at once (--from/--to for one)"),
         f'  {program} query --db {db} "{COUNT_BY_OP}"',
         f"  sudo {program} trace -- python train.py    # your own workload",
     ]
