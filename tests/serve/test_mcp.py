@@ -157,6 +157,7 @@ def test_malformed_calls_are_tool_errors_and_the_server_keeps_serving(
                 assert result.is_error
                 text = result.content[0].text  # type: ignore[union-attr]
                 assert reason in text and "Traceback" not in text
+                assert "\n" not in text  # one line, whatever produced it (our checks or the SDK's validation)
             # and it still answers
             assert data(await s.call_tool("trace_stats", {}))["ops"]
 

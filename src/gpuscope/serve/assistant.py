@@ -108,7 +108,9 @@ def query_description(db: Path) -> str:
 def build_server(db: Path) -> MCPServer:
     """The MCP server over the recording at ``db`` (read-only)."""
     api = Api(db)
-    server = MCPServer("gpuscope", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = MCPServer(
+        "gpuscope", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", middleware=[one_line_errors]
+    )
 
     @server.tool(description="Readiness of this machine for tracing: kernel, BTF, libbpf, BPF rights, CUDA libraries.")
     async def check() -> str:
@@ -231,6 +233,17 @@ def build_server(db: Path) -> MCPServer:
         return INVESTIGATE.format(focus=f"\n\nFocus: {focus}" if focus else "")
 
     return server
+
+
+async def one_line_errors(ctx: Any, call_next: Any) -> Any:
+    """A tool error's text on one line: the SDK's argument validation reports over several, with a link."""
+    result = await call_next(ctx)
+    if getattr(ctx, "method", None) == "tools/call" and isinstance(result, dict) and result.get("isError"):
+        for item in result.get("content", []):
+            if isinstance(item, dict) and item.get("type") == "text":
+                lines = [line.strip() for line in str(item.get("text", "")).splitlines() if line.strip()]
+                item["text"] = " ".join(line for line in lines if not line.startswith("For further information"))
+    return result
 
 
 def _params(**values: Any) -> dict[str, str]:
