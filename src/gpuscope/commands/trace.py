@@ -357,22 +357,17 @@ def _recording_failed(
 
 def _metrics_address(text: str) -> tuple[str, int]:
     """``--prometheus HOST:PORT``, loopback only: the exporter has no TLS or token of its own yet."""
-    import ipaddress
+    from gpuscope.platform.net import is_loopback, split_host_port
 
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port.isdigit():
+    address = split_host_port(text)
+    if address is None:
         raise UsageError(f"--prometheus {text}: expected HOST:PORT", remedy="e.g. --prometheus 127.0.0.1:9464")
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback(address[0]):
         raise UsageError(
             f"--prometheus {text}: metrics are served on loopback only (plain HTTP, no token)",
             remedy="bind 127.0.0.1 and let a local Prometheus agent or the OpenTelemetry Collector forward them",
         )
-    return host, int(port)
+    return address
 
 
 class _KernelCounters:

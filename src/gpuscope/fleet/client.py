@@ -8,7 +8,6 @@ set: callers print one warning per failed node and go on with the others.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import socket
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.errors import UsageError
+from gpuscope.platform.net import is_loopback, split_host_port
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
@@ -43,20 +43,16 @@ class Node:
 
     @property
     def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
     @classmethod
     def parse(cls, text: str) -> Node:
-        t = text.strip()
-        host, sep, port = t.rpartition(":")
-        if not sep or not port.isdigit() or not host:
-            raise UsageError(f"--nodes {t!r}: expected HOST:PORT", remedy="e.g. --nodes gpu-1:8080,gpu-2:8080")
-        return cls(host.strip("[]"), int(port))
+        address = split_host_port(text)
+        if address is None or not address[0]:
+            raise UsageError(
+                f"--nodes {text.strip()!r}: expected HOST:PORT", remedy="e.g. --nodes gpu-1:8080,gpu-2:8080"
+            )
+        return cls(*address)
 
 
 def parse_nodes(text: str | Sequence[str]) -> list[Node]:

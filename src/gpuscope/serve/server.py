@@ -7,7 +7,6 @@ user's), the same token rules and the same Guard in front of the app.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import secrets
 import socket
@@ -21,6 +20,7 @@ from typing import Any
 
 from gpuscope.config import expand_home
 from gpuscope.errors import UsageError
+from gpuscope.platform.net import is_loopback, split_host_port
 from gpuscope.serve.security import Guard, allowed_host_names
 
 DEFAULT_ADDR = "127.0.0.1:8080"
@@ -80,7 +80,7 @@ class Listener:
 def listen(args: argparse.Namespace) -> Listener:
     """Check the options, make or load the certificate, resolve the token and bind; raises UsageError."""
     host, port = _split_addr(args.addr)
-    if args.no_tls and not _is_loopback(host) and not args.insecure:
+    if args.no_tls and not is_loopback(host) and not args.insecure:
         raise UsageError(
             f"--no-tls on {host}: plain HTTP would send the token and the data in clear over the network",
             remedy="keep TLS (the default), bind 127.0.0.1, or add --insecure if the network is yours alone",
@@ -128,20 +128,10 @@ def print_start(what: str, listener: Listener, lines: list[str]) -> None:
 
 
 def _split_addr(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    address = split_host_port(text)
+    if address is None:
         raise UsageError(f"--addr {text}: expected HOST:PORT", remedy=f"e.g. {DEFAULT_ADDR} or [::1]:8443")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return address[0] or "0.0.0.0", address[1]
 
 
 def _token(args: argparse.Namespace) -> tuple[str, str]:
