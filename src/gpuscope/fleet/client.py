@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import ssl
-import stat
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.errors import UsageError
+from gpuscope.platform.files import require_private
 from gpuscope.platform.net import is_loopback, split_host_port
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -86,16 +86,6 @@ class FleetTls:
             except (OSError, ssl.SSLError) as exc:
                 raise UsageError(f"--client-cert/--client-key: cannot load: {exc}") from None
         return ctx
-
-
-def require_private(path: Path, flag: str) -> None:
-    """Refuse a private key that others can read (as ssh does)."""
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot read: {exc.strerror}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UsageError(f"{flag} {path}: readable by other users", remedy=f"chmod 600 {path}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,3 +206,13 @@ def _umask() -> int:
     mask = os.umask(0o022)  # kernels before 4.7 do not list it
     os.umask(mask)
     return mask
+
+
+def require_private(path: Path, flag: str) -> None:
+    """Refuse a secret (a private key, a token file) that other users can read, as ssh does; UsageError names ``flag``."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot read: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UsageError(f"{flag} {path}: readable by other users", remedy=f"chmod 600 {path}")

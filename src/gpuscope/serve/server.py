@@ -11,7 +11,6 @@ import os
 import secrets
 import socket
 import ssl
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from gpuscope.config import expand_home
 from gpuscope.errors import UsageError
+from gpuscope.platform.files import require_private
 from gpuscope.platform.net import is_loopback, split_host_port
 from gpuscope.serve.security import Guard, allowed_host_names
 
@@ -138,13 +138,11 @@ def _token(args: argparse.Namespace) -> tuple[str, str]:
     """The token and where it came from."""
     if args.token_file:
         path = Path(args.token_file)
+        require_private(path, "--token-file")
         try:
-            mode = path.stat().st_mode
             text = path.read_text().strip().splitlines()
         except OSError as exc:
             raise UsageError(f"--token-file {path}: cannot read: {exc.strerror}") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise UsageError(f"--token-file {path}: readable by others", remedy=f"chmod 600 {path}")
         if not text or len(text[0]) < 16:
             raise UsageError(f"--token-file {path}: the first line must hold a token of at least 16 characters")
         return text[0], "--token-file"
