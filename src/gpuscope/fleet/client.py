@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import ssl
 import statistics
 import time
@@ -177,20 +176,8 @@ class FleetClient:
                 conn.sock.settimeout(left)
             res = conn.getresponse()
             raw = _read_capped(res, self.max_bytes, deadline)
-        except ssl.SSLCertVerificationError as exc:
-            raise _NodeError(f"its certificate is not trusted ({exc.verify_message}; see --ca-cert)") from None
-        except ssl.SSLError as exc:
-            raise _NodeError(f"TLS failed ({exc.reason or exc}); a client certificate may be required") from None
-        except TimeoutError:
-            raise _NodeError(f"no answer within {self.timeout_s:g} s") from None
-        except ConnectionRefusedError:
-            raise _NodeError("connection refused (no gpuscope dashboard there?)") from None
-        except (RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-            # TLS 1.3: a server that refuses our certificate (or its absence) hangs up after the handshake.
-            hint = "; it may require a client certificate (--client-cert)" if self.ctx is not None else ""
-            raise _NodeError(f"closed the connection without answering{hint}") from None
         except (OSError, HTTPException) as exc:
-            raise _NodeError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            raise _NodeError(self._failure(exc)) from None
         finally:
             conn.close()
         try:
@@ -202,6 +189,22 @@ class FleetClient:
             raise _NodeError(f"HTTP {res.status}: {err.get('message') or err.get('code') or res.reason}")
         return doc
 
+    def _failure(self, exc: BaseException) -> str:
+        """A network or TLS failure talking to a node, as the one line the user sees."""
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return f"its certificate is not trusted ({exc.verify_message}; see --ca-cert)"
+        if isinstance(exc, ssl.SSLError):
+            return f"TLS failed ({exc.reason or exc}); a client certificate may be required"
+        if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
+            return f"no answer within {self.timeout_s:g} s"
+        if isinstance(exc, ConnectionRefusedError):
+            return "connection refused (no gpuscope dashboard there?)"
+        if isinstance(exc, (RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+            # TLS 1.3: a server that refuses our certificate (or its absence) hangs up after the handshake.
+            hint = "; it may require a client certificate (--client-cert)" if self.ctx is not None else ""
+            return f"closed the connection without answering{hint}"
+        return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
     def _clock(self, node: Node, samples: int) -> NodeResult:
         t_start = time.monotonic()
         offsets, rtts = [], []
@@ -211,7 +214,7 @@ class FleetClient:
                 conn.connect()  # the handshake is not part of the round trip being timed
             except OSError as exc:
                 conn.close()
-                return NodeResult(node, error=_connect_error(exc, self.timeout_s), elapsed_s=time.monotonic() - t_start)
+                return NodeResult(node, error=self._failure(exc), elapsed_s=time.monotonic() - t_start)
             t1 = time.time_ns()
             try:
                 doc = self._exchange(
@@ -239,18 +242,6 @@ class FleetClient:
 
 class _NodeError(Exception):
     """One node's failure, as the one line the user sees."""
-
-
-def _connect_error(exc: OSError, timeout_s: float) -> str:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"its certificate is not trusted ({exc.verify_message}; see --ca-cert)"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS failed ({exc.reason or exc}); a client certificate may be required"
-    if isinstance(exc, (TimeoutError, socket.timeout)):
-        return f"no answer within {timeout_s:g} s"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (no gpuscope dashboard there?)"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _read_capped(res: Any, cap: int, deadline: float) -> bytes:
