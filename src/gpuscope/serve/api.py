@@ -29,6 +29,7 @@ from gpuscope.query.filters import EventFilter
 from gpuscope.recording.open import open_recording
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
+from gpuscope.store.connect import file_signature
 
 MAX_ROWS = 10_000  # rows in one answer (query, events): the page stays small, the server responsive
 DEFAULT_ROWS = 1_000
@@ -90,19 +91,7 @@ class Api:
         except ValueError as exc:
             raise UsageError(f"min_severity: {exc}") from None
         opts = ExplainOptions(since_ns=_since(params), pids=(pid,) if pid is not None else (), min_severity=min_sev)
-        return self._reports.get(opts, self._signature(), lambda: explain_db(self.db, opts))
-
-    def _signature(self) -> tuple[tuple[int, int], ...]:
-        """What changes when the recording does: size and modification time of the file and its WAL."""
-        out = []
-        for path in (self.db, self.db.with_name(self.db.name + "-wal")):
-            try:
-                st = path.stat()
-            except OSError:
-                st = None
-            # An empty WAL is the same as none: the first reader creates one without changing any data.
-            out.append((st.st_size, st.st_mtime_ns) if st is not None and st.st_size > 0 else (0, 0))
-        return tuple(out)
+        return self._reports.get(opts, file_signature(self.db), lambda: explain_db(self.db, opts))
 
     def read(self, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``read(conn, *args, **kwargs)`` on a read-only connection of its own."""

@@ -270,7 +270,7 @@ def verify_reader(conn: sqlite3.Connection, path: Path, mode: ReadMode) -> None:
             f"{path}: not a gpuscope database (no event_log table)",
             remedy="pass a database written by `gpuscope trace`",
         )
-    signature = _file_signature(database_path(conn))
+    signature = file_signature(database_path(conn))
     if signature is not None and signature in _VERIFIED:
         return  # these very bytes passed the check in this process (a server opens its recording per request)
     if mode is ReadMode.LIVE:
@@ -293,7 +293,10 @@ _VERIFIED: set[tuple[object, ...]] = set()
 _VERIFIED_LOCK = threading.Lock()
 
 
-def _file_signature(path: str) -> tuple[object, ...] | None:
+def file_signature(path: str | os.PathLike[str]) -> tuple[object, ...] | None:
+    """What changes when a recording's bytes do: its identity, size and time, and its WAL's (an empty WAL counts as
+    none: the first reader creates one without changing any data). None when the file cannot be stat'ed."""
+    path = os.fspath(path)
     try:
         st = os.stat(path)
     except OSError:
