@@ -22,10 +22,9 @@ from gpuscope._version import __version__
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
-from gpuscope.model.times import TimePoint
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 from gpuscope.query.engine import open_reader
-from gpuscope.query.filters import EventFilter
+from gpuscope.query.filters import EventFilter, parse_time
 from gpuscope.recording.open import open_recording
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
@@ -177,10 +176,7 @@ class Api:
         for name in ("from", "to"):
             bounds[name] = None
             if params.get(name):
-                try:
-                    point = TimePoint.parse(params[name], name)
-                except ValueError as exc:
-                    raise UsageError(str(exc)) from None
+                point = parse_time(params[name], name)
                 if point.wall_ns is None:
                     raise UsageError(f"{name}: give an absolute time here (ISO 8601 or @UNIX_SECONDS)")
                 bounds[name] = point.wall_ns
@@ -211,11 +207,7 @@ class Api:
         start, end = (hi - since if since is not None else lo), hi
         for name in ("from", "to"):
             if params.get(name):
-                try:
-                    point = TimePoint.parse(params[name], name)
-                except ValueError as exc:
-                    raise UsageError(str(exc)) from None
-                at = point.resolve(lo, hi)
+                at = parse_time(params[name], name).resolve(lo, hi)
                 start, end = (max(lo, at), end) if name == "from" else (start, min(hi, at))
         end = max(end, start + 1)
         width = max(1, -(-(end - start) // buckets))
