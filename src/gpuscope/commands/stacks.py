@@ -68,25 +68,23 @@ def run(args: argparse.Namespace) -> int:
 
 def _fleet(args: argparse.Namespace, min_ns: int | None) -> int:
     """Each node's top stacks, tagged with the node."""
-    from gpuscope.fleet.gather import AllNodesFailedError
+    from gpuscope.fleet.gather import gather_stacks
 
     params = {"op": args.op, "pid": args.pid, "limit": min(max(args.limit, 1), 100), "min_duration_ns": min_ns}
-    results = fleet_client(args).get("/api/v1/stacks?" + urlencode({k: v for k, v in params.items() if v is not None}))
-    failed = [f"node {r.node.address}: {r.error}" for r in results if not r.ok]
-    if len(failed) == len(results):
-        raise AllNodesFailedError("every node failed: " + "; ".join(f.removeprefix("node ") for f in failed))
-    warn(failed)
-    found = [(r.node.address, s) for r in results if r.ok for s in r.data["stacks"]]
+    got = gather_stacks(
+        fleet_client(args).get("/api/v1/stacks?" + urlencode({k: v for k, v in params.items() if v is not None}))
+    )
+    warn(got.warnings)
     fmt = chosen_format(args.output)
     if fmt is OutputFormat.TABLE:
-        for node, s in found:
+        for s in got.stacks:
             marker = f"  [{s['marker']}]" if s.get("marker") else ""
-            print(f"{node}: {s['calls']} calls ({s['share']:.0%}) of {s['op']}, "
+            print(f"{s['node']}: {s['calls']} calls ({s['share']:.0%}) of {s['op']}, "
                   f"{s['total_duration_ns'] / 1e6:.3f} ms total{marker}")  # fmt: skip
             for frame in s["frames"]:
                 print(f"    {frame}")
             print()
         return 0
     cols = ["node", "op", "calls", "share", "total_duration_ns", "call_site", "frames", "marker"]
-    write_rows(cols, ([node, *(s.get(c) for c in cols[1:])] for node, s in found), fmt, sys.stdout)
+    write_rows(cols, ([s.get(c) for c in cols] for s in got.stacks), fmt, sys.stdout)
     return 0

@@ -25,6 +25,7 @@ class Gathered:
     columns: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
+    stacks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
 
@@ -64,4 +65,11 @@ def gather_findings(results: list[NodeResult]) -> Gathered:
                 tagged.append((SEVERITY_ORDER.get(str(f.get("severity")), 9), rank, r.node.address, f))
     tagged.sort(key=lambda t: (t[0], t[1], t[2]))
     out.findings = [{"node": node, **f} for _, _, node, f in tagged]
+    return out
+
+
+def gather_stacks(results: list[NodeResult]) -> Gathered:
+    """Every node's top stacks, in the nodes' order, each tagged with its node."""
+    out = Gathered(warnings=_check(results))
+    out.stacks = [{"node": r.node.address, **s} for r in results if r.ok for s in r.data.get("stacks", [])]
     return out
