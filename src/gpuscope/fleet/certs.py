@@ -29,14 +29,16 @@ class Issued:
     client: tuple[Path, Path]
 
 
-def _name(text: str) -> Any:
+def subject(text: str) -> Any:
+    """An X.509 name with just a common name."""
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
 
 
-def _san(names: list[str]) -> Any:
+def san(names: list[str]) -> Any:
+    """A subjectAltName extension: IP addresses as such, anything else as a DNS name (duplicates dropped)."""
     from cryptography import x509
 
     out: list[Any] = []
@@ -48,10 +50,17 @@ def _san(names: list[str]) -> Any:
     return x509.SubjectAlternativeName(out)
 
 
-def _write_key(path: Path, key: Any) -> None:
+def write_private_key(path: Path, key: Any, *, replace: bool = False) -> None:
+    """Write ``key`` (PEM, PKCS8) to a file created mode 0600 before a byte is in it.
+
+    With ``replace``, an existing file is removed first rather than truncated:
+    truncating would keep its old mode, which may let others read the new key.
+    """
     from cryptography.hazmat.primitives import serialization
 
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    if replace:
+        path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
@@ -67,7 +76,7 @@ def _leaf(ca_cert: Any, ca_key: Any, common: str, sans: list[str] | None, client
     now = dt.datetime.now(dt.timezone.utc)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common))
+        .subject_name(subject(common))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -81,7 +90,7 @@ def _leaf(ca_cert: Any, ca_key: Any, common: str, sans: list[str] | None, client
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if sans:
-        builder = builder.add_extension(_san(sans), critical=False)
+        builder = builder.add_extension(san(sans), critical=False)
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
@@ -101,8 +110,8 @@ def init_fleet(folder: Path, nodes: list[str], extra_names: list[str] = ()) -> I
     now = dt.datetime.now(dt.timezone.utc)
     ca = (
         x509.CertificateBuilder()
-        .subject_name(_name("gpuscope fleet CA"))
-        .issuer_name(_name("gpuscope fleet CA"))
+        .subject_name(subject("gpuscope fleet CA"))
+        .issuer_name(subject("gpuscope fleet CA"))
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
@@ -112,17 +121,17 @@ def init_fleet(folder: Path, nodes: list[str], extra_names: list[str] = ()) -> I
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    _write_key(folder / "ca.key", ca_key)
+    write_private_key(folder / "ca.key", ca_key)
     ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     servers = {}
     for node in nodes:
         cert, key = _leaf(ca, ca_key, node, [node, *extra_names], client=False)
         where = folder / node
         where.mkdir(exist_ok=True, mode=0o700)
-        _write_key(where / "server.key", key)
+        write_private_key(where / "server.key", key)
         (where / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         servers[node] = (where / "server.pem", where / "server.key")
     cert, key = _leaf(ca, ca_key, "gpuscope client", None, client=True)
-    _write_key(folder / "client.key", key)
+    write_private_key(folder / "client.key", key)
     (folder / "client.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return Issued(ca_path, servers, (folder / "client.pem", folder / "client.key"))

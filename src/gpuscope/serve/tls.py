@@ -9,14 +9,13 @@ client can pin it.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
-import os
 import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscope.errors import UsageError
+from gpuscope.fleet.certs import san, subject, write_private_key
 
 CERT_NAME = "dashboard-cert.pem"
 KEY_NAME = "dashboard-key.pem"
@@ -50,16 +49,9 @@ def self_signed(folder: Path, hosts: list[str]) -> ServerCert:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
 
     private = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"gpuscope dashboard ({socket.gethostname()})")])
-    sans: list[x509.GeneralName] = []
-    for h in dict.fromkeys(hosts):
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            sans.append(x509.DNSName(h))
+    name = subject(f"gpuscope dashboard ({socket.gethostname()})")
     now = dt.datetime.now(dt.timezone.utc)
     certificate = (
         x509.CertificateBuilder()
@@ -69,19 +61,13 @@ def self_signed(folder: Path, hosts: list[str]) -> ServerCert:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=VALID_DAYS))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(san(hosts), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(private, hashes.SHA256())
     )
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key_pem = private.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    # The key is created 0600 before a byte is written: never readable by others, even for a moment.
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key_pem)
+    write_private_key(key, private, replace=True)  # a damaged pair is made again
     cert_pem = certificate.public_bytes(serialization.Encoding.PEM)
     cert.write_bytes(cert_pem)
     return ServerCert(cert, key, fingerprint(cert_pem), generated=True)
