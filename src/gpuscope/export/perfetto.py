@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from gpuscope.export.base import ExportOptions, ExportStats
 from gpuscope.export.flows import CAUSE_LINKS, MAX_LINKS_PER_FINDING, Span, flow_points, link_causes, symptom_pid
+from gpuscope.model.ops import Op
 from gpuscope.query.engine import GuardedReader
 from gpuscope.query.findings import FindingMarker, explain_markers, stored_markers
 from gpuscope.store.connect import database_path
@@ -49,7 +50,7 @@ class AggregateCounter:
 # (name, process), never a slice (a 1 s slice on a thread track overlaps the
 # thread's calls partially, and Perfetto drops improperly nested slices).
 AGGREGATE_COUNTERS: dict[str, tuple[AggregateCounter, ...]] = {
-    "mm_page_alloc": (
+    Op.mm_page_alloc.name: (
         AggregateCounter("page allocations/s", "arg0"),
         AggregateCounter("page-allocation bytes/s", "bytes"),
     ),

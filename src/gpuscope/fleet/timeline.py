@@ -17,9 +17,10 @@ from typing import Any, TextIO
 from urllib.parse import urlencode
 
 from gpuscope.fleet.client import FleetClient, NodeResult
+from gpuscope.model.ops import AGGREGATED_OPS
 
 PAGE = 10_000
-AGGREGATED_OPS = frozenset({"mm_page_alloc"})  # counts over an interval, not calls: no slices
+_AGGREGATED = frozenset(op.name for op in AGGREGATED_OPS)  # counts over an interval, not calls: no slices
 FINE_ORDER_NS = 1_000_000  # below this uncertainty, events of different nodes can be ordered to the ms
 
 
@@ -81,7 +82,7 @@ def export_fleet_timeline(
                 if max_events_per_node is not None and written >= max_events_per_node:
                     stats.events_cut[clock.node.address] = stats.events_cut.get(clock.node.address, 0) + 1
                     continue
-                if e["op"] in AGGREGATED_OPS:
+                if e["op"] in _AGGREGATED:
                     continue
                 at = int(e["wall_ns"]) - offset  # this node's time, on the client's clock
                 key = (int(e["pid"]), int(e["tid"]))

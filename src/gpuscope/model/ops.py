@@ -210,6 +210,10 @@ _KINDS: dict[Op, tuple[OpKind, str]] = {
     Op.oom_kill: (OpKind.LIFECYCLE, "OOM kill: handle = victim pid, bytes = victim rss"),
 }
 
+# Rows that count events over an interval (their duration is the interval), not calls: timelines draw them
+# as counters, never as slices.
+AGGREGATED_OPS = frozenset({Op.mm_page_alloc})
+
 OPS: dict[Op, OpInfo] = {op: OpInfo(op, op.source, kind, desc) for op, (kind, desc) in _KINDS.items()}
 
 # Suffixes the CUDA libraries append to versioned or per-thread-stream entry

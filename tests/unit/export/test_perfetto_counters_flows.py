@@ -225,3 +225,10 @@ def test_every_linked_kind_is_a_rule_of_the_explain_engine(kind: str) -> None:
     from gpuscope.analysis.rules import RULES
 
     assert kind in {r.id for r in RULES}
+
+
+def test_every_aggregated_op_has_counter_tracks_and_nothing_else_does() -> None:
+    from gpuscope.export.perfetto import AGGREGATE_COUNTERS
+    from gpuscope.model.ops import AGGREGATED_OPS
+
+    assert set(AGGREGATE_COUNTERS) == {op.name for op in AGGREGATED_OPS}
