@@ -17,7 +17,6 @@ note on stderr, so its data output stays machine-readable.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import sqlite3
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from typing import Any
 
 from gpuscope.analysis.frame import BUCKET_NS, Window
 from gpuscope.model.drops import DROP_SOURCES, drop_advice
+from gpuscope.model.times import iso_utc
 from gpuscope.store.aggregates_read import DropRow, drop_rows
 from gpuscope.store.events_read import event_span
 from gpuscope.store.liveness import recording_holders
@@ -46,10 +46,7 @@ _SOURCE_ORDER = (*EVENT_SOURCES, "stack", "exec")
 
 def iso_wall(wall_ns: int | None) -> str | None:
     """A Unix time in ns as ISO 8601 UTC to the millisecond (truncated, so "complete up to" never overstates)."""
-    if wall_ns is None:
-        return None
-    t = dt.datetime.fromtimestamp(wall_ns // 1_000_000_000, tz=dt.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{wall_ns // 1_000_000 % 1000:03d}Z"
+    return None if wall_ns is None else iso_utc(wall_ns, 3)
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,3 +77,9 @@ class TimePoint:
         since_epoch = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
         seconds = since_epoch.days * 86_400 + since_epoch.seconds
         return cls(wall_ns=seconds * 1_000_000_000 + since_epoch.microseconds * 1_000)
+
+
+def iso_utc(wall_ns: int, digits: int = 3) -> str:
+    """A Unix time in ns as ISO 8601 UTC with ``digits`` decimals of a second, truncated (never later than it was)."""
+    at = dt.datetime.fromtimestamp(wall_ns // 1_000_000_000, tz=dt.timezone.utc)
+    return at.strftime("%Y-%m-%dT%H:%M:%S") + f".{wall_ns % 1_000_000_000 // 10 ** (9 - digits):0{digits}d}Z"

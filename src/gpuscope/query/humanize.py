@@ -15,13 +15,13 @@ Only the table is made readable; JSON and CSV keep the stored values.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import re
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuscope.model.times import iso_utc
 from gpuscope.model.units import fmt_ns
 from gpuscope.query.output import cell_text
 from gpuscope.store.sessions_read import session_wall_offsets
@@ -92,12 +92,6 @@ def column_kind(name: str) -> ColumnKind:
     return ColumnKind.NUMBER
 
 
-def iso_utc(wall_ns: int) -> str:
-    """A Unix time in ns as ISO 8601 UTC to the microsecond (what ``--from``/``--to`` read back)."""
-    at = dt.datetime.fromtimestamp(wall_ns // 1_000_000_000, tz=dt.timezone.utc)
-    return at.strftime("%Y-%m-%dT%H:%M:%S") + f".{wall_ns // 1_000 % 1_000_000:06d}Z"
-
-
 def duration_text(ns: float) -> str:
     """A duration with its unit; negative ones (clock offsets) keep their sign."""
     return "-" + fmt_ns(-ns) if ns < 0 else fmt_ns(ns)
@@ -147,7 +141,8 @@ class ReadableCells:
                 self.unconverted.add(self.columns[i])
                 return _number_text(value)
             wall += offset
-        return iso_utc(wall) if _WALL_MIN_NS <= wall < _WALL_MAX_NS else _number_text(value)
+        # to the microsecond: what ``--from``/``--to`` read back
+        return iso_utc(wall, 6) if _WALL_MIN_NS <= wall < _WALL_MAX_NS else _number_text(value)
 
     def _offset(self, row: Sequence[Any]) -> int | None:
         if self._session_col is not None:

@@ -86,3 +86,12 @@ def test_points_resolve_against_the_recording_start_and_end() -> None:
 def test_values_past_64_bit_nanoseconds_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         TimePoint.parse(text)
+
+
+def test_iso_utc_truncates_to_the_digits_asked_for() -> None:
+    from gpuscope.model.times import iso_utc
+
+    at = 1_767_323_045 * S + 123_456_789
+    assert iso_utc(at) == "2026-01-02T03:04:05.123Z"
+    assert iso_utc(at, 6) == "2026-01-02T03:04:05.123456Z"
+    assert iso_utc(at, 9) == "2026-01-02T03:04:05.123456789Z"

@@ -8,8 +8,9 @@ import sqlite3
 
 import pytest
 
+from gpuscope.model.times import iso_utc
 from gpuscope.model.units import fmt_ns
-from gpuscope.query.humanize import ColumnKind, ReadableCells, column_kind, duration_text, iso_utc, readable_cells
+from gpuscope.query.humanize import ColumnKind, ReadableCells, column_kind, duration_text, readable_cells
 from gpuscope.query.output import OutputFormat, write_rows
 
 WALL = 1_767_337_132_123_456_789  # 2026-01-02T06:58:52.123456789Z
@@ -53,7 +54,7 @@ def test_a_columns_meaning_is_read_from_its_name(name: str, kind: ColumnKind) ->
 
 
 def test_a_unix_time_is_iso_8601_utc_to_the_microsecond() -> None:
-    assert iso_utc(WALL) == "2026-01-02T06:58:52.123456Z"
+    assert iso_utc(WALL, 6) == "2026-01-02T06:58:52.123456Z"
 
 
 def test_a_duration_gets_its_unit_and_keeps_its_sign() -> None:
