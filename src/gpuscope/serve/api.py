@@ -9,7 +9,6 @@ other read on a read-only connection.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import threading
 import time
@@ -26,6 +25,7 @@ from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 from gpuscope.query.engine import open_reader
 from gpuscope.query.filters import EventFilter, parse_time
 from gpuscope.recording.open import open_recording
+from gpuscope.serve.untrusted import json_scalar
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
 from gpuscope.store.connect import file_signature
@@ -278,7 +278,7 @@ class Api:
                 for row in result.rows:
                     if len(rows) == limit:
                         return {"columns": result.columns, "rows": rows, "truncated": True}
-                    rows.append([_json_value(v) for v in row])
+                    rows.append([json_scalar(v) for v in row])
             finally:
                 result.close()
         return {"columns": result.columns, "rows": rows, "truncated": False}
@@ -322,15 +322,6 @@ def _counts(severities: Any) -> dict[str, int]:
     for s in severities:
         out[s] = out.get(s, 0) + 1
     return out
-
-
-def _json_value(v: Any) -> Any:
-    """A cell as JSON can carry it: blobs as hex, the non-finite floats SQLite can make (1e999) as text."""
-    if isinstance(v, bytes):
-        return v.hex()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # "inf", "-inf", "nan": JSON has no such numbers
-    return v
 
 
 SINCE = "only the last DURATION of the recording (e.g. 30s, 5m, 1m30s)"

@@ -38,10 +38,15 @@ def clean(value: Any, cap: int = MAX_STRING) -> Any:
         return {str(clean(k, cap)): clean(v, cap) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v, cap) for v in value]
+    return json_scalar(value)
+
+
+def json_scalar(value: Any) -> Any:
+    """A value as JSON can carry it: blobs as hex, the non-finite floats SQLite can make (1e999) as text."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no inf or nan
+        return str(value)  # "inf", "-inf", "nan": JSON has no such numbers
     return value
 
 
