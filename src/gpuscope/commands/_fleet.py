@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuscope.config import fleet_files, fleet_nodes
-
 if TYPE_CHECKING:
     from gpuscope.fleet.client import FleetClient
 
@@ -38,21 +36,17 @@ def wants_fleet(args: argparse.Namespace) -> bool:
 def fleet_client(args: argparse.Namespace) -> FleetClient:
     """The client for ``--nodes`` (or the config's fleet); raises UsageError for bad addresses or TLS files."""
     from gpuscope.commands._options import duration_s
-    from gpuscope.errors import UsageError
-    from gpuscope.fleet.client import FleetClient, FleetTls, parse_nodes
+    from gpuscope.fleet.client import configured_client
 
-    text = args.nodes or fleet_nodes()
-    if not text:
-        raise UsageError("--fleet: no [fleet] nodes in the config file", remedy='add nodes = ["gpu-1:8080", …]')
-    files = fleet_files()  # the config's, where a flag does not say otherwise
-    tls = FleetTls(
-        ca_cert=Path(args.ca_cert) if args.ca_cert else files.get("ca_cert"),
-        client_cert=Path(args.client_cert) if args.client_cert else files.get("client_cert"),
-        client_key=Path(args.client_key) if args.client_key else files.get("client_key"),
-        plain_http=args.insecure_http,
-    )
     timeout = duration_s("--timeout", args.timeout, examples="5s, 500ms")
-    return FleetClient(parse_nodes(text), tls, timeout_s=timeout if timeout > 0 else 3600.0)
+    return configured_client(
+        args.nodes,
+        ca_cert=Path(args.ca_cert) if args.ca_cert else None,
+        client_cert=Path(args.client_cert) if args.client_cert else None,
+        client_key=Path(args.client_key) if args.client_key else None,
+        plain_http=args.insecure_http,
+        timeout_s=timeout if timeout > 0 else 3600.0,
+    )
 
 
 def warn(lines: list[str]) -> None:

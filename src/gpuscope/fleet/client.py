@@ -20,6 +20,7 @@ from http.client import HTTPConnection, HTTPException, HTTPSConnection, RemoteDi
 from pathlib import Path
 from typing import Any
 
+from gpuscope.config import fleet_files, fleet_nodes
 from gpuscope.errors import UsageError
 from gpuscope.platform.files import require_private
 from gpuscope.platform.net import is_loopback, split_host_port
@@ -258,3 +259,31 @@ def _read_capped(res: Any, cap: int, deadline: float) -> bytes:
         total += len(chunk)
         if total > cap:
             raise _NodeError(f"answered more than {cap:,} bytes (the response cap)")
+
+
+def configured_client(
+    nodes: str | None = None,
+    *,
+    ca_cert: Path | None = None,
+    client_cert: Path | None = None,
+    client_key: Path | None = None,
+    plain_http: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> FleetClient:
+    """A client for ``nodes``, else the config file's ``[fleet]`` nodes; each TLS file given wins over the config's.
+
+    Raises UsageError when no node is named anywhere, or for bad addresses or TLS files.
+    """
+    text = nodes or ",".join(fleet_nodes())
+    if not text:
+        raise UsageError(
+            "no fleet: no --nodes, and no [fleet] nodes in the config file", remedy='add nodes = ["gpu-1:8080", …]'
+        )
+    files = fleet_files()
+    tls = FleetTls(
+        ca_cert=ca_cert or files.get("ca_cert"),
+        client_cert=client_cert or files.get("client_cert"),
+        client_key=client_key or files.get("client_key"),
+        plain_http=plain_http,
+    )
+    return FleetClient(parse_nodes(text), tls, timeout_s=timeout_s)

@@ -251,13 +251,10 @@ def _params(**values: Any) -> dict[str, str]:
 
 
 def _query_fleet(sql: str, limit: int) -> Any:
-    from gpuscope.config import fleet_files, fleet_nodes
-    from gpuscope.fleet.client import FleetClient, FleetTls, parse_nodes
+    from gpuscope.fleet.client import configured_client
     from gpuscope.fleet.gather import AllNodesFailedError, gather_rows
 
-    files = fleet_files()
-    tls = FleetTls(files.get("ca_cert"), files.get("client_cert"), files.get("client_key"))
-    client = FleetClient(parse_nodes(fleet_nodes()), tls, timeout_s=6.0)
+    client = configured_client(timeout_s=6.0)
     try:
         return gather_rows(client.post("/api/v1/query", {"sql": sql, "limit": limit}))
     except AllNodesFailedError as exc:
