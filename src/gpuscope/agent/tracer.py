@@ -103,6 +103,11 @@ class Tracer:
         self.load_ring: VarReader | None = None
         # attach_library runs on the main thread and on the late-load watcher.
         self._attach_lock = threading.Lock()
+        # counters() may be called from other threads (the metrics exporter): after close() the maps are
+        # freed, and it answers with the last values read instead of touching them.
+        self._counters_lock = threading.Lock()
+        self._last_counters: dict[str, int] = {}
+        self._host_closed = False
         self._page_gen = 0
         try:
             self._load()
@@ -339,11 +344,18 @@ class Tracer:
         return out
 
     def counters(self) -> dict[str, int]:
-        """Kernel-side counters: submitted records and drops by source."""
-        vals = read_percpu_u64(self._host.lib, self._host.map_fd("stats"), STAT_SLOTS)
-        out = {s.name.lower(): vals[int(s)] for s in Stat}
-        out["dropped"] = sum(vals[int(s)] for s in DROP_STATS)
-        return out
+        """Kernel-side counters: submitted records and drops by source (after close(), the last ones read).
+
+        Safe from any thread: close() waits for a read in progress.
+        """
+        with self._counters_lock:
+            if self._host_closed:
+                return dict(self._last_counters)
+            vals = read_percpu_u64(self._host.lib, self._host.map_fd("stats"), STAT_SLOTS)
+            out = {s.name.lower(): vals[int(s)] for s in Stat}
+            out["dropped"] = sum(vals[int(s)] for s in DROP_STATS)
+            self._last_counters = out
+            return dict(out)
 
     def detach(self) -> None:
         """Remove every probe; the ring keeps what was already submitted."""
@@ -387,7 +399,9 @@ class Tracer:
         if self._cuda is not None:
             self._cuda.close()
             self._cuda = None
-        self._host.close()
+        with self._counters_lock:
+            self._host_closed = True
+            self._host.close()
         self.attached.clear()
 
 

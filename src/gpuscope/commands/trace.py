@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
@@ -212,7 +211,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         raise
     proc: subprocess.Popen[bytes] | None = None
     explain: ExplainFindings | None = None
-    metrics: _Metrics | None = None
+    metrics: Any = None
     try:
         for pid in args.pid:
             session.add_target(pid)
@@ -248,13 +247,9 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             with live:
                 session.run(should_stop, live.on_tick)
             if session.failure is not None:
-                if metrics is not None:
-                    metrics.counters.close()  # the failure path frees the tracer's maps too
                 _recording_failed(session, proc, command, stop, explain)
         exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
     except BaseException as exc:
-        if metrics is not None:
-            metrics.counters.close()
         _finish(session, explain)
         if proc is not None and proc.poll() is None and not isinstance(exc, KeyboardInterrupt):
             # The tracer failed, not the workload: it is left to run (detached
@@ -262,11 +257,9 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             print(f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced", file=sys.stderr)
         raise
     elapsed = time.monotonic() - session._t0
-    if metrics is not None:
-        metrics.counters.close()  # before the tracer's maps are freed
     counters = _finish(session, explain)
     if metrics is not None:
-        metrics.server.shutdown()  # after the last events were counted: a final scrape sees the full run
+        metrics.shutdown()  # after the last events were counted: a final scrape sees the full run
     live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
     # Stdout belongs to the traced command (and to the JSON stream): the summary is for the person, on stderr.
     lines = [
@@ -370,48 +363,16 @@ def _metrics_address(text: str) -> tuple[str, int]:
     return address
 
 
-class _KernelCounters:
-    """The tracer's kernel counters for the exporter's thread, until the tracer closes; its last values after.
-
-    The BPF maps are freed when the session finishes: a scrape reading them
-    then would touch freed memory. ``close()`` waits for a read in progress.
-    """
-
-    def __init__(self, session: TraceSession) -> None:
-        self._session = session
-        self._lock = threading.Lock()
-        self._last: dict[str, int] = {}
-        self._closed = False
-
-    def __call__(self) -> dict[str, int]:
-        with self._lock:
-            if not self._closed:
-                self._last = self._session.tracer.counters()
-            return dict(self._last)
-
-    def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._last = self._session.tracer.counters()
-                self._closed = True
-
-
-@dataclass
-class _Metrics:
-    server: Any
-    counters: _KernelCounters
-
-
-def _serve_metrics(session: TraceSession, explain: ExplainFindings, at: tuple[str, int]) -> _Metrics:
+def _serve_metrics(session: TraceSession, explain: ExplainFindings, at: tuple[str, int]) -> Any:
+    """Start the exporter; returns its server (shut down after the session finishes: a last scrape sees it all)."""
     from gpuscope.serve.metrics import TraceCollector, serve_metrics
 
-    counters = _KernelCounters(session)
-    collector = TraceCollector(session.node, session.stats.copy, counters, explain.finding_counts)
+    collector = TraceCollector(session.node, session.stats.copy, session.tracer.counters, explain.finding_counts)
     try:
         server, _ = serve_metrics(collector, *at)
     except OSError as exc:
         raise UsageError(f"--prometheus {at[0]}:{at[1]}: cannot listen: {exc.strerror}") from None
-    return _Metrics(server, counters)
+    return server
 
 
 def _duration(text: str) -> float:
