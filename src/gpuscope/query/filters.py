@@ -21,11 +21,6 @@ from gpuscope.model.times import TIME_FORMS, TimePoint
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 
 
-def parse_offset_ns(text: str) -> int:
-    """Read a duration (``90s``, ``1m30s``, ``250ms``, ``1.5`` seconds) as nanoseconds; ValueError otherwise."""
-    return parse_duration_ns(text)
-
-
 def parse_time(text: str, flag: str) -> TimePoint:
     """Read a ``--from``/``--to`` time (every form of ``TIME_FORMS``); raises UsageError naming ``flag``."""
     try:
@@ -66,7 +61,7 @@ class EventFilter:
         since_ns = None
         if since is not None:
             try:
-                since_ns = parse_offset_ns(since)
+                since_ns = parse_duration_ns(since)
             except ValueError:
                 raise UsageError(f"--since {since}: not a duration", remedy=f"give {DURATION_FORMS}") from None
         return cls(
