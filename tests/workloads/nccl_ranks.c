@@ -4,7 +4,8 @@
  * next/previous rank, and every 10th step an ncclBroadcast from rank 0.
  * SLOW_RANK=r makes rank r do ~2 ms of extra host work before each collective
  * (a straggler). HANG_RANK=r makes rank r's last allreduce never return
- * (for HANG_SECONDS, default 30). Prints "pid N rank R" first. */
+ * (for HANG_SECONDS, default 30). STEP_WORK_US=n makes every rank do n µs of host
+ * work (CPU time: a rank kept off its CPU takes longer) before each allreduce. Prints "pid N rank R" first. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -34,14 +35,16 @@ static void nccl_set_latency(const char *name, long ns, int sleep_mode)
 		set(name, ns, sleep_mode);
 }
 
-static void spin_ns(long ns)
+static void spin_on(clockid_t clock, long ns)
 {
 	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
+	clock_gettime(clock, &a);
 	do
-		clock_gettime(CLOCK_MONOTONIC, &b);
+		clock_gettime(clock, &b);
 	while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < ns);
 }
+
+static void spin_ns(long ns) { spin_on(CLOCK_MONOTONIC, ns); }
 
 int main(int argc, char **argv)
 {
@@ -51,6 +54,7 @@ int main(int argc, char **argv)
 	int slow = getenv("SLOW_RANK") ? atoi(getenv("SLOW_RANK")) : -1;
 	int hang = getenv("HANG_RANK") ? atoi(getenv("HANG_RANK")) : -1;
 	long hang_s = getenv("HANG_SECONDS") ? atol(getenv("HANG_SECONDS")) : 30;
+	long work_ns = getenv("STEP_WORK_US") ? atol(getenv("STEP_WORK_US")) * 1000L : 0;
 	printf("pid %d rank %d\n", getpid(), rank);
 	fflush(stdout);
 	ncclUniqueId id;
@@ -63,6 +67,8 @@ int main(int argc, char **argv)
 	for (long i = 0; i < steps; i++) {
 		if (rank == slow)
 			spin_ns(2000000);
+		if (work_ns)
+			spin_on(CLOCK_THREAD_CPUTIME_ID, work_ns);
 		if (rank == hang && i == steps - 1)
 			nccl_set_latency("ncclAllReduce", hang_s * 1000000000L, 1);
 		ncclAllReduce(buf, buf, 1024, 7 /* float32 */, 0 /* sum */, comm, stream);

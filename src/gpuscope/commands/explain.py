@@ -92,16 +92,23 @@ def run(args: argparse.Namespace) -> int:
 
 def _fleet(args: argparse.Namespace, min_sev: Severity) -> int:
     """Each node explains its own recording; the findings are merged, most severe first, each naming its node."""
-    from gpuscope.fleet.gather import gather_findings
+    from gpuscope.fleet.gather import gather_findings, merge_findings
+    from gpuscope.fleet.stragglers import fleet_stragglers
 
     if args.start or args.end or len(args.pid) > 1:
         raise UsageError("with --nodes, explain takes --since and at most one --pid")
     params = {"since": args.since, "pid": args.pid[0] if args.pid else None, "min_severity": min_sev.name.lower()}
     query = urlencode({k: v for k, v in params.items() if v is not None})
-    got = gather_findings(fleet_client(args).get(f"/api/v1/findings?{query}"))
-    warn(got.warnings)
+    client = fleet_client(args)
+    got = gather_findings(client.get(f"/api/v1/findings?{query}"))
+    failed = frozenset(w.split(": ", 1)[0].removeprefix("node ") for w in got.warnings)
+    cross, warnings, notes = fleet_stragglers(client, since=args.since, reported=failed)
+    findings = merge_findings(got.findings, [f for f in cross if Severity.parse(f["severity"]) >= min_sev])
+    warn(warnings)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if chosen_format(args.output) is OutputFormat.JSON:
-        print(json.dumps({"findings": got.findings, "warnings": got.warnings}, indent=2))
+        print(json.dumps({"findings": findings, "warnings": got.warnings + warnings, "notes": notes}, indent=2))
         return 0
-    print(render_fleet_findings(got.findings))
+    print(render_fleet_findings(findings))
     return 0

@@ -68,6 +68,11 @@ def gather_findings(results: list[NodeResult]) -> Gathered:
     return out
 
 
+def merge_findings(findings: list[dict[str, Any]], more: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two severity-ordered lists of tagged findings as one, most severe first (a stable merge)."""
+    return sorted([*findings, *more], key=lambda f: SEVERITY_ORDER.get(str(f.get("severity")), 9))
+
+
 def gather_stacks(results: list[NodeResult]) -> Gathered:
     """Every node's top stacks, in the nodes' order, each tagged with its node."""
     out = Gathered(warnings=_check(results))

@@ -241,6 +241,15 @@ class Api:
             return {"snapshots": rows, "source": "imported"}
         return {"snapshots": [], "note": "this recording holds no system samples (recorded before gpuscope kept them)"}
 
+    def collectives(self, params: Params) -> dict[str, Any]:
+        """Each NCCL rank's collective calls, with its host activity before each (for cross-node stragglers)."""
+        from gpuscope.analysis.collectives import DEFAULT_LIMIT, MAX_LIMIT, collective_calls
+
+        pid = _int(params, "pid", lo=0)
+        limit = int(_int(params, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT) or DEFAULT_LIMIT)
+        opts = ExplainOptions(since_ns=_since(params), pids=(pid,) if pid is not None else ())
+        return collective_calls(self.db, opts, limit)
+
     def capabilities(self, params: Params) -> dict[str, Any]:
         sources = self.read(store.source_counts)
         items = [{"id": s, "label": s, "available": n > 0, "events": n} for s, n in sorted(sources.items())]
@@ -376,6 +385,12 @@ ENDPOINTS = [
         "the host once a second: CPU, memory, load, swap",
         {"since": SINCE, "limit": LIMIT},
         Api.snapshots,
+    ),
+    Endpoint(
+        "/collectives",
+        "each NCCL rank's collective calls (wall clock) with its preempted, blocked and block-I/O time before each",
+        {"since": SINCE, "pid": PID, "limit": "at most this many calls per rank and op, the latest (default 20000)"},
+        Api.collectives,
     ),
     Endpoint("/capabilities", "what this recording holds, by source", {}, Api.capabilities),
 ]

@@ -1,0 +1,45 @@
+"""Cross-node stragglers over the fleet: each node's collectives and clock, one corrected comparison.
+
+Each node answers ``/api/v1/collectives`` (its ranks' collective calls with
+the host activity before each, read from its own recording) and its clock is
+measured as for ``gpuscope nodes``; ``analysis.cross_node`` does the rest.
+A node that fails either request is a warning and is left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from gpuscope.analysis.cross_node import NodeCalls, cross_node_stragglers
+from gpuscope.fleet.client import FleetClient
+
+
+def fleet_stragglers(
+    client: FleetClient, *, since: str | None = None, reported: frozenset[str] = frozenset()
+) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """(findings as JSON objects tagged with the straggler's node, warnings, notes).
+
+    ``reported``: addresses of nodes already warned about (not warned again).
+    """
+    query = urlencode({"since": since} if since else {})
+    answers = client.get("/api/v1/collectives" + (f"?{query}" if query else ""))
+    clocks = {c.node.address: c for c in client.clock()}
+    warnings: list[str] = []
+    nodes = []
+    for a in answers:
+        clock = clocks.get(a.node.address)
+        if not a.ok:
+            if a.node.address not in reported:
+                warnings.append(f"node {a.node.address}: {a.error} (left out of the cross-node comparison)")
+            continue
+        if clock is None or not clock.ok:
+            warnings.append(
+                f"node {a.node.address}: clock not measured ({clock.error if clock else 'no answer'}): "
+                "left out of the cross-node comparison"
+            )
+            continue
+        d = clock.data
+        nodes.append(NodeCalls(a.node.address, int(d["clock_offset_ns"]), int(d["uncertainty_ns"]), a.data))
+    found, notes = cross_node_stragglers(nodes)
+    return [{"node": str(f.symptom.extra.get("address")), **f.as_dict()} for f in found], warnings, notes
