@@ -7,6 +7,8 @@ it the same way.
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,53 @@ if TYPE_CHECKING:
     # Imported where used: the query package loads the query engine and the
     # recording formats, which `trace` never needs (about 50 ms at its start).
     from gpuscope.query.filters import EventFilter
+
+
+PID_MAX = 4_194_304  # the kernel's largest pid_max (PID_MAX_LIMIT on 64-bit)
+INT64_MAX = 2**63 - 1
+
+
+def bounded_int(lo: int, hi: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse ``type`` for integers from ``lo`` to ``hi``: the range is in the message of any other value.
+
+    Every integer option goes through one of these, so a value SQLite or the
+    kernel cannot hold is refused here with exit 2, not deep inside.
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not {what} (an integer from {lo:,} to {hi:,})") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text}: out of range ({what} from {lo:,} to {hi:,})")
+        return value
+
+    parse.__name__ = what  # argparse names the type in its own messages
+    return parse
+
+
+pid_arg = bounded_int(1, PID_MAX, "a process id")
+
+
+def bounded_float(
+    lo: float, hi: float, what: str, *, open_lo: bool = False, open_hi: bool = False
+) -> Callable[[str], float]:
+    """An argparse ``type`` for finite numbers in a range (``open_*``: the bound itself excluded); nan/inf refused."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: not a number ({what})") from None
+        inside = (lo < value if open_lo else lo <= value) and (value < hi if open_hi else value <= hi)
+        if not math.isfinite(value) or not inside:
+            span = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
+            raise argparse.ArgumentTypeError(f"{text}: out of range ({what} in {span})")
+        return value
+
+    parse.__name__ = what
+    return parse
 
 
 def add_db_option(p: argparse.ArgumentParser, *, purpose: str = "the recording to read", writes: bool = False) -> None:
@@ -48,6 +97,9 @@ def refuse_ingero_flags(args: argparse.Namespace) -> None:
 def db_from_args(args: argparse.Namespace) -> Path:
     """Resolve the recording a command uses: ``--db`` > ``$GPUSCOPE_DB`` > config ``db`` > the built-in default."""
     refuse_ingero_flags(args)
+    if args.db is not None and not args.db.strip():
+        # An empty --db (an unset shell variable) must not quietly mean the default recording.
+        raise UsageError("--db '': an empty path", remedy="name the recording: --db PATH (or leave --db out)")
     return resolve_db_path(args.db).path
 
 
@@ -64,7 +116,7 @@ def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True, fleet: 
     )
     p.add_argument("--from", dest="start", metavar="TIME", help=f"from TIME: {TIME_FORMS}")
     p.add_argument("--to", dest="end", metavar="TIME", help="up to TIME (same forms as --from)")
-    p.add_argument("--pid", type=int, action="append", default=[], help="only this process (repeatable)")
+    p.add_argument("--pid", type=pid_arg, action="append", default=[], help="only this process (repeatable)")
     if node:
         p.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
     if not fleet:

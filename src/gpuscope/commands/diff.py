@@ -7,7 +7,7 @@ import io
 import json
 import sys
 
-from gpuscope.commands._options import add_filter_options, filter_from_args
+from gpuscope.commands._options import add_filter_options, bounded_float, filter_from_args
 from gpuscope.diff import Change, DiffOptions, DiffReport, OpDiff, diff_databases
 from gpuscope.model.units import fmt_count, fmt_ns
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
@@ -46,9 +46,17 @@ _STYLES = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="the baseline recording (e.g. run41.db)")
     p.add_argument("b", help="the recording to compare with it (e.g. run42.db)")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level over all ops (default 0.01)")
     p.add_argument(
-        "--min-ratio", type=float, default=1.10, help="smallest p50 slowdown worth flagging (default 1.10 = 10%%)"
+        "--alpha",
+        type=bounded_float(0, 1, "a significance level", open_lo=True, open_hi=True),
+        default=0.01,
+        help="significance level over all ops (default 0.01)",
+    )
+    p.add_argument(
+        "--min-ratio",
+        type=bounded_float(1, 1e6, "a p50 ratio"),
+        default=1.10,
+        help="smallest p50 slowdown worth flagging (default 1.10 = 10%%)",
     )
     p.add_argument("--no-findings", action="store_true", help="skip running explain on both recordings")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any op regressed (for CI)")

@@ -7,7 +7,15 @@ import sys
 from dataclasses import asdict
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
-from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, duration_ns, filter_from_args
+from gpuscope.commands._options import (
+    INT64_MAX,
+    add_db_option,
+    add_filter_options,
+    bounded_int,
+    db_from_args,
+    duration_ns,
+    filter_from_args,
+)
 from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, ExportOptions, ExportStats, export_to_file
 from gpuscope.model.units import fmt_count
@@ -37,7 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-o", "--output", required=True, help="file to write ('-' for stdout); a folder for parquet")
     add_db_option(p)
-    p.add_argument("--max-events", type=int, metavar="N", help="keep only the first N events by time")
+    p.add_argument(
+        "--max-events",
+        type=bounded_int(1, INT64_MAX, "an event count"),
+        metavar="N",
+        help="keep only the first N events by time",
+    )
     p.add_argument(
         "--explain",
         action="store_true",
@@ -63,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_events is not None and args.max_events < 0:
         raise UsageError("--max-events must be 0 or more")
     interval_ns = duration_ns("--counter-interval", args.counter_interval, examples="1s, 100ms")
-    options = ExportOptions(max_events=args.max_events, counter_interval_ns=max(1, interval_ns), explain=args.explain)
+    if interval_ns <= 0:
+        raise UsageError(f"--counter-interval {args.counter_interval}: must be more than 0", remedy="e.g. 1s, 100ms")
+    options = ExportOptions(max_events=args.max_events, counter_interval_ns=interval_ns, explain=args.explain)
     to_stdout = args.output == "-"
     if to_stdout and args.json:
         # stdout already holds the trace: a summary there would corrupt it.

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client
+from gpuscope.commands._options import bounded_int
 
 NAME = "nodes"
 HELP = "ask each node (--nodes or the config's [fleet]): reachable?, version, recording span, clock offset"
@@ -14,7 +15,13 @@ HELP = "ask each node (--nodes or the config's [fleet]): reachable?, version, re
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fleet_options(p)
-    p.add_argument("--samples", type=int, default=5, metavar="N", help="clock samples per node (at least 3; default 5)")
+    p.add_argument(
+        "--samples",
+        type=bounded_int(3, 100, "a sample count"),
+        default=5,
+        metavar="N",
+        help="clock samples per node (at least 3; default 5)",
+    )
     p.add_argument("--json", action="store_true", help="a JSON list, one object per node")
 
 

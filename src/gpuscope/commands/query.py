@@ -7,11 +7,11 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from gpuscope.analysis.recording_state import recording_note
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import (
     add_db_option,
     add_filter_options,
+    bounded_int,
     db_from_args,
     filter_from_args,
     timeout_from_args,
@@ -31,7 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_filter_options(p, fleet=True)
     add_output_options(p)
     add_fleet_options(p, timeout=False)
-    p.add_argument("--limit", type=int, default=1000, metavar="N", help="with --nodes: at most N rows per node")
+    p.add_argument(
+        "--limit",
+        type=bounded_int(1, 10_000, "a row count"),
+        default=1000,
+        metavar="N",
+        help="with --nodes: at most N rows per node",
+    )
     p.add_argument(
         "--raw",
         action="store_true",
@@ -92,6 +98,9 @@ def _fleet(args: argparse.Namespace) -> int:
 
 def _note(conn: sqlite3.Connection, db: Path) -> str | None:
     """The recording's state when a session is not closed or stopped early (``explain``'s wording)."""
+    # Imported here: it brings numpy, which `query --nodes` (start-up bound with many nodes) never needs.
+    from gpuscope.analysis.recording_state import recording_note
+
     try:
         return recording_note(conn, db)
     except sqlite3.DatabaseError:

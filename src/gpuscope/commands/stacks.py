@@ -7,7 +7,7 @@ import sys
 from urllib.parse import urlencode
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
-from gpuscope.commands._options import add_db_option, db_from_args, duration_ns
+from gpuscope.commands._options import add_db_option, bounded_int, db_from_args, duration_ns, pid_arg
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.recording import open_recording
 from gpuscope.stacks.report import top_stacks
@@ -19,9 +19,11 @@ HELP = "who made the CUDA calls: distinct call stacks (native frames and Python 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_db_option(p)
     p.add_argument("--op", help="only calls of this API (e.g. cudaMalloc)")
-    p.add_argument("--pid", type=int, help="only this process")
+    p.add_argument("--pid", type=pid_arg, help="only this process")
     p.add_argument("--min-duration", metavar="DURATION", help="only calls at least this long (e.g. 1ms)")
-    p.add_argument("--limit", type=int, default=10, help="how many stacks (default 10)")
+    p.add_argument(
+        "--limit", type=bounded_int(1, 10_000, "a stack count"), default=10, help="how many stacks (default 10)"
+    )
     add_output_options(p)
     add_fleet_options(p)
 

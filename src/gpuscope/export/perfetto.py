@@ -24,9 +24,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from gpuscope.errors import UsageError
 from gpuscope.export.base import ExportOptions, ExportStats
 from gpuscope.export.flows import CAUSE_LINKS, MAX_LINKS_PER_FINDING, Span, flow_points, link_causes, symptom_pid
 from gpuscope.model.ops import Op
+from gpuscope.model.units import fmt_ns
 from gpuscope.query.engine import GuardedReader
 from gpuscope.query.findings import FindingMarker, explain_markers, stored_markers
 from gpuscope.store.connect import database_path
@@ -369,11 +371,24 @@ class _Writer:
             track.close()
 
 
+MAX_SPREAD = 100_000  # buckets one aggregated row may cover: beyond, the interval is far too fine for a viewer
+
+
 def _spread(start: int, dur: int, interval: int) -> Iterator[tuple[int, float]]:
-    """(bucket, share of the row) for each bucket [start, start + dur) covers; all in one bucket when dur is 0."""
+    """(bucket, share of the row) for each bucket [start, start + dur) covers; all in one bucket when dur is 0.
+
+    Raises UsageError when the row would cover more than MAX_SPREAD buckets.
+    """
     if dur <= 0:
         yield start // interval, 1.0
         return
     end = start + dur
+    if (end - 1) // interval - start // interval >= MAX_SPREAD:
+        least = fmt_ns(-(-dur // MAX_SPREAD))
+        raise UsageError(
+            f"--counter-interval {fmt_ns(interval)}: a {fmt_ns(dur)} aggregated row would be cut into more than "
+            f"{MAX_SPREAD:,} counter samples",
+            remedy=f"use a --counter-interval of {least} or more (e.g. 1s, 100ms)",
+        )
     for b in range(start // interval, (end - 1) // interval + 1):
         yield b, (min(end, (b + 1) * interval) - max(start, b * interval)) / dur

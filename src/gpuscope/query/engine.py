@@ -43,9 +43,8 @@ class GuardedReader:
         QueryTimeoutError (the limit passed while running or fetching),
         QuerySyntaxError (anything else SQLite rejects).
         """
-        if _several_statements(sql):
-            raise QueryRefusedError("refused: one statement at a time")
-        self.auth.refused = None
+        sql = one_statement(sql)
+        self.auth.reset()
         # One deadline for running the statement and fetching its rows.
         deadline = time.monotonic() + self.timeout_s
         cursor = self.conn.cursor()
@@ -94,13 +93,33 @@ class QueryResult:
             close()
 
 
-def _several_statements(sql: str) -> bool:
-    """True when ``sql`` holds more than one statement (a trailing ``;`` is fine)."""
+def one_statement(sql: str) -> str:
+    """``sql`` up to the end of its first statement; raises QueryRefusedError when another statement follows.
+
+    Only semicolons, white space and comments may follow (``SELECT 1; -- why``):
+    Python's sqlite3 refuses any text after a statement, comments included.
+    """
     text = sql.strip()
     for i, ch in enumerate(text):
-        if ch == ";" and sqlite3.complete_statement(text[: i + 1]) and text[i + 1 :].strip(" \t\r\n;"):
-            return True
-    return False
+        if ch == ";" and sqlite3.complete_statement(text[: i + 1]):
+            if _without_comments(text[i + 1 :]):
+                raise QueryRefusedError("refused: one statement at a time")
+            return text[:i]
+    return sql
+
+
+def _without_comments(tail: str) -> str:
+    """What is left of ``tail`` once leading white space, semicolons and comments are removed."""
+    while True:
+        tail = tail.lstrip(" \t\r\n\f;")
+        if tail.startswith("--"):
+            end = tail.find("\n")
+            tail = "" if end < 0 else tail[end + 1 :]
+        elif tail.startswith("/*"):
+            end = tail.find("*/")
+            tail = "" if end < 0 else tail[end + 2 :]  # SQLite reads an unclosed comment to the end
+        else:
+            return tail
 
 
 def open_reader(

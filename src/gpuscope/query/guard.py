@@ -42,6 +42,7 @@ READ_ONLY_PRAGMAS = READ_ONLY_PRAGMAS_WITH_ARG | frozenset(
 )
 
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION})
+_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _RECURSIVE = getattr(sqlite3, "SQLITE_RECURSIVE", 33)
 
 # Authorizer action codes (sqlite3.h), for the one-line refusal message.
@@ -103,9 +104,22 @@ class ReadOnlyAuthorizer:
 
     def __init__(self) -> None:
         self.refused: str | None = None
+        self._in_select = False
+
+    def reset(self) -> None:
+        """Forget the previous statement (call before preparing the next)."""
+        self.refused = None
+        self._in_select = False
 
     def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        if action == sqlite3.SQLITE_SELECT:
+            self._in_select = True
         if action in _ALLOWED_ACTIONS or action == _RECURSIVE:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_UPDATE and self._in_select and (arg1 or "").lower() in _SCHEMA_TABLES:
+            # Inside a SELECT, SQLite asks this while it sets up a table-valued pragma (pragma_table_info(...));
+            # an UPDATE statement never starts with a SELECT. Nothing could write the schema table anyway:
+            # that needs PRAGMA writable_schema (refused) on a mode=ro connection.
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_PRAGMA:
             name = (arg1 or "").lower()
@@ -153,7 +167,7 @@ def translate_error(exc: sqlite3.Error, *, auth: ReadOnlyAuthorizer | None, time
     msg = str(exc)
     if "interrupted" in msg:
         return QueryTimeoutError(f"query interrupted after the {fmt_ns(timeout_s * 1e9)} time limit")
-    if "not authorized" in msg or "authorization denied" in msg or "readonly" in msg or "read-only" in msg:
+    if any(m in msg for m in ("not authorized", "authorization denied", "readonly", "read-only", "may not be modified")):
         what = f" ({auth.refused})" if auth is not None and auth.refused else ""
         return QueryRefusedError(f"refused: only reads are allowed{what}")
     if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in msg:

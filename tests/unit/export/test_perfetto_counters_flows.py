@@ -129,6 +129,21 @@ def test_counters_of_aggregates_use_the_counter_interval(tmp_path: Path) -> None
     assert series == [(0.0, 1000.0), (5e5, 1000.0), (1e6, 0.0)]
 
 
+def test_a_counter_interval_that_would_cut_a_row_into_millions_of_samples_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    # given a 1 s aggregated row and a 1 ns interval (a billion samples: it once never finished)
+    ev = Events()
+    page_allocs(ev, 100, 0, S, 1000)
+    db = ev.to_db(tmp_path / "a.db")
+    # when
+    p = run_gpuscope("export", "--db", str(db), "-o", str(tmp_path / "t.json"), "--counter-interval", "1ns", timeout=60)
+    # then
+    assert p.returncode == 2, p.stderr
+    assert "more than 100,000 counter samples" in p.stderr and "use a --counter-interval of 10.0 µs or more" in p.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
 # -- flows -----------------------------------------------------------------------
 
 

@@ -58,6 +58,9 @@ WRITE_ATTEMPTS = [
     "BEGIN IMMEDIATE",
     "SAVEPOINT s",
     "SELECT 1; DELETE FROM sessions",
+    "SELECT 1; -- a comment\nDELETE FROM sessions",
+    "SELECT 1; /* ; */ DELETE FROM sessions",
+    "UPDATE sqlite_master SET sql = ''",
     "SELECT load_extension('/tmp/evil.so')",
 ]
 
@@ -109,6 +112,17 @@ def test_read_only_pragmas_and_recursive_ctes_are_allowed(db: Path) -> None:
             "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) SELECT x FROM c"
         )
         assert [r[0] for r in rows.rows] == [1, 2, 3]
+
+
+def test_table_valued_pragmas_and_a_comment_after_the_semicolon_are_read(db: Path) -> None:
+    before = db.read_bytes()
+    with open_reader(db) as reader:
+        cols = [r[0] for r in reader.query("SELECT name FROM pragma_table_info('events')").rows]
+        assert "op" in cols
+        assert [r[1] for r in reader.query("SELECT * FROM pragma_database_list").rows][0] == "main"
+        assert list(reader.query("SELECT 1 ; -- why").rows) == [(1,)]
+        assert list(reader.query("SELECT ';' ; /* unclosed").rows) == [(";",)]
+    assert db.read_bytes() == before
 
 
 def test_a_syntax_error_is_a_usage_error_naming_the_problem(db: Path) -> None:
