@@ -8,12 +8,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpuscope.agent.live_stats import LiveStats
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
-from gpuscope.serve.metrics import TraceCollector
+from gpuscope.serve.metrics import TraceCollector, TraceMetrics
 
 
 def _scrape(stats: LiveStats, findings: dict[tuple[str, str], int] | None = None) -> str:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(TraceCollector("gpu-1", lambda: stats, lambda: {"drop_cuda": 7}, lambda: findings or {}))
+    registry.register(
+        TraceCollector(TraceMetrics("gpu-1", lambda: stats, lambda: {"drop_cuda": 7}, lambda: findings or {}))
+    )
     return generate_latest(registry).decode()
 
 

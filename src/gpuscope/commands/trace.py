@@ -10,9 +10,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gpuscope.agent.launch import StopSignals, finish, launch_held
+from gpuscope.commands._exporters import (
+    ExporterPlan,
+    RunningExporters,
+    add_exporter_options,
+    plan_exporters,
+    start_exporters,
+)
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, size_bytes
 from gpuscope.config import load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
@@ -109,11 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="live nccl-hang finding: a rank silent in NCCL this long while its peers go on (default 30s)",
     )
-    p.add_argument(
-        "--prometheus",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics on http://HOST:PORT/metrics while tracing (loopback addresses only)",
-    )
+    add_exporter_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: launch and trace a command")
 
 
@@ -189,7 +192,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
     duration = _duration(args.duration) if args.duration else None
-    metrics_at = _metrics_address(args.prometheus) if args.prometheus else None
+    exporters = plan_exporters(args)
     hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
     setup = _setup(args, command)
     # Start-up waits mostly for the verifier: the probes load on a thread
@@ -211,7 +214,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         raise
     proc: subprocess.Popen[bytes] | None = None
     explain: ExplainFindings | None = None
-    metrics: Any = None
+    metrics: RunningExporters | None = None
     try:
         for pid in args.pid:
             session.add_target(pid)
@@ -226,8 +229,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
             # Handed the rows as they are stored, it never reads them back out of the recording.
             session.stored_listeners.append(explain.feed)
-            if metrics_at is not None:
-                metrics = _serve_metrics(session, explain, metrics_at)
+            metrics = _start_exporters(session, explain, exporters)
             live = LiveOutput(
                 session,
                 mode,
@@ -258,13 +260,14 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         raise
     elapsed = time.monotonic() - session._t0
     counters = _finish(session, explain)
-    if metrics is not None:
-        metrics.shutdown()  # after the last events were counted: a final scrape sees the full run
+    # After the last events were counted: a final scrape or push sees the full run.
+    exported = metrics.close() if metrics is not None else []
     live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
     # Stdout belongs to the traced command (and to the JSON stream): the summary is for the person, on stderr.
     lines = [
         render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted),
         *_late_load_lines(session.late_loads),
+        *exported,
         f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next",
     ]
     with contextlib.suppress(OSError):  # stderr closed (`2>&1 | head`): the recording is complete regardless
@@ -348,31 +351,12 @@ def _recording_failed(
     )
 
 
-def _metrics_address(text: str) -> tuple[str, int]:
-    """``--prometheus HOST:PORT``, loopback only: the exporter has no TLS or token of its own yet."""
-    from gpuscope.platform.net import is_loopback, split_host_port
+def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: ExporterPlan) -> RunningExporters | None:
+    """Start the metrics exporters asked for (closed after the session finishes: the last scrape or push sees it all)."""
+    from gpuscope.serve.metrics import TraceMetrics
 
-    address = split_host_port(text)
-    if address is None:
-        raise UsageError(f"--prometheus {text}: expected HOST:PORT", remedy="e.g. --prometheus 127.0.0.1:9464")
-    if not is_loopback(address[0]):
-        raise UsageError(
-            f"--prometheus {text}: metrics are served on loopback only (plain HTTP, no token)",
-            remedy="bind 127.0.0.1 and let a local Prometheus agent or the OpenTelemetry Collector forward them",
-        )
-    return address
-
-
-def _serve_metrics(session: TraceSession, explain: ExplainFindings, at: tuple[str, int]) -> Any:
-    """Start the exporter; returns its server (shut down after the session finishes: a last scrape sees it all)."""
-    from gpuscope.serve.metrics import TraceCollector, serve_metrics
-
-    collector = TraceCollector(session.node, session.stats.copy, session.tracer.counters, explain.finding_counts)
-    try:
-        server, _ = serve_metrics(collector, *at)
-    except OSError as exc:
-        raise UsageError(f"--prometheus {at[0]}:{at[1]}: cannot listen: {exc.strerror}") from None
-    return server
+    source = TraceMetrics(session.node, session.stats.copy, session.tracer.counters, explain.finding_counts)
+    return start_exporters(plan, source)
 
 
 def _duration(text: str) -> float:

@@ -1,10 +1,13 @@
-"""Prometheus metrics of a running trace, served by ``prometheus_client`` on ``/metrics``.
+"""Metrics of a running trace: one snapshot read for every exporter, and the Prometheus rendering of it.
 
-Read at each scrape from the session's live statistics (every event the
-tracer decoded, stored or not: the same exact counts as the recording's
-aggregates) and the tracer's kernel counters; nothing is computed per event
-for the exporter. Labels are bounded: node, source, op (a fixed set), drop
-reason, finding kind and severity; no pid or container label.
+``TraceMetrics.snapshot()`` reads the session's live statistics (every event
+the tracer decoded, stored or not: the same exact counts as the recording's
+aggregates), the tracer's kernel counters and the live findings, at scrape
+or push time; nothing is computed per event for an exporter. The Prometheus
+collector here and the OpenTelemetry push (``serve.otlp``) both render that
+one snapshot, so their names, labels and numbers agree. Labels are bounded:
+node, source, op (a fixed set), drop reason, finding kind and severity; no
+pid or container label.
 
 Histogram buckets are powers of two of nanoseconds (1.024 µs … 68.7 s): the
 live histograms' buckets are 1/16 of an octave, so these bounds fall on their
@@ -16,7 +19,7 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -26,10 +29,46 @@ from gpuscope.model.latency import SUB
 from gpuscope.model.ops import Source, op_name, source_of
 
 BUCKET_POWERS = range(10, 37)  # 2**10 ns (1.024 µs) .. 2**36 ns (68.7 s)
+BUCKET_BOUNDS_S = tuple(2.0**k / 1e9 for k in BUCKET_POWERS)
 
 
-class TraceCollector:
-    """A ``prometheus_client`` collector over a trace session (registered on a registry of its own)."""
+@dataclass(frozen=True, slots=True)
+class CallSeries:
+    """One op's calls: the exact count, total and extremes, and the count at or under each bound."""
+
+    source: str
+    op: str
+    count: int
+    sum_s: float
+    min_s: float
+    max_s: float
+    cumulative: tuple[int, ...]  # calls at or under each of BUCKET_BOUNDS_S
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """Everything an exporter shows, read at one moment (``taken_ns``: monotonic clock)."""
+
+    node: str
+    calls: tuple[CallSeries, ...]
+    host_events: tuple[tuple[str, int], ...]  # (event, count)
+    preempted: int
+    dropped: tuple[tuple[str, int], ...]  # (reason, records lost), every reason present
+    findings: tuple[tuple[str, str, int], ...]  # (kind, severity, how many)
+    agent_cpu_s: float
+    events: int  # decoded since the start, every kind
+    taken_ns: int
+
+
+class TraceMetrics:
+    """Where a trace's metrics are read from; safe from any thread (each source guards its own state).
+
+    Args:
+        node: the node label of every series.
+        stats: a consistent copy of the live statistics (``LiveStats.copy``).
+        counters: the tracer's kernel counters, drops included (``Tracer.counters``).
+        findings: the live findings by (kind, severity).
+    """
 
     def __init__(
         self,
@@ -42,72 +81,114 @@ class TraceCollector:
         self.stats = stats
         self.counters = counters
         self.findings = findings
-        self._last: tuple[float, int] | None = None
+
+    def snapshot(self) -> MetricsSnapshot:
+        """Read every source now."""
+        stats = self.stats()
+        calls: list[CallSeries] = []
+        host: list[tuple[str, int]] = []
+        for op, hist in sorted(stats.per_op.items()):
+            source, name = source_of(op), op_name(op)
+            if source is Source.HOST:
+                host.append((name, hist.count))
+                continue
+            cumulative = hist.counts.cumsum()
+            calls.append(
+                CallSeries(
+                    source.value,
+                    name,
+                    hist.count,
+                    hist.total_ns / 1e9,
+                    hist.min_ns / 1e9,
+                    hist.max_ns / 1e9,
+                    tuple(int(cumulative[SUB * k - 1]) for k in BUCKET_POWERS),
+                )
+            )
+        counters = self.counters()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return MetricsSnapshot(
+            node=self.node,
+            calls=tuple(calls),
+            host_events=tuple(host),
+            preempted=stats.preempted,
+            dropped=tuple((what, counters.get(key, 0)) for key, what in DROP_SOURCES.items()),
+            findings=tuple((kind, severity, n) for (kind, severity), n in sorted(self.findings().items())),
+            agent_cpu_s=usage.ru_utime + usage.ru_stime,
+            events=stats.events,
+            taken_ns=time.monotonic_ns(),
+        )
+
+
+class EventRate:
+    """Events decoded per second between one reader's successive snapshots.
+
+    Each exporter keeps its own: a scrape and a push in between must not
+    shorten each other's interval.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, int] | None = None
+
+    def update(self, snap: MetricsSnapshot) -> float:
+        """The rate since the previous call (0.0 at the first)."""
+        rate = 0.0
+        if self._last is not None and snap.taken_ns > self._last[0]:
+            rate = (snap.events - self._last[1]) * 1e9 / (snap.taken_ns - self._last[0])
+        self._last = (snap.taken_ns, snap.events)
+        return rate
+
+
+class TraceCollector:
+    """A ``prometheus_client`` collector over a trace session (registered on a registry of its own)."""
+
+    def __init__(self, source: TraceMetrics) -> None:
+        self.source = source
+        self._rate = EventRate()
 
     def describe(self) -> list[Metric]:
         return []  # collected at scrape time only: no work at registration
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.stats()
+        snap = self.source.snapshot()
+        node = snap.node
         calls = CounterMetricFamily(
             "gpuscope_calls", "CUDA, driver and NCCL calls traced", labels=["node", "source", "op"]
         )
         durations = HistogramMetricFamily(
             "gpuscope_call_duration_seconds", "time inside each call", labels=["node", "source", "op"]
         )
-        host = CounterMetricFamily("gpuscope_host_events", "host events of traced processes", labels=["node", "event"])
-        for op, hist in sorted(stats.per_op.items()):
-            source, name = source_of(op), op_name(op)
-            if source is Source.HOST:
-                host.add_metric([self.node, name], hist.count)
-                continue
-            labels = [self.node, source.value, name]
-            calls.add_metric(labels, hist.count)
-            cumulative = hist.counts.cumsum()
-            buckets: list[tuple[str, float]] = [
-                (repr(2.0**k / 1e9), float(cumulative[SUB * k - 1])) for k in BUCKET_POWERS
-            ]
-            buckets.append(("+Inf", float(hist.count)))
-            durations.add_metric(labels, buckets, sum_value=hist.total_ns / 1e9)
+        for series in snap.calls:
+            labels = [node, series.source, series.op]
+            calls.add_metric(labels, series.count)
+            buckets = [(repr(bound), float(n)) for bound, n in zip(BUCKET_BOUNDS_S, series.cumulative, strict=True)]
+            buckets.append(("+Inf", float(series.count)))
+            durations.add_metric(labels, buckets, sum_value=series.sum_s)
         yield calls
         yield durations
+        host = CounterMetricFamily("gpuscope_host_events", "host events of traced processes", labels=["node", "event"])
+        for event, n in snap.host_events:
+            host.add_metric([node, event], n)
         yield host
         preempted = CounterMetricFamily(
             "gpuscope_preemptions", "times a traced thread was preempted while runnable", labels=["node"]
         )
-        preempted.add_metric([self.node], stats.preempted)
+        preempted.add_metric([node], snap.preempted)
         yield preempted
-        counters = self.counters()
         dropped = CounterMetricFamily(
             "gpuscope_events_dropped", "events lost in the kernel's ring, by what they were", labels=["node", "reason"]
         )
-        for key, what in DROP_SOURCES.items():
-            dropped.add_metric([self.node, what], counters.get(key, 0))
+        for reason, n in snap.dropped:
+            dropped.add_metric([node, reason], n)
         yield dropped
         found = GaugeMetricFamily("gpuscope_findings", "live explain findings", labels=["node", "kind", "severity"])
-        for (kind, severity), n in sorted(self.findings().items()):
-            found.add_metric([self.node, kind, severity], n)
+        for kind, severity, n in snap.findings:
+            found.add_metric([node, kind, severity], n)
         yield found
-        usage = resource.getrusage(resource.RUSAGE_SELF)
         cpu = CounterMetricFamily("gpuscope_agent_cpu_seconds", "CPU time of the tracer itself", labels=["node"])
-        cpu.add_metric([self.node], usage.ru_utime + usage.ru_stime)
+        cpu.add_metric([node], snap.agent_cpu_s)
         yield cpu
-        now = time.monotonic()
-        rate = 0.0
-        if self._last is not None and now > self._last[0]:
-            rate = (stats.events - self._last[1]) / (now - self._last[0])
-        self._last = (now, stats.events)
         eps = GaugeMetricFamily(
             "gpuscope_agent_events_per_second", "events decoded since the last scrape, per second", labels=["node"]
         )
-        eps.add_metric([self.node], rate)
+        eps.add_metric([node], self._rate.update(snap))
         yield eps
-
-
-def serve_metrics(collector: TraceCollector, host: str, port: int) -> tuple[Any, Any]:
-    """Start ``/metrics`` on ``host:port`` in a thread; returns (server, thread) for shutdown."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return start_http_server(port, addr=host, registry=registry)

@@ -136,22 +136,31 @@ def _split_addr(text: str) -> tuple[str, int]:
 
 def _token(args: argparse.Namespace) -> tuple[str, str]:
     """The token and where it came from."""
-    if args.token_file:
-        path = Path(args.token_file)
-        require_private(path, "--token-file")
+    return read_token(args.token_file) or (secrets.token_urlsafe(32), "new for this start")
+
+
+def read_token(token_file: str | None, *, flag: str = "--token-file") -> tuple[str, str] | None:
+    """The token from ``token_file`` (private, first line), else ``$GPUSCOPE_TOKEN``, and where it came from.
+
+    None when neither is given. Raises UsageError, naming ``flag``, for a file
+    others can read or a token under 16 characters.
+    """
+    if token_file:
+        path = Path(token_file)
+        require_private(path, flag)
         try:
             text = path.read_text().strip().splitlines()
         except OSError as exc:
-            raise UsageError(f"--token-file {path}: cannot read: {exc.strerror}") from None
+            raise UsageError(f"{flag} {path}: cannot read: {exc.strerror}") from None
         if not text or len(text[0]) < 16:
-            raise UsageError(f"--token-file {path}: the first line must hold a token of at least 16 characters")
-        return text[0], "--token-file"
+            raise UsageError(f"{flag} {path}: the first line must hold a token of at least 16 characters")
+        return text[0], flag
     env = os.environ.get("GPUSCOPE_TOKEN", "").strip()
     if env:
         if len(env) < 16:
             raise UsageError("$GPUSCOPE_TOKEN: at least 16 characters")
         return env, "$GPUSCOPE_TOKEN"
-    return secrets.token_urlsafe(32), "new for this start"
+    return None
 
 
 def _tls(args: argparse.Namespace, host: str) -> tuple[ssl.SSLContext | None, str | None]:

@@ -73,10 +73,11 @@ def self_signed(folder: Path, hosts: list[str]) -> ServerCert:
     return ServerCert(cert, key, fingerprint(cert_pem), generated=True)
 
 
-def server_context(cert: Path, key: Path, *, client_ca: Path | None = None) -> ssl.SSLContext:
+def server_context(cert: Path, key: Path, *, client_ca: Path | None = None, flags: str = "--") -> ssl.SSLContext:
     """A server context that speaks TLS 1.3 only; with ``client_ca``, every client must present a certificate it signed.
 
-    Raises UsageError for files that cannot be read or do not match.
+    Raises UsageError for files that cannot be read or do not match, naming
+    the options ``{flags}tls-cert``, ``{flags}tls-key`` and ``{flags}ca-cert``.
     """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
@@ -85,13 +86,15 @@ def server_context(cert: Path, key: Path, *, client_ca: Path | None = None) -> s
         ctx.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise UsageError(
-            f"--tls-cert {cert} / --tls-key {key}: cannot load: {exc}",
+            f"{flags}tls-cert {cert} / {flags}tls-key {key}: cannot load: {exc}",
             remedy="give a PEM certificate and its private key",
         ) from None
     if client_ca is not None:
         try:
             ctx.load_verify_locations(cafile=client_ca)
         except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"--ca-cert {client_ca}: cannot load: {exc}", remedy="give a PEM CA certificate") from None
+            raise UsageError(
+                f"{flags}ca-cert {client_ca}: cannot load: {exc}", remedy="give a PEM CA certificate"
+            ) from None
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx

@@ -1,0 +1,188 @@
+"""``/metrics`` beyond loopback: HTTPS (TLS 1.3) with a bearer token, against real TLS clients and a real Prometheus.
+
+The server is the one ``trace --prometheus`` starts, over a stand-in
+session (no tracing needed); certificates are made by ``gpuscope.fleet.certs``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import socket
+import ssl
+import subprocess
+import textwrap
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuscope.agent.live_stats import LiveStats
+from gpuscope.fleet.certs import Issued, init_fleet
+from gpuscope.model.latency import LatencyHistogram
+from gpuscope.model.ops import Op
+from gpuscope.serve.metrics import TraceCollector, TraceMetrics
+from gpuscope.serve.metrics_server import MetricsServer, serve_metrics
+from gpuscope.serve.tls import server_context
+
+TOKEN = "scrape-token-of-some-length-0123456789"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Issued:
+    return init_fleet(tmp_path_factory.mktemp("pki"), ["localhost"], ["127.0.0.1"])
+
+
+def _collector() -> TraceCollector:
+    hist = LatencyHistogram.empty()
+    hist.add(np.array([1_000, 2_000, 3_000, 4_000, 5_000, 6_000], dtype=np.int64))
+    stats = LiveStats(per_op={int(Op.cudaMalloc): hist}, events=6)
+    return TraceCollector(TraceMetrics("gpu-1", lambda: stats, dict))
+
+
+@contextmanager
+def _served(pki: Issued, *, mutual: bool = False, host: str = "127.0.0.1") -> Iterator[MetricsServer]:
+    cert, key = pki.servers["localhost"]
+    tls = server_context(cert, key, client_ca=pki.ca if mutual else None)
+    server = serve_metrics(_collector(), host, 0, tls=tls, token=TOKEN)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _client(pki: Issued, *, client_cert: bool = False) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if client_cert:
+        ctx.load_cert_chain(*pki.client)
+    return ctx
+
+
+def _get(port: int, ctx: ssl.SSLContext, token: str | None) -> tuple[int, dict[str, str], bytes, str]:
+    """(status, headers, body, TLS version) of ``GET /metrics``."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token is not None else {})
+        version = str(conn.sock.version()) if isinstance(conn.sock, ssl.SSLSocket) else ""
+        res = conn.getresponse()
+        return res.status, {k.lower(): v for k, v in res.getheaders()}, res.read(), version
+    finally:
+        conn.close()
+
+
+def test_a_scrape_with_the_token_gets_the_metrics_over_tls_1_3(pki: Issued) -> None:
+    with _served(pki) as server:
+        status, _, body, version = _get(server.port, _client(pki), TOKEN)
+    assert status == 200 and version == "TLSv1.3"
+    assert 'gpuscope_calls_total{node="gpu-1",op="cudaMalloc",source="cuda"} 6.0' in body.decode()
+
+
+@pytest.mark.parametrize("token", [None, "", "scrape-token-of-some-length-0123456780"])
+def test_a_scrape_without_the_token_gets_401(pki: Issued, token: str | None) -> None:
+    with _served(pki) as server:
+        status, headers, body, _ = _get(server.port, _client(pki), token)
+    assert status == 401
+    assert headers["www-authenticate"].startswith("Bearer")
+    assert json.loads(body)["error"]["code"] == "unauthorized"
+    assert b"gpuscope_calls" not in body
+
+
+def test_plain_http_to_the_tls_port_gets_no_metrics(pki: Issued) -> None:
+    with _served(pki) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+            conn.getresponse().read()
+        conn.close()
+
+
+def test_tls_1_2_is_refused(pki: Issued) -> None:
+    old = _client(pki)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with _served(pki) as server, pytest.raises(ssl.SSLError):
+        _get(server.port, old, TOKEN)
+
+
+def test_mutual_tls_demands_a_client_certificate_from_the_ca(pki: Issued) -> None:
+    with _served(pki, mutual=True) as server:
+        # TLS 1.3 sends the refusal of a missing certificate after the handshake: it shows on the first read.
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            _get(server.port, _client(pki), TOKEN)
+        status, _, _, _ = _get(server.port, _client(pki, client_cert=True), TOKEN)
+    assert status == 200
+
+
+def test_a_client_that_connects_and_says_nothing_holds_no_scrape_up(pki: Issued) -> None:
+    with _served(pki) as server, socket.create_connection(("127.0.0.1", server.port), timeout=10):
+        status, _, _, _ = _get(server.port, _client(pki), TOKEN)
+    assert status == 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _query(url: str, promql: str) -> list[dict[str, object]]:
+    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}", timeout=10) as r:
+        doc = json.load(r)
+    assert doc["status"] == "success", doc
+    return list(doc["data"]["result"])
+
+
+def test_prometheus_scrapes_over_https_with_a_credentials_file_and_a_ca(pki: Issued, tmp_path: Path) -> None:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is installed by `make setup` (apt package prometheus)")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    web = _free_port()
+    with _served(pki, host="0.0.0.0") as server:
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            textwrap.dedent(
+                f"""
+                global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+                scrape_configs:
+                  - job_name: gpuscope
+                    scheme: https
+                    authorization: {{credentials_file: {token_file}}}
+                    tls_config: {{ca_file: {pki.ca}}}
+                    static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
+                  - job_name: no-token
+                    scheme: https
+                    tls_config: {{ca_file: {pki.ca}}}
+                    static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
+                """
+            )
+        )
+        proc = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{web}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{web}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # until both jobs were scraped once
+                try:
+                    up = {str(s["metric"]["job"]): s["value"][1] for s in _query(url, "up")}  # type: ignore[index]
+                except OSError:
+                    up = {}
+                if len(up) == 2 or time.monotonic() > deadline or proc.poll() is not None:
+                    break
+                time.sleep(0.3)
+            calls = _query(url, 'gpuscope_calls_total{job="gpuscope"}')
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert up == {"gpuscope": "1", "no-token": "0"}
+    assert [(s["metric"]["op"], s["value"][1]) for s in calls] == [("cudaMalloc", "6")]  # type: ignore[index]
