@@ -20,7 +20,7 @@ from gpuscope.commands._exporters import (
     plan_exporters,
     start_exporters,
 )
-from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, size_bytes
+from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, pid_arg, size_bytes
 from gpuscope.config import load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
 from gpuscope.stacks.policy import parse_overrides, stack_policy
@@ -35,12 +35,14 @@ if TYPE_CHECKING:
     from gpuscope.agent.tracer import Tracer
     from gpuscope.tui.explain_source import ExplainFindings
 
+MAX_RING_BYTES = 1 << 30  # a BPF ring buffer must be a power of two below 4 GiB; past 1 GiB it only costs memory
+
 NAME = "trace"
 HELP = "trace CUDA Runtime/Driver calls and host events into SQLite (needs root)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-p", "--pid", type=int, action="append", default=[], help="trace this process (repeatable)")
+    p.add_argument("-p", "--pid", type=pid_arg, action="append", default=[], help="trace this process (repeatable)")
     p.add_argument(
         "--lib", action="append", default=[], metavar="PATH", help="probe only this CUDA library copy (repeatable)"
     )
@@ -191,7 +193,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     for lib in args.lib:
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
-    duration = _duration(args.duration) if args.duration else None
+    duration = _duration(args.duration) if args.duration is not None else None
     exporters = plan_exporters(args)
     hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
     setup = _setup(args, command)
@@ -386,8 +388,8 @@ def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions
     from gpuscope.agent.options import TraceOptions
 
     ring = size_bytes("--ring-size", args.ring_size)
-    if ring < 4096 or ring & (ring - 1):
-        raise UsageError(f"--ring-size {args.ring_size}: must be a power of two of at least 4k")
+    if ring < 4096 or ring > MAX_RING_BYTES or ring & (ring - 1):
+        raise UsageError(f"--ring-size {args.ring_size}: must be a power of two from 4k to 1g")
     return TraceOptions(
         # --lib names every library to trace: none is attached later.
         late_loads=not args.lib,

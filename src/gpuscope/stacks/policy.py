@@ -42,12 +42,20 @@ def stack_policy(
     return tuple(sorted(out.items()))
 
 
+MAX_EVERY = 1_000_000_000  # the stack_policy map holds N in 32 bits; past this, N means "first call only" anyway
+
+
 def parse_overrides(values: list[str]) -> dict[str, int]:
     """``["cudaLaunchKernel=16", "cudaFree=0"]`` -> {op: every}."""
     out: dict[str, int] = {}
     for v in values:
         name, _, n = v.partition("=")
-        if not n.isdigit():
+        if not n.isdigit() or not name:
             raise UsageError(f"--stack-every wants OP=N (N >= 0), got {v!r}")
+        if int(n) > MAX_EVERY:
+            raise UsageError(
+                f"--stack-every {v}: N above {MAX_EVERY:,}",
+                remedy="a stack on the first call at each call site only is N = 1000000000 (or 0 for none)",
+            )
         out[name] = int(n)
     return out

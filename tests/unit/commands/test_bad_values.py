@@ -21,6 +21,10 @@ BAD = [
     (["diff", "{db}", "{db}", "--alpha", "7"], "out of range (a significance level"),
     (["diff", "{db}", "{db}", "--min-ratio", "inf"], "out of range (a p50 ratio"),
     (["query", "--db", "", "SELECT 1"], "--db '': an empty path"),
+    (["trace", "-d", "", "--", "true"], "--duration : not a duration"),
+    (["trace", "--ring-size", "16g", "--", "true"], "must be a power of two from 4k to 1g"),
+    (["trace", "--stack-every", "cudaMalloc=99999999999999999999", "--", "true"], "N above 1,000,000,000"),
+    (["trace", "-p", "99999999999999999999"], "out of range (a process id"),
 ]
 
 
@@ -30,7 +34,9 @@ def test_a_bad_value_is_a_usage_error_naming_the_valid_range(tmp_path: Path, arg
     db = build_db(tmp_path / "run.db", n=20)
     before = db.read_bytes()
     args = [a.format(db=db, tmp=tmp_path) for a in argv]
-    if "--db" not in args and args[0] not in ("diff",):
+    if args[0] == "trace":
+        args[1:1] = ["--db", str(tmp_path / "new.db")]  # and no recording may be left behind
+    elif "--db" not in args and args[0] != "diff":
         args += ["--db", str(db)]
     # when
     p = run_gpuscope(*args, timeout=60)
@@ -41,3 +47,4 @@ def test_a_bad_value_is_a_usage_error_naming_the_valid_range(tmp_path: Path, arg
     assert p.stdout == ""
     assert db.read_bytes() == before
     assert not (tmp_path / "out.json").exists()
+    assert not list(tmp_path.glob("new.db*"))
