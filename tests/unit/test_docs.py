@@ -101,6 +101,16 @@ def test_the_cli_reference_is_what_gen_cli_reference_writes() -> None:
     assert current == expected, f"docs/cli.md is out of date with --help: run {script.REGENERATE}"
 
 
+def test_the_errors_reference_is_what_gen_errors_reference_writes() -> None:
+    script = _load_script("gen_errors_reference")
+    classes, raises = script.scan()
+    # every error class of the package is found, with the exit codes the code gives them
+    assert {"UsageError", "DatabaseError", "QueryRefusedError", "PermissionDeniedError"} <= set(classes)
+    assert len(raises) > 100
+    current = (DOCS / "errors.md").read_text()
+    assert current == script.render(classes, raises), f"docs/errors.md is out of date: run {script.REGENERATE}"
+
+
 def test_the_cli_reference_has_a_section_for_every_command() -> None:
     text = (DOCS / "cli.md").read_text()
     headings = re.findall(r"^## `gpuscope ?(\w*)`$", text, flags=re.M)
