@@ -108,7 +108,11 @@ def _load_config_file() -> tuple[Path | None, dict[str, Any]]:
                 if explicit:
                     raise UsageError(f"{path}: config file not found", remedy="fix GPUSCOPE_CONFIG")
                 continue
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"{path}: not UTF-8 text (byte {exc.start})", remedy="save the config file as UTF-8 (TOML requires it)"
+            ) from None
         except OSError as exc:
             if explicit:
                 raise UsageError(f"{path}: cannot read config: {exc.strerror}") from None
@@ -133,10 +137,26 @@ def _load_config_file() -> tuple[Path | None, dict[str, Any]]:
                 f"{path}: [fleet] takes nodes and the file paths {', '.join(sorted(FLEET_FILES))}",
                 remedy=f"unknown: {', '.join(sorted(unknown_fleet))}" if unknown_fleet else "paths are strings",
             )
-        if "node" in data and ":" in data["node"]:
-            raise UsageError(f"{path}: node name may not contain ':' (it separates node and id in event ids)")
+        if "node" in data:
+            check_node_name(data["node"], f"{path}: node")
         return path, data
     return None, {}
+
+
+MAX_NODE_NAME = 253  # a DNS name's longest: node names are host names or Kubernetes node names
+
+
+def check_node_name(name: str, where: str) -> str:
+    """``name`` when it can name a node (stored with every event, shown in every view); raises UsageError."""
+    if not name.strip():
+        raise UsageError(f"{where} {name!r}: a node name must not be empty")
+    if ":" in name:
+        raise UsageError(f"{where} {name!r}: a node name may not contain ':' (it separates node and id in event ids)")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise UsageError(f"{where} {name!r}: a node name may not contain control characters (NUL, newlines, …)")
+    if len(name) > MAX_NODE_NAME:
+        raise UsageError(f"{where}: a node name of {len(name):,} characters (at most {MAX_NODE_NAME})")
+    return name
 
 
 def fleet_nodes() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from gpuscope.config import DEFAULT_DB, DbPath, load_config, resolve_db_path
 from gpuscope.errors import UsageError
 from gpuscope.store.connect import default_db_path
+from tests.conftest import run_gpuscope
 
 
 def test_node_and_db_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,3 +97,36 @@ def test_the_store_default_path_is_the_resolved_one(tmp_path: Path, monkeypatch:
 def test_a_db_flag_is_used_without_reading_a_broken_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUSCOPE_CONFIG", str(tmp_path / "missing.toml"))
     assert resolve_db_path("run.db").path == Path("run.db")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'node = "\xff\xfe"\n', "not UTF-8 text (byte 8)"),
+        (b'node = "a\\u0000b"\n', "may not contain control characters"),
+        (b'node = "a\\nb"\n', "may not contain control characters"),
+        (b'node = "' + b"x" * 5000 + b'"\n', "a node name of 5,000 characters (at most 253)"),
+        (b'node = "gpu:1"\n', "may not contain ':'"),
+        (b'node = "  "\n', "must not be empty"),
+    ],
+    ids=["invalid-utf8", "nul", "newline", "5000-chars", "colon", "blank"],
+)
+def test_a_config_file_that_cannot_name_a_node_is_a_usage_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, message: str
+) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_bytes(content)
+    monkeypatch.setenv("GPUSCOPE_CONFIG", str(cfg))
+    with pytest.raises(UsageError, match=re.escape(message)) as caught:
+        load_config()
+    assert str(cfg) in str(caught.value)
+
+
+def test_node_names_given_on_the_command_line_are_checked_the_same_way(tmp_path: Path) -> None:
+    for argv in (
+        ["trace", "--node", "a\x01b", "--db", str(tmp_path / "t.db"), "--", "true"],
+        ["trace", "--node", "", "--db", str(tmp_path / "t.db"), "--", "true"],
+    ):
+        p = run_gpuscope(*argv)
+        assert p.returncode == 2 and "error: --node" in p.stderr, p.stderr
+        assert not list(tmp_path.glob("t.db*"))

@@ -21,7 +21,7 @@ from gpuscope.commands._exporters import (
     start_exporters,
 )
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, pid_arg, size_bytes
-from gpuscope.config import load_config
+from gpuscope.config import check_node_name, load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
@@ -424,9 +424,9 @@ def _setup(args: argparse.Namespace, command: list[str]) -> _Setup:
     max_db = size_bytes("--max-db", args.max_db)
     if 0 < max_db < (1 << 20):
         raise UsageError(f"--max-db {args.max_db}: too small (at least 1m, or 0 for no cap)")
-    node = args.node or load_config().get("node")
-    if node is not None and (":" in node or not node.strip()):
-        raise UsageError(f"--node {node!r}: a node name must be non-empty and may not contain ':'")
+    node = args.node if args.node is not None else load_config().get("node")
+    if node is not None:
+        check_node_name(node, "--node" if args.node is not None else "config node")
     return _Setup(opts, db_from_args(args), node, max_db, duration_s("--keep-first", args.keep_first))
 
 

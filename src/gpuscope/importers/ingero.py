@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuscope.config import check_node_name
 from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.importers.ingero_history import columns, count_rows, import_history, op_lookup, rows, table_names, version
 from gpuscope.importers.ingero_ops import COLUMNS, Rule, convert_args, ingero_op_name, rule_for
@@ -174,8 +175,8 @@ class _Nodes:
         for table in ("events", "sessions", "causal_chains"):
             if "node" in columns(src, table):
                 found |= {r[0] for r in src.execute(f"SELECT DISTINCT node FROM {table} WHERE node != ''")}
-        if override is not None and ":" in override:
-            raise UsageError(f"node name {override!r} contains ':'", remedy="node names cannot contain ':'")
+        if override is not None:
+            check_node_name(override, "--node")
         rename = {found.pop(): override} if override and len(found) == 1 else {}
         default = override or (next(iter(found)) if len(found) == 1 else None)
         if not found and default is None and count_rows(src, "events"):

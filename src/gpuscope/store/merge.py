@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuscope.config import check_node_name
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database, ensure_op
@@ -113,8 +114,8 @@ def check_merge_request(
     if not paths:
         raise UsageError("nothing to merge", remedy="pass the databases to merge: gpuscope merge A.db B.db -o OUT.db")
     for name in [force_node, *renames.values()]:
-        if name is not None and (not name or ":" in name):
-            raise UsageError(f"node name {name!r} is empty or contains ':'", remedy="pass a name without ':'")
+        if name is not None:
+            check_node_name(name, "--force-node")
     refuse_same_file(out_path, paths)
 
 
