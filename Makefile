@@ -6,9 +6,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# On x86-64, the cross compiler of `make wheel ARCH=aarch64` (and of its test); an arm64 host builds natively.
+CROSS_PACKAGES := $(if $(filter x86_64,$(shell uname -m)),gcc-aarch64-linux-gnu)
 APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 \
                 iproute2 binutils util-linux tmux sudo chromium faketime \
-                prometheus
+                prometheus $(CROSS_PACKAGES)
 
 # `make install` writes a launcher for this checkout's environment here; `sudo gpuscope` finds
 # /usr/local/bin (sudo's secure_path has it). Without root: make install PREFIX=~/.local
@@ -60,9 +62,13 @@ uninstall:
 	else echo "no gpuscope launcher of ours in $(BINDIR)"; fi
 
 # A wheel with the BPF objects, the stand-in libraries and the guides inside: pip install dist/gpuscope-*.whl
-# (or pipx install dist/gpuscope-*.whl) on a machine with libbpf1; no compiler needed there.
+# (or pipx install dist/gpuscope-*.whl) on a machine with libbpf1; no compiler needed there. Tagged manylinux
+# for the glibc its libraries need. ARCH=aarch64 builds one for arm64 hosts (GH200, Graviton) on this machine:
+# arm64 BPF objects from bpf/include/vmlinux/arm64, the stand-ins with gcc-aarch64-linux-gnu.
+ARCH ?=
+
 wheel: setup
-	$(PY) -m pip wheel -q --no-deps -w dist .
+	GPUSCOPE_TARGET_ARCH=$(ARCH) $(PY) -m pip wheel -q --no-deps -w dist .
 
 test: setup lint
 	$(PY) -m pytest -q

@@ -121,22 +121,50 @@ static __always_inline void gs_cu_memset(struct pt_regs *ctx, struct gs_call *c,
 		c->stream = PT_REGS_PARM4(ctx);
 }
 
-/* Fill the argument fields of `c` from the registers at entry. The x86-64
- * SysV ABI passes a dim3 (12 bytes) in two registers (x|y, z), and the 7th
- * and later arguments on the stack above the return address at [sp]. */
-/* The words at [sp+8], [sp+16], [sp+24]: those the stack capture read
- * already (`pre`, one read for both), else read here. */
+/* The first n (at most 3) stack argument words (from [sp + GS_STACK_ARGS_OFF]):
+ * those the stack capture read already (`pre`, one read for all), else read
+ * here. n is a constant: 0 where the registers hold every argument. */
 static __always_inline void gs_stack_args(__u64 sp, const __u64 *pre, __u64 *stk, __u32 n)
 {
+	if (!n)
+		return;
 	if (pre) {
 		stk[0] = pre[0];
 		stk[1] = pre[1];
 		stk[2] = pre[2];
 	} else {
-		bpf_probe_read_user(stk, n * sizeof(__u64), (void *)(sp + 8));
+		bpf_probe_read_user(stk, n * sizeof(__u64), (void *)(sp + GS_STACK_ARGS_OFF));
 	}
 }
 
+/* Integer argument n (1-based, a constant) past the fifth: a register while
+ * the ABI has one (arch.bpf.h), else word n - GS_ARG_REGS - 1 of `stk`. */
+static __always_inline __u64 gs_arg(struct pt_regs *ctx, int n, const __u64 *stk)
+{
+	switch (n) {
+	case 6:
+		return GS_PT_REGS_PARM6(ctx);
+#if GS_ARG_REGS > 6
+	case 7:
+		return GS_PT_REGS_PARM7(ctx);
+	case 8:
+		return GS_PT_REGS_PARM8(ctx);
+#endif
+	default:
+		return stk[n - GS_ARG_REGS - 1];
+	}
+}
+
+/* The same, reading a stack argument on its own. */
+static __always_inline __u64 gs_arg_read(struct pt_regs *ctx, int n, __u64 sp)
+{
+	if (n <= GS_ARG_REGS)
+		return gs_arg(ctx, n, 0);
+	return gs_read_u64((void *)(sp + GS_STACK_ARGS_OFF + 8 * (n - GS_ARG_REGS - 1)));
+}
+
+/* Fill the argument fields of `c` at entry. Both ABIs pass a dim3 (12 bytes)
+ * in two registers (x|y, z); arch.bpf.h says where the rest are. */
 static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct gs_call *c, const __u64 *pre)
 {
 	__u64 sp = PT_REGS_SP(ctx);
@@ -175,17 +203,17 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		break;
 	case GS_OP_CUDA_LAUNCH_KERNEL:
 		/* (func, dim3 grid, dim3 block, void **args, size_t shmem, stream):
-		 * func rdi, grid rsi|rdx, block rcx|r8, args r9, shmem [sp+8],
-		 * stream [sp+16]. */
+		 * arguments 1-8 as words. x86-64: func rdi, grid rsi|rdx, block
+		 * rcx|r8, args r9, shmem [sp+8], stream [sp+16]; arm64: x0-x7. */
 		c->handle = PT_REGS_PARM1(ctx);
 		c->arg0 = gs_pack_dim(PT_REGS_PARM2(ctx), PT_REGS_PARM2(ctx) >> 32, PT_REGS_PARM3(ctx));
 		c->arg1 = gs_pack_dim(PT_REGS_PARM4(ctx), PT_REGS_PARM4(ctx) >> 32, PT_REGS_PARM5(ctx));
 		{
 			/* One read for both stack arguments: each read is ~140 ns. */
 			__u64 stk[3] = {};
-			gs_stack_args(sp, pre, stk, 2);
-			c->bytes = stk[0];
-			c->stream = stk[1];
+			gs_stack_args(sp, pre, stk, GS_STACK_WORDS(8));
+			c->bytes = gs_arg(ctx, 7, stk);
+			c->stream = gs_arg(ctx, 8, stk);
 		}
 		break;
 	case GS_OP_CUDA_LAUNCH_KERNEL_EXC: {
@@ -214,15 +242,16 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		break;
 	case GS_OP_CU_LAUNCH_KERNEL:
 		/* (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
-		 * bz [sp+8], shmem [sp+16], stream [sp+24]. */
+		 * x86-64: bz [sp+8], shmem [sp+16], stream [sp+24]; arm64:
+		 * stream [sp]. */
 		c->handle = PT_REGS_PARM1(ctx);
 		c->arg0 = gs_pack_dim(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx));
 		{
 			__u64 stk[3] = {};
-			gs_stack_args(sp, pre, stk, 3);
-			c->arg1 = gs_pack_dim(PT_REGS_PARM5(ctx), ctx->r9, stk[0]);
-			c->bytes = stk[1] & 0xffffffff;
-			c->stream = stk[2];
+			gs_stack_args(sp, pre, stk, GS_STACK_WORDS(9));
+			c->arg1 = gs_pack_dim(PT_REGS_PARM5(ctx), gs_arg(ctx, 6, stk), gs_arg(ctx, 7, stk));
+			c->bytes = gs_arg(ctx, 8, stk) & 0xffffffff;
+			c->stream = gs_arg(ctx, 9, stk);
 		}
 		break;
 	case GS_OP_CU_LAUNCH_KERNEL_EX: {
@@ -305,36 +334,44 @@ static __always_inline void gs_read_args(struct pt_regs *ctx, __u32 op, struct g
 		c->handle = PT_REGS_PARM1(ctx);
 		break;
 
-	/* NCCL. x86-64: 7th and later integer arguments at [sp+8], [sp+16]. */
+	/* NCCL. x86-64: 7th and later integer arguments at [sp+8], [sp+16];
+	 * arm64: all in registers. */
 	case GS_OP_NCCL_ALL_REDUCE:     /* (send, recv, count, dtype, op, comm, stream) */
 	case GS_OP_NCCL_REDUCE_SCATTER: /* (send, recv, recvcount, dtype, op, comm, stream) */
-		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), 0, ctx->r9,
-			     gs_read_u64((void *)(sp + 8)));
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), 0, gs_arg(ctx, 6, 0),
+			     gs_arg_read(ctx, 7, sp));
 		break;
 	case GS_OP_NCCL_REDUCE:         /* (send, recv, count, dtype, op, root, comm, stream) */
-		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), ctx->r9,
-			     gs_read_u64((void *)(sp + 8)), gs_read_u64((void *)(sp + 16)));
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), gs_arg(ctx, 6, 0),
+			     gs_arg_read(ctx, 7, sp), gs_arg_read(ctx, 8, sp));
 		break;
 	case GS_OP_NCCL_BROADCAST:      /* (send, recv, count, dtype, root, comm, stream) */
-		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, PT_REGS_PARM5(ctx), ctx->r9,
-			     gs_read_u64((void *)(sp + 8)));
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, PT_REGS_PARM5(ctx), gs_arg(ctx, 6, 0),
+			     gs_arg_read(ctx, 7, sp));
 		break;
 	case GS_OP_NCCL_ALL_GATHER:     /* (send, recv, sendcount, dtype, comm, stream) */
-		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, 0, PT_REGS_PARM5(ctx), ctx->r9);
+		gs_nccl_coll(c, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, 0, PT_REGS_PARM5(ctx), gs_arg(ctx, 6, 0));
 		break;
 	case GS_OP_NCCL_SEND:           /* (buf, count, dtype, peer, comm, stream) */
 	case GS_OP_NCCL_RECV:
 		gs_nccl_coll(c, PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), 0, PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx),
-			     ctx->r9);
+			     gs_arg(ctx, 6, 0));
 		break;
 	case GS_OP_NCCL_COMM_INIT_RANK:        /* (comm *out, nranks, ncclUniqueId id, rank) */
 	case GS_OP_NCCL_COMM_INIT_RANK_CONFIG: /* (comm *out, nranks, id, rank, config *) */
-		/* The 128-byte id is passed by value in memory, at [sp+8]; it takes
-		 * no register, so rank is the third integer register argument. */
 		c->out_ptr = PT_REGS_PARM1(ctx);
 		c->arg1 = PT_REGS_PARM2(ctx) & 0xffffffff;
+#if GS_BIG_AGGREGATE_BY_REF
+		/* The 128-byte id goes by reference: its copy's address is the
+		 * third argument, rank the fourth. */
+		c->arg0 = PT_REGS_PARM4(ctx) & 0xffffffff;
+		c->stream = gs_hash_unique_id(PT_REGS_PARM3(ctx));
+#else
+		/* The 128-byte id is passed by value in memory, at the first stack
+		 * slot; it takes no register, so rank is the third register argument. */
 		c->arg0 = PT_REGS_PARM3(ctx) & 0xffffffff;
-		c->stream = gs_hash_unique_id(sp + 8);
+		c->stream = gs_hash_unique_id(sp + GS_STACK_ARGS_OFF);
+#endif
 		break;
 	case GS_OP_NCCL_COMM_DESTROY:   /* (comm) */
 	case GS_OP_NCCL_COMM_ABORT:
@@ -402,7 +439,7 @@ int gs_cuda_entry(struct pt_regs *ctx)
 
 		struct gs_stack_buf *sb = gs_stack_capture(ctx, op, pid_tgid);
 
-		gs_read_args(ctx, op, &c, sb ? &sb->sp_words[1] : 0);
+		gs_read_args(ctx, op, &c, sb ? &sb->sp_words[GS_STACK_ARGS_OFF / 8] : 0);
 		e = gs_reserve(op);
 		if (!e)
 			return 0;
@@ -429,7 +466,7 @@ int gs_cuda_entry(struct pt_regs *ctx)
 	__builtin_memset(c, 0, sizeof(*c));
 	c->op = op;
 	struct gs_stack_buf *sb = gs_stack_capture(ctx, op, pid_tgid);
-	gs_read_args(ctx, op, c, sb ? &sb->sp_words[1] : 0);
+	gs_read_args(ctx, op, c, sb ? &sb->sp_words[GS_STACK_ARGS_OFF / 8] : 0);
 	st->depth = d + 1;
 	/* Last, so the probe's own work is not counted in the call's duration
 	 * (only the stack record's copy into the ring is). */

@@ -39,7 +39,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define GS_SIGCONT 18
 #define GS_SIGSTOP 19
-#define GS_NR_MMAP 9
 #define GS_PROT_EXEC 0x4
 #define GS_MAP_PRIVATE 0x02
 #define GS_MAP_DENYWRITE 0x0800
@@ -190,17 +189,17 @@ int BPF_PROG(gs_vm_unmapped_area, unsigned long addr, struct vm_unmapped_area_in
 	__u64 prot, flags;
 	long fd;
 
-	if (BPF_CORE_READ(regs, orig_ax) != GS_NR_MMAP || tgid == self_tgid)
+	if (GS_SYSCALL_NR(regs) != GS_NR_MMAP || tgid == self_tgid)
 		return 0;
 	/* A loader maps a library private, and (glibc's ld.so) passes
 	 * MAP_DENYWRITE, which the kernel ignores, or maps its first segment
 	 * executable. A program reading the file (an ELF parser, gpuscope's own)
 	 * maps it otherwise, and is neither reported nor held. */
-	prot = BPF_CORE_READ(regs, dx);
-	flags = BPF_CORE_READ(regs, r10);
+	prot = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	flags = PT_REGS_PARM4_CORE_SYSCALL(regs);
 	if (!(flags & GS_MAP_PRIVATE) || !((flags & GS_MAP_DENYWRITE) || (prot & GS_PROT_EXEC)))
 		return 0;
-	fd = (long)BPF_CORE_READ(regs, r8);
+	fd = (long)PT_REGS_PARM5_CORE_SYSCALL(regs);
 	if (fd < 0 || fd >= BPF_CORE_READ(t, files, fdt, max_fds))
 		return 0;
 	if (filter_targets && !gs_is_target(tgid))

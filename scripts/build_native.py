@@ -1,18 +1,54 @@
 """Compile the BPF objects and the stand-in CUDA libraries into the package.
 
 Used by the wheel build hook and by `make native` in a development checkout.
+The target is this machine's architecture, or GPUSCOPE_TARGET_ARCH
+(x86_64 or aarch64): BPF objects for another architecture need only its
+vendored vmlinux.h, the stand-in libraries a cross compiler (GPUSCOPE_CROSS_CC,
+else Debian's, e.g. aarch64-linux-gnu-gcc). Another architecture's files go
+to build/native/<arch>/gpuscope, never over this machine's in src/gpuscope.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 
 BPF_SOURCES = ["cuda", "host", "io", "net", "mem", "loads"]
-_ARCH = {"x86_64": "x86", "aarch64": "arm64"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """An architecture the package is built for."""
+
+    machine: str  # uname -m, and the wheel tag's architecture
+    bpf_arch: str  # -D__TARGET_ARCH_<bpf_arch>, bpf/include/vmlinux/<bpf_arch>/
+    cross_cc: str  # Debian's cross compiler for it
+    cross_package: str
+
+
+TARGETS = {
+    "x86_64": Target("x86_64", "x86", "x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu"),
+    "aarch64": Target("aarch64", "arm64", "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+}
+_ALIASES = {"amd64": "x86_64", "x86": "x86_64", "arm64": "aarch64"}
+
+
+def target(name: str | None = None) -> Target:
+    """The target named (or GPUSCOPE_TARGET_ARCH, or this machine's)."""
+    name = name or os.environ.get("GPUSCOPE_TARGET_ARCH") or platform.machine()
+    found = TARGETS.get(_ALIASES.get(name, name))
+    if found is None:
+        raise SystemExit(f"error: cannot build for architecture {name!r} (known: {', '.join(TARGETS)})")
+    return found
+
+
+def is_native(t: Target) -> bool:
+    return t.machine == platform.machine()
 
 
 def find_clang() -> str:
@@ -37,18 +73,22 @@ def _stale(out: str, inputs: list[str]) -> bool:
     return any(os.path.getmtime(i) > mtime for i in inputs)
 
 
-def build_bpf(root: str, out_dir: str) -> None:
-    arch = _ARCH.get(platform.machine())
-    if arch is None:
-        raise SystemExit(f"error: unsupported architecture {platform.machine()}")
+def build_bpf(root: str, out_dir: str, t: Target | None = None) -> list[str]:
+    """Compile every program for ``t``; return the objects' paths."""
+    arch = (t or target()).bpf_arch
     clang = find_clang()
     strip = find_strip()
     os.makedirs(out_dir, exist_ok=True)
     inc = os.path.join(root, "bpf", "include")
-    headers = [os.path.join(inc, h) for h in os.listdir(inc) if h.endswith(".h")]
+    vmlinux = os.path.join(inc, "vmlinux", arch, "vmlinux.h")
+    if not os.path.exists(vmlinux):
+        raise SystemExit(f"error: no {vmlinux} (scripts/gen_min_vmlinux.py --arch {arch} writes one)")
+    headers = [os.path.join(inc, h) for h in os.listdir(inc) if h.endswith(".h")] + [vmlinux]
+    built = []
     for name in BPF_SOURCES:
         src = os.path.join(root, "bpf", f"{name}.bpf.c")
         out = os.path.join(out_dir, f"{name}.bpf.o")
+        built.append(out)
         if not _stale(out, [src, *headers]):
             continue
         cmd = [
@@ -73,6 +113,7 @@ def build_bpf(root: str, out_dir: str) -> None:
         if strip:
             # Drop DWARF (635 KB -> 17 KB); .BTF and .BTF.ext stay for CO-RE.
             subprocess.run([strip, "-g", out], check=True)
+    return built
 
 
 STANDINS = [
@@ -83,19 +124,35 @@ STANDINS = [
 ]
 
 
-def build_standins(root: str, out_dir: str) -> None:
-    cc = os.environ.get("CC") or ("cc" if shutil.which("cc") else find_clang())
+def find_cc(t: Target) -> str:
+    """The C compiler for ``t``'s shared libraries: CC or cc here, else GPUSCOPE_CROSS_CC or Debian's cross gcc."""
+    if is_native(t):
+        return os.environ.get("CC") or ("cc" if shutil.which("cc") else find_clang())
+    cross = os.environ.get("GPUSCOPE_CROSS_CC") or t.cross_cc
+    if shutil.which(shlex.split(cross)[0]):
+        return cross
+    raise SystemExit(
+        f"error: building for {t.machine} needs a cross C compiler for the stand-in libraries\n"
+        f"  fix: apt-get install {t.cross_package}, or set GPUSCOPE_CROSS_CC to a compiler for {t.machine}"
+    )
+
+
+def build_standins(root: str, out_dir: str, t: Target | None = None) -> list[str]:
+    """Compile the stand-in libraries for ``t``; return their paths."""
+    cc = find_cc(t or target())
     os.makedirs(out_dir, exist_ok=True)
     src_dir = os.path.join(root, "native", "standin")
     common = os.path.join(src_dir, "standin_common.h")
+    built = []
     for src_name, lib in STANDINS:
         src = os.path.join(src_dir, src_name)
         out = os.path.join(out_dir, lib)
+        built.append(out)
         if not _stale(out, [src, common]):
             continue
         subprocess.run(
             [
-                cc,
+                *shlex.split(cc),
                 "-shared",
                 "-fPIC",
                 "-O2",
@@ -109,14 +166,26 @@ def build_standins(root: str, out_dir: str) -> None:
             ],
             check=True,
         )
+    return built
 
 
-def build_all(root: str, out_pkg: str) -> None:
-    build_bpf(root, os.path.join(out_pkg, "_bpf"))
-    build_standins(root, os.path.join(out_pkg, "_standin"))
+def package_dir(root: str, t: Target) -> str:
+    """Where ``t``'s native files go: the checkout's package for this machine, build/native/ for another."""
+    if is_native(t):
+        return os.path.join(root, "src", "gpuscope")
+    return os.path.join(root, "build", "native", t.machine, "gpuscope")
+
+
+def build_all(root: str, out_pkg: str, t: Target | None = None) -> list[str]:
+    """Build everything native under ``out_pkg`` (_bpf/, _standin/); return the files' paths."""
+    t = t or target()
+    objects = build_bpf(root, os.path.join(out_pkg, "_bpf"), t)
+    return objects + build_standins(root, os.path.join(out_pkg, "_standin"), t)
 
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    build_all(here, os.path.join(here, "src", "gpuscope"))
-    print("native artifacts built", file=sys.stderr)
+    chosen = target()
+    out = package_dir(here, chosen)
+    build_all(here, out, chosen)
+    print(f"native artifacts for {chosen.machine} built in {os.path.relpath(out, here)}", file=sys.stderr)

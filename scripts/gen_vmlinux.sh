@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Regenerate the vendored bpf/include/vmlinux/x86/vmlinux.h from the running
+# Regenerate the vendored bpf/include/vmlinux/<arch>/vmlinux.h from the running
 # kernel's BTF. The build never reads the kernel's BTF itself: the BPF programs
 # compile against this vendored dump (CO-RE relocates field accesses at load
 # time), so run this only to pick up kernel types the programs start to use.
 #
 # Usage: scripts/gen_vmlinux.sh [OUTPUT]
-#   OUTPUT   where to write (default: bpf/include/vmlinux/x86/vmlinux.h)
+#   OUTPUT   where to write (default: bpf/include/vmlinux/x86/vmlinux.h on x86_64,
+#            bpf/include/vmlinux/arm64/vmlinux.h on aarch64: a full dump there
+#            replaces the minimal one scripts/gen_min_vmlinux.py writes)
 #   GPUSCOPE_BTF=PATH   read BTF from PATH instead of /sys/kernel/btf/vmlinux
 #
 # Exit codes: 0 written, 2 usage, 3 this machine cannot produce the dump.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-default_out="$root/bpf/include/vmlinux/x86/vmlinux.h"
+case "$(uname -m)" in
+aarch64) default_out="$root/bpf/include/vmlinux/arm64/vmlinux.h" ;;
+*) default_out="$root/bpf/include/vmlinux/x86/vmlinux.h" ;;
+esac
 btf="${GPUSCOPE_BTF:-/sys/kernel/btf/vmlinux}"
 
 fail() {
@@ -28,7 +33,7 @@ fail() {
 
 case "${1:-}" in
 -h | --help)
-	sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+	sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 	exit 0
 	;;
 -*) fail 2 "unknown option $1 (usage: scripts/gen_vmlinux.sh [OUTPUT])" ;;
@@ -36,9 +41,9 @@ esac
 [ "$#" -le 1 ] || fail 2 "too many arguments (usage: scripts/gen_vmlinux.sh [OUTPUT])"
 out="${1:-$default_out}"
 
-# The vendored header is the x86 one: types differ per architecture.
-if [ "$out" = "$default_out" ] && [ "$(uname -m)" != "x86_64" ]; then
-	fail 3 "this kernel is $(uname -m), the vendored header is for x86_64" \
+# The vendored headers are per architecture: types differ between them.
+if [ "$out" = "$default_out" ] && [ "$(uname -m)" != "x86_64" ] && [ "$(uname -m)" != "aarch64" ]; then
+	fail 3 "this kernel is $(uname -m); the vendored headers are for x86_64 and aarch64" \
 		"pass an output path, e.g. scripts/gen_vmlinux.sh bpf/include/vmlinux/$(uname -m)/vmlinux.h"
 fi
 if ! command -v bpftool >/dev/null 2>&1; then

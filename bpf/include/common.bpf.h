@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "arch.bpf.h"
 #include "events.h"
 
 #define GS_MAX_TARGETS 65536

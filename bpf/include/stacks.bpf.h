@@ -59,8 +59,8 @@ struct gs_site_key {
 	__u32 tid;      /* per thread: threads often share a line but not their callers */
 	__u32 op;
 	__u32 _pad;
-	__u64 ret;      /* return address at [sp]: the direct caller */
-	__u64 ret2;     /* [rbp + 8]: the caller's caller, when it keeps frame pointers */
+	__u64 ret;      /* return address at entry ([sp]; arm64: x30): the direct caller */
+	__u64 ret2;     /* [fp + 8]: the caller's caller, when it keeps frame pointers */
 	__u64 py_code;  /* innermost Python frame (cached thread state), 0 when none */
 	__u64 py_instr;
 };
@@ -122,7 +122,7 @@ struct gs_stack_buf {
 	 * record is header, frames, window, with no gaps. */
 	__u64 window[GS_STACK_WINDOW];
 	__u64 sp; /* user sp at entry; not part of the record */
-	__u64 sp_words[4]; /* [sp] (the return address) to [sp+24]: the call's stack arguments too */
+	__u64 sp_words[4]; /* [sp] to [sp+24]: the call's stack arguments (x86-64: after the return address) */
 	struct gs_site_key site_key;
 	__u64 tstate;   /* the walk's thread state, to cache */
 	__u32 new_site; /* first call at the site: record it once the stack is out */
@@ -314,7 +314,10 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 	o = bpf_map_lookup_elem(&py_offsets, &ver);
 	if (!o || !o->frame_previous)
 		return GS_PY_NO_OFFSETS;
-	key = o->tid_is_pthread ? BPF_CORE_READ(task, thread.fsbase) : tid;
+	/* 3.10 names a thread by pthread_self(), which arch.bpf.h may not know. */
+	if (o->tid_is_pthread && !GS_HAVE_PTHREAD_SELF)
+		return GS_PY_NO_THREAD;
+	key = o->tid_is_pthread ? GS_PTHREAD_SELF(task) : tid;
 	tstate = gs_user_u64(gs_user_u64(proc->runtime + o->interp_head) + o->threads_head);
 	for (i = 0; i < GS_PY_MAX_THREADS && tstate; i++) {
 		if (gs_user_u64(tstate + o->tstate_tid) == key)
@@ -427,11 +430,12 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	 * record needs (gs_read_args): a user read costs ~140 ns. */
 	if (bpf_probe_read_user(b->sp_words, sizeof(b->sp_words), (void *)b->sp))
 		__builtin_memset(b->sp_words, 0, sizeof(b->sp_words));
-	vc.addr = b->sp_words[0];
+	vc.addr = GS_ENTRY_RET_ADDR(ctx, b->sp_words);
 	b->h.ret_ip = vc.addr;
 
-	/* The site: entry runs before the callee's prologue, so rbp is still
-	 * the caller's frame pointer and [rbp + 8] its return address. */
+	/* The site: entry runs before the callee's prologue, so the frame
+	 * pointer (rbp, x29) is still the caller's and [fp + 8] its return
+	 * address. */
 	__builtin_memset(&b->site_key, 0, sizeof(b->site_key));
 	b->site_key.tgid = pid_tgid >> 32;
 	b->site_key.tid = (__u32)pid_tgid;
@@ -444,7 +448,7 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	 * read for native callers only, and only when rbp points into the stack
 	 * just above sp. Code built without frame pointers keeps any value in
 	 * rbp, and a read that faults costs the call ~0.8 us. */
-	if (!b->site_key.py_code && fp_addr > b->sp && fp_addr - b->sp < GS_FP_REACH &&
+	if (!b->site_key.py_code && GS_FP_ABOVE_SP(fp_addr, b->sp) && fp_addr - b->sp < GS_FP_REACH &&
 	    !bpf_probe_read_user(fp, sizeof(fp), (void *)fp_addr))
 		b->site_key.ret2 = fp[1];
 	site = bpf_map_lookup_elem(&stack_sites, &b->site_key);

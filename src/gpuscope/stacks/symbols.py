@@ -4,7 +4,8 @@ Loading a symbol table decodes ``.symtab``/``.dynsym`` with numpy (libtorch
 has hundreds of thousands of symbols); the sorted table is then saved under
 ``$GPUSCOPE_CACHE_DIR`` (default ``~/.cache/gpuscope``) as ``symbols/<build-id>.npz``
 so the next trace, or a trace of a process that has since exited, loads it in
-milliseconds. C++ names are demangled in one ``c++filt`` batch.
+milliseconds. C++ names are demangled in Python (the ``demangle`` package, spelled
+as ``c++filt`` spells them), each once per process.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+try:
+    # Pure Python, so any architecture's wheel installs it; it needs Python 3.11+.
+    import demangle as _demangle_pkg
+except ImportError:  # Python 3.10: c++filt, where binutils is installed
+    _demangle_pkg = None  # type: ignore[assignment]
 
 from gpuscope.platform.elf import SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile
 
@@ -154,15 +161,25 @@ class SymbolCache:
 
 
 class Demangler:
-    """Demangle C++ names in batches through c++filt (or llvm-cxxfilt), cached."""
+    """Demangle C++ (Itanium ABI) names, each once: spelled as ``c++filt`` spells them.
+
+    Through the ``demangle`` package; on Python 3.10, where it does not
+    install, through ``c++filt`` (or ``llvm-cxxfilt``) when one is on PATH.
+    A name that cannot be demangled comes back unchanged.
+    """
 
     def __init__(self) -> None:
-        self._tool = shutil.which("c++filt") or shutil.which("llvm-cxxfilt")
+        self._tool = None if _demangle_pkg else shutil.which("c++filt") or shutil.which("llvm-cxxfilt")
         self._cache: dict[str, str] = {}
 
     def demangle(self, names: list[str]) -> dict[str, str]:
+        """Map each name to its demangled spelling (itself when not a mangled C++ name)."""
         todo = sorted({n for n in names if n.startswith("_Z") and n not in self._cache})
-        if todo and self._tool:
+        if todo and _demangle_pkg is not None:
+            for name in todo:
+                # "gnu": binutils' spelling (`> >`, `{lambda(int)#1}`), as the names were shown before.
+                self._cache[name] = _demangle_pkg.demangle(name, language="itanium", style="gnu")
+        elif todo and self._tool:
             try:
                 out = subprocess.run(
                     [self._tool], input="\n".join(todo) + "\n", capture_output=True, text=True, timeout=10, check=True

@@ -186,35 +186,6 @@ def test_help_and_errors_point_at_gpuscope_docs_not_at_paths_a_wheel_lacks() -> 
     assert "docs/" not in str(getattr(QuerySyntaxError, "remedy", ""))
 
 
-def test_the_wheel_carries_the_guides(tmp_path: Path) -> None:
-    # given the wheel built from this checkout, unpacked where no docs/ folder is beside it
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("gpuscope-*.whl")
-    subprocess.run([sys.executable, "-m", "zipfile", "-e", str(wheel), str(tmp_path / "site")], check=True)
-    # when its gpuscope looks for a guide
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
-    p = subprocess.run(
-        [sys.executable, "-m", "gpuscope", "docs", "--path", "query"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-    # then it finds the copy inside the package, identical to docs/query.md
-    assert p.returncode == 0, p.stderr
-    found = Path(p.stdout.strip())
-    assert found.is_relative_to(tmp_path / "site" / "gpuscope" / "_docs")
-    assert found.read_text() == (REPO / "docs" / "query.md").read_text()
-
-
 def test_the_checkout_finds_its_own_docs_folder() -> None:
     assert docs_dir() in (REPO / "docs", REPO / "src" / "gpuscope" / "_docs")
 

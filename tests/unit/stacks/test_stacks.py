@@ -22,7 +22,7 @@ from gpuscope.stacks.records import decode
 from gpuscope.stacks.report import describe_call_sites, top_call_sites
 from gpuscope.stacks.resolve import StackResolver, _merge
 from gpuscope.stacks.scan import Callee, CallInstruction, calls_before, is_return_address, scan
-from gpuscope.stacks.symbols import Demangler, SymbolCache, SymbolTable
+from gpuscope.stacks.symbols import SymbolCache, SymbolTable
 from gpuscope.store.connect import connect_writer
 
 
@@ -125,16 +125,6 @@ def test_python_frames_replace_the_interpreter_frames() -> None:
     merged = _merge(native, python)
     assert [f.function for f in merged] == ["cudaMalloc", "ffi_call", "forward", "<module>", "__libc_start_call_main"]
     assert Stack(tuple(merged), 5, 2, None).call_site == "forward (train.py:142)"
-
-
-def test_c_plus_plus_names_are_demangled() -> None:
-    d = Demangler()
-    if d._tool is None:
-        pytest.skip("no c++filt")
-    assert d.demangle(["_ZN5torch8autograd4callEv", "plain"]) == {
-        "_ZN5torch8autograd4callEv": "torch::autograd::call()",
-        "plain": "plain",
-    }
 
 
 def test_the_policy_takes_full_stacks_once_per_site_and_one_call_in_n_for_every_api_op() -> None:
