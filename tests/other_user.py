@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -12,25 +13,54 @@ from pathlib import Path
 import pytest
 
 NOBODY = 65534
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 
 @functools.cache
-def _nobody_prefix() -> list[str] | None:
-    """The command prefix that runs this interpreter as nobody, or None where that cannot be done."""
+def _nobody_run() -> tuple[list[str], str, dict[str, str]] | None:
+    """(command prefix, interpreter, extra environment) that run gpuscope as nobody, or None where impossible.
+
+    This interpreter first; where nobody cannot execute it (a Python installed under root's home), the system's
+    Python of the same version, given this environment's packages on PYTHONPATH.
+    """
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
         return None
     prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import gpuscope"], capture_output=True, timeout=60)
-    return prefix if probe.returncode == 0 else None
+    same = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    path = os.pathsep.join([str(SRC), *site.getsitepackages()])
+    for interpreter, extra in ((sys.executable, {}), (same, {"PYTHONPATH": path})):
+        if not os.path.exists(interpreter):
+            continue
+        probe = subprocess.run(
+            [*prefix, interpreter, "-c", "import gpuscope"],
+            capture_output=True,
+            timeout=60,
+            env=dict(os.environ, **extra),
+        )
+        if probe.returncode == 0:
+            return prefix, interpreter, extra
+    return None
 
 
 def as_nobody(argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` as the user nobody, with a home and cache of its own under ``home`` (skips where impossible)."""
-    prefix = _nobody_prefix()
-    if prefix is None:
+    """Run ``argv`` as the user nobody, with a home and cache of its own under ``home`` (skips where impossible).
+
+    An ``argv`` that starts with this interpreter runs with the one nobody can execute.
+    """
+    found = _nobody_run()
+    if found is None:
         pytest.skip("cannot run this interpreter as the user nobody here")
+    prefix, interpreter, extra = found
     home.mkdir(exist_ok=True)
     os.chown(home, NOBODY, NOBODY)
-    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"))
+    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **extra)
+    if argv and argv[0] == sys.executable:
+        argv = [interpreter, *argv[1:]]
     return subprocess.run([*prefix, *argv], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _nobody_prefix() -> list[str] | None:
+    """The prefix that runs THIS interpreter as nobody, or None where nobody cannot execute it."""
+    found = _nobody_run()
+    return found[0] if found is not None and found[1] == sys.executable else None

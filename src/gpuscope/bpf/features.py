@@ -49,12 +49,36 @@ def probe_bpf_load() -> Feature:
     rc = int(lib.libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_KPROBE, None))
     if rc == 1:
         return Feature("BPF program load", (4, 1), True, "loaded a test program")
+    if not may_load_bpf():
+        # libbpf's prober answers "unsupported" (0) for EPERM too: without the capabilities, that is the truth.
+        return Feature("BPF program load", (4, 1), False, "permission denied: needs root or CAP_BPF+CAP_PERFMON")
     return Feature(
         "BPF program load",
         (4, 1),
         False,
         f"kernel refused a test program ({os.strerror(-rc) if rc < 0 else 'unsupported'})",
     )
+
+
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+
+
+def effective_capabilities(status: str | None = None) -> int:
+    """The CapEff bit mask of this process (``status``: the text of /proc/self/status, for tests)."""
+    if status is None:
+        try:
+            with open("/proc/self/status") as f:
+                status = f.read()
+        except OSError:
+            return 0
+    m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status, flags=re.M)
+    return int(m.group(1), 16) if m else 0
+
+
+def may_load_bpf(caps: int | None = None) -> bool:
+    """Whether this process holds what loading tracing programs takes: CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON."""
+    caps = effective_capabilities() if caps is None else caps
+    return bool(caps >> CAP_SYS_ADMIN & 1) or bool(caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1)
 
 
 def libc_probe_target() -> tuple[str, int]:
