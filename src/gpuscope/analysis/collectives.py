@@ -14,21 +14,18 @@ round trip and no raw host events leaving the node.
 from __future__ import annotations
 
 import os
-import sqlite3
 from typing import Any
 
 import numpy as np
 
 from gpuscope.analysis.attribution import load_attribution
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.engine import ExplainOptions, resolve_window
+from gpuscope.analysis.engine import ExplainOptions, reading_events, resolve_window
 from gpuscope.analysis.frame import load_frame
 from gpuscope.analysis.intervals import merge, overlap_ns
 from gpuscope.analysis.overhead import identify_tracer
 from gpuscope.analysis.rules.nccl import COLLECTIVES, INIT_OPS, Member, calls_of, communicators, hash_text, rank_steps
-from gpuscope.errors import DatabaseError
 from gpuscope.model.ops import Op, op_name
-from gpuscope.recording import open_recording
 from gpuscope.store.dashboard_read import sessions_brief
 
 DEFAULT_LIMIT = 20_000  # calls per rank and op: the most recent ones
@@ -42,20 +39,12 @@ def collective_calls(path: str | os.PathLike[str], opts: ExplainOptions, limit: 
 
     Raises DatabaseError for a missing or unreadable recording.
     """
-    conn = open_recording(path)
-    try:
-        try:
-            window = resolve_window(conn, opts)
-            frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids)
-            attribution = load_attribution(conn)
-            tracer = identify_tracer(conn)
-            nodes = sorted({str(s["node"]) for s in sessions_brief(conn) if s["node"]})
-        except sqlite3.DatabaseError as exc:
-            raise DatabaseError(
-                f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
-            ) from None
-    finally:
-        conn.close()
+    with reading_events(path) as conn:
+        window = resolve_window(conn, opts)
+        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids)
+        attribution = load_attribution(conn)
+        tracer = identify_tracer(conn)
+        nodes = sorted({str(s["node"]) for s in sessions_brief(conn) if s["node"]})
     ctx = Context(frame, window, opts.pids, attribution=attribution, tracer_pids=tracer.pids)
     groups = []
     preemptors: set[int] = set()

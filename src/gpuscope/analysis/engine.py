@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -377,27 +379,38 @@ def _stateless_note(ctx: Context) -> tuple[str, ...]:
     )
 
 
+@contextmanager
+def reading_events(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to ``path``, closed after; SQLite failures inside become one DatabaseError.
+
+    Raises DatabaseError for a missing, corrupt or unreadable database.
+    """
+    conn = open_recording(path)
+    try:
+        yield conn
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(
+            f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
+        ) from None
+    finally:
+        conn.close()
+
+
 def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
     """Analyse a recording through one read-only connection; the file is never written.
 
     Raises DatabaseError for a missing or corrupt database.
     """
-    conn = open_recording(path)
-    try:
-        try:
-            window = resolve_window(conn, opts)
-            aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
-            thin = thin_thresholds(aggregates) if aggregates is not None else {}
-            frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
-            no_frees = pids_without_frees(conn)
-            # Ranks, communicators and containers, for the rules that name them.
-            attribution = load_attribution(conn)
-            tracer = identify_tracer(conn)
-            imported = load_imported_rates(conn, window)
-        except sqlite3.DatabaseError as exc:
-            raise DatabaseError(
-                f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
-            ) from None
+    with reading_events(path) as conn:
+        window = resolve_window(conn, opts)
+        aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
+        thin = thin_thresholds(aggregates) if aggregates is not None else {}
+        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
+        no_frees = pids_without_frees(conn)
+        # Ranks, communicators and containers, for the rules that name them.
+        attribution = load_attribution(conn)
+        tracer = identify_tracer(conn)
+        imported = load_imported_rates(conn, window)
         report = analyse(
             frame,
             window,
@@ -422,8 +435,6 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
                 f"{path}: cannot read its sessions ({exc})", remedy="check the file is a gpuscope database"
             ) from None
         return with_recording(report, state)
-    finally:
-        conn.close()
 
 
 def with_recording(report: Report, state: RecordingState) -> Report:
