@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuscope._version import __version__
 from gpuscope.analysis.engine import ExplainOptions, explain_db
-from gpuscope.errors import UsageError
+from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 from gpuscope.query.engine import open_reader
@@ -91,6 +91,13 @@ class Api:
             raise UsageError(f"min_severity: {exc}") from None
         opts = ExplainOptions(since_ns=_since(params), pids=(pid,) if pid is not None else (), min_severity=min_sev)
         return self._reports.get(opts, file_signature(self.db), lambda: explain_db(self.db, opts))
+
+    def warm(self) -> None:
+        """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report)."""
+        try:
+            self.query({"sql": "SELECT 1", "limit": 1})
+        except GpuscopeError:
+            pass
 
     def read(self, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``read(conn, *args, **kwargs)`` on a read-only connection of its own."""

@@ -154,7 +154,9 @@ class _WithMcp:
 def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
     """The whole server: every route behind ``guard`` (Host, token, size limit, security headers); with ``mcp``, /mcp too."""
     api = Api(db)
-
+    # Warm before serving, not on the first request: a fleet client asking many fresh agents at once would
+    # otherwise wait for each one's imports and first open.
+    api.warm()
     async def run(call: Any, *args: Any) -> Response:
         try:
             result = await run_in_threadpool(call, *args)

@@ -101,8 +101,12 @@ def listen(args: argparse.Namespace) -> Listener:
 
 def serve(app: Callable[..., Any], listener: Listener, *, verbose: int = 0) -> None:
     """Run ``app`` with uvicorn on the listener's socket, with our TLS context, until Ctrl-C or SIGTERM."""
+    import anyio.to_thread
     import uvicorn
 
+    # The thread hand-off every request takes imports most of anyio the first time (about 40 ms): before
+    # serving, so the first requests (a fleet client's, to many fresh agents at once) do not wait for it.
+    anyio.run(anyio.to_thread.run_sync, lambda: None)
     config = uvicorn.Config(
         app,
         log_level="info" if verbose else "warning",
