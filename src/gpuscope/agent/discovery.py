@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuscope.model.ops import Op, op_for_symbol
+from gpuscope.platform import proc_root
 from gpuscope.platform.elf import ElfError, ElfFile, function_offsets
 
 LIB_PATTERNS = {
@@ -118,9 +119,9 @@ def _lib_dirs(env: dict[str, str] | None = None) -> list[tuple[str, str]]:
     return out
 
 
-def libraries_in_maps(pid: int) -> list[str]:
-    """CUDA library paths mapped by a running process."""
-    found: list[str] = []
+def libraries_in_maps(pid: int) -> list[tuple[str, int]]:
+    """CUDA library paths mapped by a running process, each with the inode the kernel mapped."""
+    found: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
@@ -128,10 +129,21 @@ def libraries_in_maps(pid: int) -> list[str]:
                 if len(parts) == 6:
                     path = parts[5].strip()
                     if library_kind(path) and path not in found:
-                        found.append(path)
+                        found[path] = int(parts[4])
+    except (OSError, ValueError):
+        pass
+    return list(found.items())
+
+
+def reachable_path(pid: int, path: str, inode: int) -> str:
+    """A path to the file ``pid`` mapped as ``path``: that path when it is the same file here (same inode),
+    else the path under ``/proc/PID/root`` (a container: the host may have another file at the same path)."""
+    try:
+        if os.stat(path).st_ino == inode:
+            return path
     except OSError:
         pass
-    return found
+    return f"/proc/{pid}/root{path}"
 
 
 def _rpath_dirs(executable: str) -> list[str]:
@@ -140,7 +152,7 @@ def _rpath_dirs(executable: str) -> list[str]:
             dyn = elf.dynamic()
     except ElfError:
         return []
-    origin = os.path.dirname(os.path.realpath(executable))
+    origin = os.path.dirname(proc_root.resolve(executable))
     dirs: list[str] = []
     for tag in (15, 29):  # DT_RPATH, DT_RUNPATH
         for entry in dyn.get(tag, []):
@@ -161,7 +173,10 @@ class Discovery:
     def add(self, path: str, found_via: str) -> CudaLibrary | None:
         """Add one file if it is a CUDA library that exports a probed API."""
         kind = library_kind(path)
-        real = os.path.realpath(path)
+        try:
+            real = proc_root.resolve(path)  # inside a container's root when the path is one
+        except OSError:
+            return None
         if kind is None:
             kind = library_kind(real)
         if kind is None:
@@ -188,8 +203,8 @@ class Discovery:
 
     def scan_process(self, pid: int) -> list[CudaLibrary]:
         added = []
-        for path in libraries_in_maps(pid):
-            lib = self.add(f"/proc/{pid}/root{path}" if not os.path.exists(path) else path, f"pid {pid}")
+        for path, inode in libraries_in_maps(pid):
+            lib = self.add(reachable_path(pid, path, inode), f"pid {pid}")
             if lib:
                 added.append(lib)
         return added

@@ -84,6 +84,7 @@ class LateLoads:
         self.discovery = discovery
         self.loads: list[LateLoad] = []
         self.errors: list[str] = []
+        self.not_resumed: list[int] = []  # held processes this agent may not signal: let go by the hold limit
         self._stop = threading.Event()
         # Written once by stop(): wakes the thread out of poll() at once.
         self._wake_r, self._wake_w = os.pipe()
@@ -131,7 +132,8 @@ class LateLoads:
             finally:
                 held_ms = 0.0
                 if held == HoldKind.STOPPED:
-                    self.tracer.release(pid)
+                    if not self.tracer.release(pid):
+                        self.not_resumed.append(pid)
                     held_ms = (time.clock_gettime_ns(time.CLOCK_MONOTONIC) - int(ev["ts_ns"])) / 1e6
             self.loads.append(LateLoad(pid, path, held, held_ms, attached))
 

@@ -267,14 +267,19 @@ class Tracer:
         """A descriptor that polls readable when a late load is reported."""
         return self._loads.map_fd("load_events") if self._loads is not None else None
 
-    def release(self, pid: int) -> None:
-        """Let a held process run again."""
+    def release(self, pid: int) -> bool:
+        """Let a held process run again; False when this agent may not signal it (no CAP_KILL for another
+        user's process): the kernel's bounded hold then lets it go by itself."""
+        resumed = True
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+        except PermissionError:
+            resumed = False
         if self._loads is not None:
             self._loads.lib.map_delete(self._loads.map_fd("holds"), struct.pack("<I", pid))
+        return resumed
 
     def held_pids(self) -> list[int]:
         """Processes the kernel holds now."""

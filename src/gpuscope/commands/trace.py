@@ -288,6 +288,12 @@ def _late_load_lines(late: LateLoads) -> list[str]:
         hold = f"; {len(held)} process(es) held at the load, longest {max(held):.1f} ms" if held else ""
         lines.append(f"attached after start: {', '.join(attached)}{hold}")
     lines.extend(f"gpuscope: a library loaded after start was not attached: {err}" for err in late.errors)
+    if late.not_resumed:
+        lines.append(
+            f"gpuscope: not allowed to resume {len(late.not_resumed)} held process(es) (pid "
+            f"{', '.join(map(str, late.not_resumed[:5]))}): each waited for the hold limit; "
+            "another user's processes need CAP_KILL"
+        )
     return lines
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from gpuscope.errors import GpuscopeError
+from gpuscope.platform import proc_root
 
 _SYM_DTYPE = np.dtype(
     [
@@ -215,4 +216,5 @@ def _function_offsets_cached(path: str, _ino: int, _mtime: int) -> dict[str, int
 def function_offsets(path: str) -> dict[str, int]:
     """Exported function name -> file offset, as uprobes want it (cached per inode)."""
     st = os.stat(path)
-    return _function_offsets_cached(os.path.realpath(path), st.st_ino, int(st.st_mtime_ns))
+    # Not os.path.realpath: a /proc/PID/root path would turn into the agent's own file at that path.
+    return _function_offsets_cached(proc_root.resolve(path), st.st_ino, int(st.st_mtime_ns))

@@ -16,14 +16,16 @@ from gpuscope.bpf.wire import LOAD_EVENT_DTYPE, HoldKind
 class FakeTracer:
     """Records what the watcher asks of the kernel side."""
 
-    def __init__(self, fail_attach: bool = False) -> None:
+    def __init__(self, fail_attach: bool = False, may_signal: bool = True) -> None:
         self.released: list[int] = []
+        self.may_signal = may_signal
         self.marked: list[tuple[tuple[int, int], LibState]] = []
         self.attached: list[str] = []
         self.fail_attach = fail_attach
 
-    def release(self, pid: int) -> None:
+    def release(self, pid: int) -> bool:
         self.released.append(pid)
+        return self.may_signal
 
     def mark_library(self, key: tuple[int, int], state: LibState) -> None:
         self.marked.append((key, state))
@@ -91,3 +93,18 @@ def test_a_found_library_is_attached_and_both_keys_are_marked(standin, tmp_path:
     assert tracer.marked == [(key, LibState.PROBED)]
     assert tracer.released == []
     assert watcher.loads[0].held is HoldKind.VISIBLE and watcher.loads[0].attached
+
+
+def test_a_held_process_this_agent_may_not_signal_is_reported_and_the_watcher_goes_on(standin) -> None:  # type: ignore[no-untyped-def]
+    # given an agent without CAP_KILL for the held process (SIGCONT refused)
+    tracer = FakeTracer(may_signal=False)
+    watcher = LateLoads(tracer, Discovery())  # type: ignore[arg-type]
+    with open(standin.cudart, "rb") as f:
+        key = kernel_file_key(os.stat(standin.cudart))
+        # when two loads are reported
+        watcher.handle(load_event(os.getpid(), f.fileno(), key, HoldKind.STOPPED))
+        watcher.handle(load_event(os.getpid(), f.fileno(), key, HoldKind.STOPPED))
+    # then both were handled (the hold removed each time) and both are reported as not resumed
+    assert tracer.released == [os.getpid(), os.getpid()]
+    assert watcher.not_resumed == [os.getpid(), os.getpid()]
+    assert len(watcher.loads) == 2 and watcher.errors == []
