@@ -45,7 +45,7 @@ class LibbpfMissingError(EnvironmentUnsupported):
 
 class PermissionDeniedError(EnvironmentUnsupported):
     remedy = (
-        "run as root (sudo gpuscope ...) or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN; "
+        "run as root (sudo gpuscope ...) or grant CAP_BPF and CAP_PERFMON (plus CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL to trace other users' processes); "
         "`gpuscope check` shows what is missing"
     )
 

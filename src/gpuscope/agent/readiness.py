@@ -78,7 +78,10 @@ def check_bpf_load() -> CheckResult:
     if f.available:
         return CheckResult("BPF capability", Status.OK, f.detail)
     return CheckResult(
-        "BPF capability", Status.FAIL, f.detail, "run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN"
+        "BPF capability",
+        Status.FAIL,
+        f.detail,
+        "run as root or grant CAP_BPF and CAP_PERFMON (plus CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL to trace other users' processes)",
     )
 
 

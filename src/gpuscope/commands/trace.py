@@ -158,7 +158,7 @@ def _require_bpf() -> None:
 
     if not probe_bpf_load().available:
         raise PermissionDeniedError(
-            "trace needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN) to load its probes; nothing was recorded",
+            "trace needs root (or CAP_BPF and CAP_PERFMON) to load its probes; nothing was recorded",
             remedy="run `sudo gpuscope trace ...`: the recording still goes to your home, owned by you "
             "(`gpuscope check` shows what is missing)",
         )
