@@ -274,3 +274,33 @@ def test_no_hold_attaches_without_stopping_anyone(standin: StandinLibs, tmp_path
     assert str(lib) in library_paths(run)
     ((flags,),) = run.query("SELECT flags FROM sessions")
     assert json.loads(str(flags))["late_loads"] == "attach"
+
+
+def test_a_trace_that_finds_no_cuda_library_at_start_waits_for_one_and_traces_it_from_its_first_call(
+    standin: StandinLibs, tmp_path: Path
+) -> None:
+    # given a machine view without any CUDA library discovery would find (each folder it finds one in is hidden
+    # under an empty tmpfs, in a mount namespace of the test's own), and a program that dlopens a fresh copy
+    from gpuscope.agent.discovery import Discovery
+
+    found = Discovery()
+    found.scan_system(dict(os.environ))
+    hidden = sorted({os.path.dirname(p) for lib in found.libraries for p in (lib.path, os.path.realpath(lib.path))})
+    exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
+    lib = fresh_copy(standin.cudart, tmp_path / "fresh")
+    db = tmp_path / "late.db"
+    script = "".join(f"mount -t tmpfs none '{d}' && " for d in hidden) + " ".join(
+        [*gpuscope_cmd("trace", "--no-tui", "--record-all", "--db", str(db), "--", str(exe), str(lib), "2000")]
+    )
+    # when it is traced
+    p = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    # then the trace starts without a library, says so, and records every call once the copy is loaded
+    assert p.returncode == 0, p.stderr
+    assert "no CUDA library found yet" in p.stderr
+    run = TraceRun(db, p.returncode, p.stdout, p.stderr)
+    (pid,) = pids_of(run.stdout)
+    assert calls(run, pid, "cudaLaunchKernel") == 2000
+    assert library_paths(run) == [str(lib)]

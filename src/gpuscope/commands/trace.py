@@ -220,7 +220,9 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     try:
         for pid in args.pid:
             session.add_target(pid)
-        if not session.attached:
+        if not session.attached and session.flags["late_loads"] not in ("hold", "attach"):
+            # Without the kernel reporting library loads, nothing could ever be traced. With it, a job (or, in a
+            # DaemonSet, the first job on the node) that loads CUDA later is attached at its first load.
             raise NoCudaLibraryError("no CUDA library (libcudart / libcuda) found to attach to")
         # Ctrl-C is a stop request from the moment the header says so, even
         # before the command is launched (it is then stopped at once).
@@ -468,6 +470,8 @@ def _print_header(session: TraceSession, command: list[str], pids: list[int]) ->
     for att in session.attached:
         lib = att.library
         print(f"  {lib.kind:<6} {lib.path} {lib.version} ({att.probes} probes, {lib.found_via})", file=err)
+    if not session.attached:
+        print("  no CUDA library found yet: each one a process loads is attached at its first load", file=err)
     mode = "uprobe_multi" if session.tracer.multi else "classic uprobes (kernel lacks uprobe_multi)"
     host = ", ".join(session.tracer.host_links)
     print(f"  probes: {mode}; host: {host or 'off'}", file=err)
