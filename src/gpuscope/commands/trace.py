@@ -81,6 +81,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classic-uprobes", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-tui", action="store_true", help="no full-screen view: one plain line per second on stderr")
     p.add_argument(
+        "--status-every",
+        default="1s",
+        metavar="DURATION",
+        help="without the full-screen view: a status line this often (default 1s; 0 = none: findings as they "
+        "appear and the summary only; e.g. 1m for a service's log)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="one JSON object per second: to -o FILE, or to stdout when no command is launched",
@@ -194,6 +201,9 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
     duration = _duration(args.duration) if args.duration is not None else None
+    # The live view posts once a second: a line every N posts.
+    status_s = duration_s("--status-every", args.status_every, examples="1s, 1m, 0")
+    status_every = 0 if status_s == 0 else max(1, round(status_s))
     exporters = plan_exporters(args)
     hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
     setup = _setup(args, command)
@@ -240,6 +250,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
                 _target_text(command, args.pid),
                 findings=[*builtin_findings(session.flags), explain],
                 stdout=json_out,
+                status_every=status_every,
             )
             if command:
                 proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))

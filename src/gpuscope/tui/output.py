@@ -53,6 +53,7 @@ class LiveOutput:
         findings: Sequence[FindingSource] | None = None,
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
+        status_every: int = 1,
     ) -> None:
         self.mode = mode
         self.source = SessionSource(session, targets)
@@ -64,7 +65,7 @@ class LiveOutput:
         elif mode is OutputMode.JSON:
             self.view = JsonView(out)
         else:
-            self.view = PlainView(err)
+            self.view = PlainView(err, status_every)
         self.builder = SnapshotBuilder(
             self.source,
             self._post,

@@ -303,10 +303,15 @@ def plain_line(snap: LiveSnapshot) -> str:
 
 
 class PlainView:
-    """One summary line per interval; a finding is printed when it first appears."""
+    """One summary line per ``every`` intervals (0: none); a finding is printed when it first appears.
 
-    def __init__(self, stream: IO[str]) -> None:
+    A service's log (journald, a container's) wants a line a minute, not a second: ``trace --status-every``.
+    """
+
+    def __init__(self, stream: IO[str], every: int = 1) -> None:
         self.stream = stream
+        self.every = every
+        self._posts = 0
         self._seen: set[str] = set()
 
     def __enter__(self) -> PlainView:
@@ -319,7 +324,8 @@ class PlainView:
     def post(self, snap: LiveSnapshot) -> None:
         if self.stream.closed:
             return
-        out = [plain_line(snap)]
+        self._posts += 1
+        out = [plain_line(snap)] if self.every and self._posts % self.every == 0 else []
         keys = set()
         for finding in snap.findings:
             key = finding.split(" ", 1)[0]
@@ -327,7 +333,8 @@ class PlainView:
             if key not in self._seen:
                 out.append(f"  ⚠ {finding}")
         self._seen = keys
-        _write_or_close(self.stream, "\n".join(out) + "\n")
+        if out:
+            _write_or_close(self.stream, "\n".join(out) + "\n")
 
 
 class JsonView:

@@ -149,6 +149,22 @@ def test_plain_view_prints_one_line_per_interval_and_a_finding_when_it_appears()
     assert lines[1].startswith("  ⚠ cudaStreamSynchronize p99 = 142.0 ms")
 
 
+def test_plain_view_for_a_service_log_prints_a_status_line_every_n_intervals_and_findings_at_once() -> None:
+    # given a view asked for a line every 3 intervals, and one asked for none
+    every3, none = io.StringIO(), io.StringIO()
+    views = PlainView(every3, every=3), PlainView(none, every=0)
+    snap = incident_snapshot()
+    # when 6 intervals pass
+    for _ in range(6):
+        for view in views:
+            view.post(snap)
+    # then the status lines come every 3rd interval, and the finding as it appears, in both
+    lines = every3.getvalue().splitlines()
+    assert [bool(PLAIN.match(line)) for line in lines] == [False, True, True]
+    assert lines[0].startswith("  ⚠ cudaStreamSynchronize p99")
+    assert [line[:6] for line in none.getvalue().splitlines()] == ["  ⚠ cu"]
+
+
 def test_json_view_writes_one_parseable_object_per_interval() -> None:
     out = io.StringIO()
     view = JsonView(out)
