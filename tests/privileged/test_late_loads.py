@@ -304,3 +304,25 @@ def test_a_trace_that_finds_no_cuda_library_at_start_waits_for_one_and_traces_it
     (pid,) = pids_of(run.stdout)
     assert calls(run, pid, "cudaLaunchKernel") == 2000
     assert library_paths(run) == [str(lib)]
+
+
+def test_a_system_wide_trace_finds_the_library_of_a_job_already_running_from_a_folder_nobody_knows(
+    build_workload, standin: StandinLibs, tmp_path: Path
+) -> None:
+    # given a job already running before the trace starts, calling a libcudart from a folder no search path names
+    libdir = tmp_path / "env" / "lib"
+    fresh_copy(standin.cudart, libdir)
+    fresh_copy(standin.cuda, libdir)
+    exe = compile_c(
+        "cuda_loop.c", tmp_path / "job", f"-L{libdir}", "-l:libcudart.so.12", "-l:libcuda.so.1", f"-Wl,-rpath,{libdir}"
+    )
+    with background([str(exe), "60"], stdout=subprocess.PIPE) as job:
+        LineReader(job.stdout).wait_for(lambda line: line.strip() == "ready", timeout=30)
+        # when a system-wide trace runs for 2 s
+        db = tmp_path / "all.db"
+        p = run_gpuscope("trace", "--no-tui", "--duration", "2s", "--db", str(db), timeout=120)
+        run = TraceRun(db, p.returncode, p.stdout, p.stderr)
+        assert run.returncode == 0, run.stderr
+    # then the library it mapped was found in its memory map and its calls are recorded
+    assert str(libdir / "libcudart.so.12") in library_paths(run)
+    assert calls(run, job.pid, "cudaLaunchKernel") >= 20

@@ -130,6 +130,10 @@ class TraceSession:
                     self.discovery.scan_command(command, discovery_env or dict(os.environ))
                 elif scan_system:
                     self.discovery.scan_system(discovery_env)
+                    if not opts.filter_targets:
+                        # System-wide: jobs already running (an agent restarted beside them) use libraries from
+                        # their own venvs and conda envs, found only in their memory maps.
+                        self.discovery.scan_all_processes()
             self.stats = LiveStats()
             # Called with each batch of events as it is stored (the live view's explain rules).
             self.stored_listeners: list[Callable[[np.ndarray], None]] = []
