@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,62 +17,23 @@ import pytest
 
 from tests import grafana_dashboard as dash
 from tests.conftest import StandinLibs, TraceRun
+from tests.prometheus_server import free_port, prometheus_server, query
 
 CALLS = 400
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A Prometheus server scraping 127.0.0.1:<exporter port> every second; yields (its URL, the exporter port)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is installed by `make setup` (apt package prometheus)")
-    exporter, web = _free_port(), _free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-            scrape_configs:
-              - job_name: gpuscope
-                static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]
-            """
-        )
-    )
-    proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{web}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{web}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/-/ready", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise AssertionError("prometheus did not start") from None
-                time.sleep(0.2)
+    exporter = free_port()
+    jobs = f"""  - job_name: gpuscope\n    static_configs: [{{targets: ["127.0.0.1:{exporter}"]}}]"""
+    with prometheus_server(tmp_path, jobs) as url:
         yield url, exporter
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _query(url: str, promql: str) -> dict[str, float]:
     """op -> value of an instant vector (the last scrape)."""
-    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.request.quote(promql)}", timeout=10) as r:
-        doc = json.load(r)
-    assert doc["status"] == "success", doc
-    return {s["metric"].get("op", ""): float(s["value"][1]) for s in doc["data"]["result"]}
+    return {s["metric"].get("op", ""): float(s["value"][1]) for s in query(url, promql)}  # type: ignore[index, union-attr]
 
 
 def test_prometheus_scrapes_the_recordings_exact_counts(

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import textwrap
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +26,7 @@ from gpuscope.model.ops import Op
 from gpuscope.serve.metrics import TraceCollector, TraceMetrics
 from gpuscope.serve.metrics_server import MetricsServer, serve_metrics
 from gpuscope.serve.tls import server_context
+from tests.prometheus_server import prometheus_server, query
 
 TOKEN = "scrape-token-of-some-length-0123456789"
 
@@ -124,65 +121,32 @@ def test_a_client_that_connects_and_says_nothing_holds_no_scrape_up(pki: Issued)
     assert status == 200
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _query(url: str, promql: str) -> list[dict[str, object]]:
-    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}", timeout=10) as r:
-        doc = json.load(r)
-    assert doc["status"] == "success", doc
-    return list(doc["data"]["result"])
-
-
 def test_prometheus_scrapes_over_https_with_a_credentials_file_and_a_ca(pki: Issued, tmp_path: Path) -> None:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is installed by `make setup` (apt package prometheus)")
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    web = _free_port()
     with _served(pki, host="0.0.0.0") as server:
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            textwrap.dedent(
-                f"""
-                global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-                scrape_configs:
-                  - job_name: gpuscope
-                    scheme: https
-                    authorization: {{credentials_file: {token_file}}}
-                    tls_config: {{ca_file: {pki.ca}}}
-                    static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
-                  - job_name: no-token
-                    scheme: https
-                    tls_config: {{ca_file: {pki.ca}}}
-                    static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
-                """
-            )
-        )
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{web}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{web}"
-        try:
+        jobs = f"""
+          - job_name: gpuscope
+            scheme: https
+            authorization: {{credentials_file: {token_file}}}
+            tls_config: {{ca_file: {pki.ca}}}
+            static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
+          - job_name: no-token
+            scheme: https
+            tls_config: {{ca_file: {pki.ca}}}
+            static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
+        """
+        with prometheus_server(tmp_path, textwrap.dedent(jobs).strip("\n")) as url:
             deadline = time.monotonic() + 60
             while True:  # until both jobs were scraped once
                 try:
-                    up = {str(s["metric"]["job"]): s["value"][1] for s in _query(url, "up")}  # type: ignore[index]
+                    up = {str(s["metric"]["job"]): s["value"][1] for s in query(url, "up")}  # type: ignore[index]
                 except OSError:
                     up = {}
-                if len(up) == 2 or time.monotonic() > deadline or proc.poll() is not None:
+                if len(up) == 2 or time.monotonic() > deadline:
                     break
                 time.sleep(0.3)
-            calls = _query(url, 'gpuscope_calls_total{job="gpuscope"}')
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            calls = query(url, 'gpuscope_calls_total{job="gpuscope"}')
     assert up == {"gpuscope": "1", "no-token": "0"}
     assert [(s["metric"]["op"], s["value"][1]) for s in calls] == [("cudaMalloc", "6")]  # type: ignore[index]
