@@ -22,8 +22,9 @@ from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
-from gpuscope.query.engine import open_reader
+from gpuscope.query.engine import ResultLimits, open_reader
 from gpuscope.query.filters import EventFilter, parse_time
+from gpuscope.query.guard import MiB
 from gpuscope.recording.open import open_recording
 from gpuscope.serve.untrusted import json_scalar
 from gpuscope.stacks.report import top_stacks
@@ -33,6 +34,10 @@ from gpuscope.store.connect import file_signature
 MAX_ROWS = 10_000  # rows in one answer (query, events): the page stays small, the server responsive
 DEFAULT_ROWS = 1_000
 QUERY_TIMEOUT_S = 5.0
+# What one POST /query may fetch: an answer is built whole before it is sent, and many may be built at once.
+QUERY_LIMITS = ResultLimits(value_bytes=4 * MiB, result_bytes=16 * MiB)
+INT64_MAX = 2**63 - 1
+MAX_PIDS = 1000  # in one query's filter (each is a bound parameter of its views)
 
 Params = Mapping[str, str]
 Handler = Callable[["Api", Params], dict[str, Any]]
@@ -58,7 +63,7 @@ def _since(params: Params) -> int | None:
         raise UsageError(f"since={text}: not a duration ({DURATION_FORMS})") from None
 
 
-def _int(params: Params, name: str, *, default: int | None = None, lo: int = 0, hi: int = 2**63 - 1) -> int | None:
+def _int(params: Params, name: str, *, default: int | None = None, lo: int = 0, hi: int = INT64_MAX) -> int | None:
     text = params.get(name)
     if text is None or text == "":
         return default
@@ -95,7 +100,7 @@ class Api:
     def warm(self) -> None:
         """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report)."""
         try:
-            self.query({"sql": "SELECT 1", "limit": 1})
+            self.query({"sql": store.TRIVIAL_QUERY, "limit": 1})
         except GpuscopeError:
             pass
 
@@ -272,8 +277,12 @@ class Api:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_ROWS:
             raise UsageError(f"limit: an integer from 1 to {MAX_ROWS}")
         pids = body.get("pids", [])
-        if not isinstance(pids, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
-            raise UsageError("pids: a list of process ids")
+        if (
+            not isinstance(pids, list)
+            or len(pids) > MAX_PIDS
+            or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= INT64_MAX for p in pids)
+        ):
+            raise UsageError(f"pids: a list of at most {MAX_PIDS} process ids")
         window = {k: body.get(k) for k in ("since", "from", "to")}
         if not all(v is None or isinstance(v, str) for v in window.values()):
             raise UsageError("since, from, to: strings (30s, end-5m, ISO 8601, @UNIX_SECONDS)")
@@ -282,11 +291,11 @@ class Api:
             since=window["since"], start=window["from"], end=window["to"], pids=pids
         )
         timeout_s = body.get("timeout_s", QUERY_TIMEOUT_S)
-        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not timeout_s > 0:
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s < float("inf"):
             raise UsageError("timeout_s: a positive number of seconds")
         # A client may ask for less time than the server's limit, never more.
         with open_reader(
-            self.db, event_filter=event_filter, timeout_s=min(float(timeout_s), QUERY_TIMEOUT_S)
+            self.db, event_filter=event_filter, timeout_s=min(float(timeout_s), QUERY_TIMEOUT_S), limits=QUERY_LIMITS
         ) as reader:
             result = reader.query(sql)
             try:
@@ -406,10 +415,12 @@ ENDPOINTS = [
 def handle_errors(exc: BaseException) -> tuple[int, str, str] | None:
     """The status, code and message for an error the API reports to its client; None for a bug."""
     from gpuscope.errors import DatabaseError, GpuscopeError, SchemaTooNewError
-    from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError
+    from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError, QueryTooLargeError
 
     if isinstance(exc, QueryRefusedError):
         return 400, "refused", str(exc)
+    if isinstance(exc, QueryTooLargeError):
+        return 400, "result_too_large", f"{exc}; {exc.remedy}"
     if isinstance(exc, QuerySyntaxError):
         return 400, "bad_sql", str(exc)
     if isinstance(exc, QueryTimeoutError):
@@ -420,4 +431,7 @@ def handle_errors(exc: BaseException) -> tuple[int, str, str] | None:
         return 503, "recording_unavailable", str(exc)
     if isinstance(exc, GpuscopeError):
         return 500, "failed", str(exc)
+    if isinstance(exc, MemoryError):
+        # SQLite at the process's heap cap (cap_sqlite_heap), taken by reads running beside this one.
+        return 503, "busy", "the server is short of memory for this read: try again shortly"
     return None

@@ -12,6 +12,8 @@ from typing import Any
 EVENT_COLUMNS = "id, event_id, node, wall_ns, pid, tid, comm, source, op, duration_ns, ret, bytes"
 
 
+TRIVIAL_QUERY = "SELECT 1"  # a statement that reads nothing: run once to warm a server's query path
+
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
     names = [d[0] for d in cur.description or ()]
     return [dict(zip(names, r, strict=True)) for r in cur]
