@@ -41,6 +41,7 @@ from gpuscope.errors import DatabaseError
 from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
 from gpuscope.model.ops import Op
 from gpuscope.model.policy import SLOW_FACTOR
+from gpuscope.model.units import MAX_NS
 from gpuscope.recording import open_recording
 from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
@@ -133,7 +134,10 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
         start = max(lo, hi - opts.from_end_ns)
     if opts.to_end_ns is not None:
         end = min(hi, hi - opts.to_end_ns)
-    return Window(start, max(start, end), lo, hi, offset, sessions)
+    # A bound far past the recording (--from 100000d) stays a time SQLite can compare with, on either clock.
+    latest = MAX_NS - max(offset, 0)
+    start = min(start, latest)
+    return Window(start, min(max(start, end), latest), lo, hi, offset, sessions)
 
 
 # Findings that describe a symptom without naming its cause. When a causal

@@ -279,18 +279,24 @@ def load_aggregates(
     """The aggregates of the seconds [start_ns, end_ns] touches, or None when they cannot be trusted.
 
     None (the caller falls back to rows) when the database has no
-    ``event_aggregates`` (older files, imported recordings) or when a session
-    with events has no aggregates (counts would miss its events).
+    ``event_aggregates`` (older files, imported recordings), when a session
+    with events has no aggregates (counts would miss its events), or when
+    they hold values or histograms gpuscope never writes.
     """
     if not aggregates_cover_recording(conn):
         return None
     rows = aggregate_rows(conn, start_ns, end_ns, BUCKET_NS, pids)
     n = len(rows)
-    cols = np.array([r[:9] for r in rows], dtype=np.int64).reshape(n, 9)
+    try:
+        cols = np.array([r[:9] for r in rows], dtype=np.int64).reshape(n, 9)
+    except (TypeError, ValueError, OverflowError):
+        return None  # values gpuscope never writes (a file changed by hand): the rows are read instead
     blobs: dict[tuple[int, int], list[bytes]] = {}
     for r in rows:
         if r[9]:
-            blobs.setdefault((int(r[1]), int(r[2])), []).append(bytes(r[9]))
+            if not isinstance(r[9], bytes) or len(r[9]) % _HIST_DTYPE.itemsize:
+                return None  # not a histogram encode_hist wrote: likewise
+            blobs.setdefault((int(r[1]), int(r[2])), []).append(r[9])
     hists: dict[tuple[int, int], np.ndarray] = {}
     for key, parts in blobs.items():
         arr = np.frombuffer(b"".join(parts), dtype=_HIST_DTYPE)

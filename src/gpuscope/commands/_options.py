@@ -177,4 +177,6 @@ def size_bytes(flag: str, text: str) -> int:
         value = -1
     if value < 0:
         raise UsageError(f"{flag} {text}: not a size", remedy="use e.g. 64k, 500m, 10g")
+    if value > INT64_MAX:
+        raise UsageError(f"{flag} {text}: larger than 8 EiB, the most a 64-bit size holds", remedy="use e.g. 500m, 10g")
     return value

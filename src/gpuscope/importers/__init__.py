@@ -6,7 +6,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from gpuscope.importers.ingero import ImportReport, Progress, import_ingero, open_source
+from gpuscope.errors import DatabaseError
+from gpuscope.importers.ingero import REPAIR, ImportReport, Progress, import_ingero, open_source
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database
 from gpuscope.store.connect import connect_probe
@@ -36,12 +37,16 @@ def import_file(
     written, and UsageError when rows have no node and ``node`` is not given.
     """
     refuse_same_file(dest, [source])
-    path = Path(source).expanduser().resolve()
+    # realpath, not Path.resolve: a symlink loop must reach open_source's "no such file", not raise RuntimeError.
+    path = Path(os.path.realpath(Path(source).expanduser()))
     src = open_source(path)
     try:
         # build_database fills ``tmp``; atomic_output adds the fsync, the checks on dest and the final rename.
         with atomic_output(dest, holders=recording_holders) as tmp, build_database(tmp) as out:
             return import_ingero(src, out, str(path), node=node, progress=progress)
+    except sqlite3.IntegrityError as exc:
+        # A value gpuscope's schema cannot take (a NULL where Ingero's schema had NOT NULL, in a changed file).
+        raise DatabaseError(f"{path}: a value cannot be imported ({exc})", remedy=REPAIR) from None
     except sqlite3.Error as exc:
         failure = database_write_failure(exc, dest)
         if failure is None:

@@ -35,6 +35,7 @@ from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.importers.ingero_history import columns, count_rows, import_history, op_lookup, rows, table_names, version
 from gpuscope.importers.ingero_ops import COLUMNS, Rule, convert_args, ingero_op_name, rule_for
 from gpuscope.store.build import ensure_op
+from gpuscope.store.conformance import VALUE_LIMIT_NS
 from gpuscope.store.connect import connect_probe
 
 Progress = Callable[[str], None]
@@ -174,7 +175,10 @@ class _Nodes:
         found: set[str] = set()
         for table in ("events", "sessions", "causal_chains"):
             if "node" in columns(src, table):
-                found |= {r[0] for r in src.execute(f"SELECT DISTINCT node FROM {table} WHERE node != ''")}
+                for (value,) in src.execute(f"SELECT DISTINCT node FROM {table} WHERE node != ''"):
+                    if not isinstance(value, str):
+                        raise DatabaseError(f"{path}: {table}: a node is {repr(value)[:40]}, not text", remedy=REPAIR)
+                    found.add(value)
         if override is not None:
             check_node_name(override, "--node")
         rename = {found.pop(): override} if override and len(found) == 1 else {}
@@ -241,6 +245,9 @@ def _import_sessions(
     if "sessions" not in table_names(src):
         return sessions
     for row in rows(src, "SELECT * FROM sessions ORDER BY started_at, id"):
+        if row.get("stopped_at") is None:
+            row["stopped_at"] = 0  # never stopped (a column older files lack)
+        _require_integers(row, "sessions", ("started_at", "stopped_at"), path)
         name = names.of(row.get("node"))
         started, stopped = int(row["started_at"]), int(row.get("stopped_at") or 0) or None
         facts = {k: row[k] for k in _SESSION_FACTS if row.get(k) not in (None, "")}
@@ -259,7 +266,7 @@ def _import_sessions(
                 started,
                 stopped,
                 stopped,
-                json.dumps(flags, sort_keys=True),
+                json.dumps(flags, sort_keys=True, default=str),  # a blob where Ingero wrote text: kept as its repr
                 json.dumps(targets),
             ),
         )
@@ -304,6 +311,7 @@ _RAW_INSERT = (
     "gpu_id, stack_hash, rank, local_rank, world_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _OPTIONAL = {
+    "tid": "pid",  # older files recorded no thread: the process's main thread stands for it
     "gpu_id": "0",
     "arg0": "0",
     "arg1": "0",
@@ -330,8 +338,7 @@ def _import_events(
     select = ", ".join(c if c in have else f"{d} AS {c}" for c, d in _OPTIONAL.items())
     id_col = "id" if "id" in have else "rowid"
     query = (
-        f"SELECT {id_col} AS id, timestamp, pid, tid, source, op, duration, {select} "
-        "FROM events ORDER BY timestamp, rowid"
+        f"SELECT {id_col} AS id, timestamp, pid, source, op, duration, {select} FROM events ORDER BY timestamp, rowid"
     )
     lookup = op_lookup(src)
     sources = {r[0] for r in out.execute("SELECT name FROM sources")}
@@ -343,6 +350,7 @@ def _import_events(
     events, raw = [], []
     next_id = int(out.execute("SELECT coalesce(max(id), 0) FROM event_log").fetchone()[0]) + 1
     for row in rows(src, query):
+        _require_integers(row, "events", _EVENT_INTEGERS, report.source_path)
         key = (int(row["source"]), int(row["op"]))
         if key not in op_ids:
             name = ingero_op_name(*key, lookup)
@@ -413,6 +421,26 @@ def _import_events(
     report.events_by_op = dict(sorted(by_op.items()))
 
 
+# Columns of an Ingero event that become numbers of ours: each must hold an integer (times within VALUE_LIMIT_NS).
+_EVENT_INTEGERS = (
+    *("timestamp", "duration", "pid", "tid", "source", "op"),
+    *("arg0", "arg1", "ret_code", "cgroup_id", "gpu_id", "stack_hash"),
+)
+_TIMES = {"timestamp", "duration", "started_at", "stopped_at", "seen_at"}
+REPAIR = "repair or delete that row in a copy of the file (sqlite3 COPY.db), then import the copy"
+
+
+def _require_integers(row: dict[str, Any], table: str, names: tuple[str, ...], path: str) -> None:
+    """Refuse a row whose ``names`` are not all integers (a time or duration also within ±VALUE_LIMIT_NS)."""
+    for name in names:
+        value = row[name]
+        if type(value) is int and (name not in _TIMES or -VALUE_LIMIT_NS <= value <= VALUE_LIMIT_NS):
+            continue
+        shown = "NULL" if value is None else repr(value)[:40]
+        what = "beyond ±2^62 ns" if type(value) is int else "not an integer"
+        raise DatabaseError(f"{path}: {table} row {row.get('id')}: {name} is {shown}, {what}", remedy=REPAIR)
+
+
 def _flush(out: sqlite3.Connection, events: list[tuple[Any, ...]], raw: list[tuple[Any, ...]]) -> None:
     out.executemany(_EVENT_INSERT, events)
     out.executemany(_RAW_INSERT, raw)
@@ -435,6 +463,9 @@ def _import_processes(
     seen_col = "seen_at" if "seen_at" in columns(src, "process_names") else "0"
     fallback = next((ids[0] for ids in sessions.ids.values() if ids), None)
     for pid, name, seen in src.execute(f"SELECT pid, name, {seen_col} FROM process_names ORDER BY pid"):
+        _require_integers(
+            {"id": pid, "pid": pid, "seen_at": seen or 0}, "process_names", ("pid", "seen_at"), report.source_path
+        )
         sid = sessions.first_by_pid.get(int(pid), fallback)
         if sid is None:
             continue

@@ -183,7 +183,8 @@ def convert_args(rule: Rule, arg0: int, arg1: int) -> dict[str, int]:
     """Our bytes/handle/stream/arg0/arg1 columns for one Ingero event."""
     cols = dict.fromkeys(COLUMNS, 0)
     if rule.arg0_to is not None:
-        cols[rule.arg0_to] = arg0 * rule.arg0_scale
+        # Kept a 64-bit integer: a count this large scaled to bytes is not a real one (a changed file).
+        cols[rule.arg0_to] = max(-(2**63), min(2**63 - 1, arg0 * rule.arg0_scale))
     if rule.arg1_to is not None:
         cols[rule.arg1_to] = arg1
     if rule.fixed_arg0 is not None:

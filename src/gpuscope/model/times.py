@@ -38,12 +38,19 @@ class TimePoint:
     before_end_ns: int | None = None
 
     def resolve(self, start_ns: int, end_ns: int) -> int:
-        """This point on the clock of ``start_ns``/``end_ns``, the recording's start and end on that clock."""
+        """This point on the clock of ``start_ns``/``end_ns``, the recording's start and end on that clock.
+
+        Kept within the signed 64-bit range the recording's times are compared
+        in: an offset of 100,000 days lies after any recording's end, not past the
+        largest number SQLite holds.
+        """
         if self.wall_ns is not None:
             return self.wall_ns
         if self.before_end_ns is not None:
-            return end_ns - self.before_end_ns
-        return start_ns + int(self.offset_ns or 0)
+            point = end_ns - self.before_end_ns
+        else:
+            point = start_ns + int(self.offset_ns or 0)
+        return max(-MAX_NS - 1, min(MAX_NS, point))
 
     @classmethod
     def parse(cls, text: str, flag: str = "time") -> TimePoint:
@@ -76,7 +83,11 @@ class TimePoint:
         # Integer arithmetic: a float timestamp in ns is only good to ~256 ns today.
         since_epoch = when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
         seconds = since_epoch.days * 86_400 + since_epoch.seconds
-        return cls(wall_ns=seconds * 1_000_000_000 + since_epoch.microseconds * 1_000)
+        wall_ns = seconds * 1_000_000_000 + since_epoch.microseconds * 1_000
+        if not -MAX_NS <= wall_ns <= MAX_NS:
+            # Readers compare it with 64-bit times in SQL: past these years it would not fit.
+            raise ValueError(f"{flag}: time {text!r} is outside the years 1677 to 2262")
+        return cls(wall_ns=wall_ns)
 
 
 def iso_utc(wall_ns: int, digits: int = 3) -> str:

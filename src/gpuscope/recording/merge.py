@@ -31,9 +31,9 @@ def merge_recordings(
     Raises UsageError, DatabaseError, SchemaTooNewError or MergeConflictError
     (see ``gpuscope.store.merge.merge_files``).
     """
-    out_path = Path(dest).expanduser().resolve()
-    paths = [Path(p).expanduser().resolve() for p in inputs]
-    renames = {Path(k).expanduser().resolve(): v for k, v in (rename or {}).items()}
+    out_path = _real(dest)
+    paths = [_real(p) for p in inputs]
+    renames = {_real(k): v for k, v in (rename or {}).items()}
     check_merge_request(paths, out_path, force_node, renames)
     formats = [detect_format(p) for p in paths]
     for path, fmt in zip(paths, formats, strict=True):
@@ -52,3 +52,8 @@ def merge_recordings(
         return merge_files(
             items, out_path, force_node=force_node, rename=renames, clock_offsets=clock_offsets, progress=progress
         )
+
+
+def _real(path: str | os.PathLike[str]) -> Path:
+    """``path`` with every symlink resolved; a symlink loop stays as given (Path.resolve raises RuntimeError)."""
+    return Path(os.path.realpath(Path(path).expanduser()))

@@ -97,8 +97,17 @@ def top_stacks(
             c.calls / total,
             c.total_duration_ns,
             c.call_site,
-            tuple(Frame.from_json(f) for f in json.loads(c.frames_json)),
+            _frames(c.frames_json),
             c.marker,
         )
         for c in counts[:limit]
     ]
+
+
+def _frames(text: object) -> tuple[Frame, ...]:
+    """The stored frames of a stack; none where they are not the JSON list the collector writes (a changed file)."""
+    try:
+        items = json.loads(text) if isinstance(text, str | bytes) else None
+    except ValueError:
+        return ()
+    return tuple(Frame.from_json(f) for f in items if isinstance(f, dict)) if isinstance(items, list) else ()

@@ -14,6 +14,7 @@ from urllib.parse import quote
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
 from gpuscope.config import invoking_user, resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
+from gpuscope.store.conformance import CHANGED_REMEDY, schema_problem, value_problem
 from gpuscope.store.integrity import (
     READER_DAMAGE_REMEDY,
     READER_FULL_CHECK_BYTES,
@@ -256,7 +257,9 @@ def verify_reader(conn: sqlite3.Connection, path: Path, mode: ReadMode) -> None:
 
     A closed file (or the snapshot of a killed one) up to
     ``READER_FULL_CHECK_BYTES`` gets a full ``quick_check``; a larger or live
-    one the bounded check (numbers in ``gpuscope.store.integrity``).
+    one the bounded check (numbers in ``gpuscope.store.integrity``). Then a
+    schema or values changed after gpuscope wrote them are refused
+    (``gpuscope.store.conformance``; every event's values only with the full check).
     """
     try:
         version = _schema_version(conn)
@@ -274,12 +277,17 @@ def verify_reader(conn: sqlite3.Connection, path: Path, mode: ReadMode) -> None:
     if signature is not None and signature in _VERIFIED:
         return  # these very bytes passed the check in this process (a server opens its recording per request)
     if mode is ReadMode.LIVE:
+        full = False
         problem = first_problem(conn, full=False)
     else:
         size = os.stat(database_path(conn)).st_size
-        problem = first_problem(conn, full=size <= READER_FULL_CHECK_BYTES, file_size=size)
+        full = size <= READER_FULL_CHECK_BYTES
+        problem = first_problem(conn, full=full, file_size=size)
     if problem:
         raise DatabaseError(f"{path}: is damaged ({problem})", remedy=READER_DAMAGE_REMEDY)
+    # Damage met only here (past a bounded check) reaches the command line as SQLite's own "malformed" error.
+    if version >= 1 and (changed := schema_problem(conn, version) or value_problem(conn, scan=full)):
+        raise DatabaseError(f"{path}: is not as gpuscope wrote it ({changed})", remedy=CHANGED_REMEDY)
     if signature is not None:
         with _VERIFIED_LOCK:
             if len(_VERIFIED) >= 64:

@@ -141,7 +141,7 @@ def merge_files(
     inputs, MergeConflictError for overlapping sessions of one node,
     OutputError when ``dest`` cannot be written.
     """
-    out_path = Path(dest).expanduser().resolve()
+    out_path = Path(os.path.realpath(Path(dest).expanduser()))
     renames = rename or {}
     check_merge_request([i.path for i in inputs], out_path, force_node, renames)
     for given in inputs:

@@ -1,6 +1,9 @@
 """Read the ``event_call_stacks`` view: calls grouped by call site or by stack.
 
 ``gpuscope.stacks.report`` turns these counts into shares and decoded frames.
+Durations are added with ``total()``, not ``sum()``: SQLite's ``sum()`` stops
+with "integer overflow" past 2^63 ns, ``total()`` adds in floating point
+(exact up to 2^53 ns, 104 days of calls).
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def call_site_counts(
     """Count the calls that carry a stack by call site, most calls (then most time) first; filters apply when given."""
     where, params = _where(op, pid, min_duration_ns, session_id)
     rows = conn.execute(
-        f"SELECT coalesce(call_site, '(unnamed)'), count(*), sum(duration_ns) FROM event_call_stacks WHERE {where} "
+        f"SELECT coalesce(call_site, '(unnamed)'), count(*), total(duration_ns) FROM event_call_stacks WHERE {where} "
         "GROUP BY 1 ORDER BY 2 DESC, 3 DESC",
         params,
     ).fetchall()
@@ -88,7 +91,7 @@ def stack_counts(
     """Count the calls that carry a stack by (stack, op), most calls (then most time) first; filters apply if given."""
     where, params = _where(op, pid, min_duration_ns, session_id)
     rows = conn.execute(
-        f"SELECT stack_hash, op, count(*), sum(duration_ns), call_site, frames, stack_marker FROM event_call_stacks "
+        f"SELECT stack_hash, op, count(*), total(duration_ns), call_site, frames, stack_marker FROM event_call_stacks "
         f"WHERE {where} GROUP BY stack_hash, op ORDER BY 3 DESC, 4 DESC",
         params,
     ).fetchall()
