@@ -124,3 +124,26 @@ def test_gpuscope_check_runs_from_a_fresh_venv_the_wheel_was_installed_into(whee
     checks = {c["name"]: c for c in doc["checks"]}
     assert doc["tracing_possible"] is True
     assert checks["gpuscope probes"]["status"] == "ok", checks["gpuscope probes"]
+
+
+def test_pipx_installs_the_wheel_with_its_dependencies_and_its_command_runs(wheel: Path, tmp_path: Path) -> None:
+    # given pipx with homes of its own (dependencies come from the package index, as for a user)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUSCOPE_BPF_DIR")}
+    env.update(PIPX_HOME=str(tmp_path / "pipx"), PIPX_BIN_DIR=str(tmp_path / "bin"), PIPX_MAN_DIR=str(tmp_path / "man"))
+    # when it installs the wheel
+    installed = subprocess.run(
+        [sys.executable, "-m", "pipx", "install", str(wheel)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    # then its `gpuscope` command runs from the isolated environment, with the probes the wheel carries
+    p = subprocess.run(
+        [str(tmp_path / "bin" / "gpuscope"), "check", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["tracing_possible"] is True
+    where = subprocess.run(
+        [str(tmp_path / "pipx" / "venvs" / "gpuscope" / "bin" / "python"), "-c", "import gpuscope; print(gpuscope.__file__)"],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    assert Path(where.stdout.strip()).is_relative_to(tmp_path / "pipx")
