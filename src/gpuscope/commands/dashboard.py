@@ -28,14 +28,19 @@ def run(args: argparse.Namespace) -> int:
     db = db_from_args(args)
     open_recording(db).close()  # a missing or damaged recording is reported now, not on the first request
     listener = listen(args)
+    app = create_app(db, listener.guard, mcp=args.mcp)
     mcp_url = f"{listener.base_url}mcp" if args.mcp else None
     info = listener.info(api=f"{listener.base_url}api/v1/", mcp=mcp_url, recording=str(db))
-    if args.json:
-        print(json.dumps(info), flush=True)
-    else:
+
+    def announce() -> None:
+        # Once serving (app built and warmed, server started): whoever waits for this line may ask at once.
+        if args.json:
+            print(json.dumps(info), flush=True)
+            return
         lines = [f"open {info['url']}", f"API  {info['api']} (Authorization: Bearer <token>)"]
         if mcp_url:
             lines.append(f"MCP  {mcp_url} (streamable HTTP, same token)")
         print_start(f"dashboard: serving {db}", listener, lines)
-    serve(create_app(db, listener.guard, mcp=args.mcp), listener, verbose=args.verbose)
+
+    serve(app, listener, verbose=args.verbose, on_ready=announce)
     return 0

@@ -18,6 +18,7 @@ from gpuscope.commands._options import (
 )
 from gpuscope.errors import UsageError
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, open_reader, write_rows
+from gpuscope.query.guard import cap_sqlite_heap
 from gpuscope.query.humanize import readable_cells
 
 NAME = "query"
@@ -49,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if wants_fleet(args):
         return _fleet(args)
     db = db_from_args(args)
+    # This process exists to run the user's SQL: no statement may take SQLite past the cap (docs/query.md).
+    cap_sqlite_heap()
     with open_reader(db, event_filter=filter_from_args(args), timeout_s=timeout_from_args(args.timeout)) as reader:
         result = reader.query(args.sql)
         # Not in the result: CSV and JSON stay machine-readable; a person still sees the recording is partial.

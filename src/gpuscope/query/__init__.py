@@ -1,9 +1,16 @@
 """Read-only, time-limited SQL over a recording: filters as views, shared output formats."""
 
 from gpuscope.model.times import TimePoint
-from gpuscope.query.engine import DEFAULT_TIMEOUT_S, GuardedReader, QueryResult, open_reader, run_query
+from gpuscope.query.engine import (
+    DEFAULT_TIMEOUT_S,
+    GuardedReader,
+    QueryResult,
+    ResultLimits,
+    open_reader,
+    run_query,
+)
 from gpuscope.query.filters import EventFilter
-from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError
+from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError, QueryTooLargeError
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format, write_rows
 
 __all__ = [
@@ -15,6 +22,8 @@ __all__ = [
     "QueryResult",
     "QuerySyntaxError",
     "QueryTimeoutError",
+    "QueryTooLargeError",
+    "ResultLimits",
     "TimePoint",
     "add_output_options",
     "chosen_format",

@@ -6,6 +6,13 @@ so ``ATTACH`` (which could open a writable file), ``PRAGMA writable_schema``,
 temp tables and transactions are refused before they run. The time limit is
 datasette's ``sqlite_timelimit`` pattern: a progress handler that aborts the
 statement once a deadline has passed.
+
+Memory is bounded in two ways, because the time limit covers only SQLite's
+virtual machine, not one call of a function: ``randomblob(1000000000)`` is a
+single step. ``SQLITE_LIMIT_LENGTH`` on the reader caps every string or blob
+SQLite makes (``ResultLimits`` in ``gpuscope.query.engine``), and a process
+that exists to run user SQL (``query``, the servers) caps SQLite's whole heap
+(``cap_sqlite_heap``), which also bounds a row of many long columns.
 """
 
 from __future__ import annotations
@@ -40,6 +47,11 @@ READ_ONLY_PRAGMAS = READ_ONLY_PRAGMAS_WITH_ARG | frozenset(
         "query_only",
     }
 )
+
+MiB = 1 << 20
+SQLITE_HEAP_BYTES = 256 * MiB  # what cap_sqlite_heap allows SQLite in a process that runs user SQL
+_MESSAGE_CHARS = 400
+_heap_cap: list[int] = []  # the cap this process set, for the message when a statement reaches it
 
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION})
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
@@ -92,6 +104,12 @@ class QueryRefusedError(GpuscopeError):
 
 class QueryTimeoutError(GpuscopeError):
     remedy = "narrow the query (a LIMIT, --since, --pid, a WHERE on ts_ns) or raise --timeout"
+
+
+class QueryTooLargeError(GpuscopeError):
+    """The result, or one value in it, is over the size limit."""
+
+    remedy = "add a LIMIT, select fewer columns, or cut long values (substr(x, 1, 200), length(x))"
 
 
 class QuerySyntaxError(GpuscopeError):
@@ -162,14 +180,62 @@ def time_limit(conn: sqlite3.Connection, seconds: float, *, deadline: float | No
         conn.set_progress_handler(None, 0)
 
 
-def translate_error(exc: sqlite3.Error, *, auth: ReadOnlyAuthorizer | None, timeout_s: float) -> GpuscopeError:
-    """Turn an sqlite3 error from user SQL into a one-line error with its remedy."""
+def cap_sqlite_heap(nbytes: int = SQLITE_HEAP_BYTES) -> None:
+    """Cap the memory SQLite may take in this whole process at ``nbytes`` (``PRAGMA hard_heap_limit``).
+
+    Process-wide, so only a process that exists to run user SQL calls it (the
+    ``query`` command, the dashboard and MCP servers): past the cap, an
+    allocation fails as SQLITE_NOMEM (Python's MemoryError), which the engine
+    reports as a result too large. A SQLite built without memory statistics
+    ignores the pragma; ``SQLITE_LIMIT_LENGTH`` still holds there.
+    """
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(f"PRAGMA hard_heap_limit = {int(nbytes)}")
+    finally:
+        conn.close()
+    _heap_cap[:] = [int(nbytes)]
+
+
+def out_of_memory() -> QueryTooLargeError:
+    """The error for SQLITE_NOMEM (Python's MemoryError) while running user SQL: a row of many long values."""
+    cap = f" ({size_text(_heap_cap[0])} in this process)" if _heap_cap else ""
+    return too_large(f"the query needs more memory than SQLite may use{cap}")
+
+
+def size_text(nbytes: int) -> str:
+    """A byte count as the limits are written: ``64 MiB``, ``512 KiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size} {unit}"
+    return f"{nbytes} bytes"
+
+
+def too_large(what: str) -> QueryTooLargeError:
+    """The one-line error for a result over a limit: ``what`` names the limit passed."""
+    return QueryTooLargeError(f"result too large: {what}")
+
+
+def translate_error(
+    exc: sqlite3.Error, *, auth: ReadOnlyAuthorizer | None, timeout_s: float, value_bytes: int | None = None
+) -> GpuscopeError:
+    """Turn an sqlite3 error from user SQL into a one-line error with its remedy.
+
+    ``value_bytes``: the reader's longest value, named when SQLite refuses a longer one.
+    """
     msg = str(exc)
     if "interrupted" in msg:
         return QueryTimeoutError(f"query interrupted after the {fmt_ns(timeout_s * 1e9)} time limit")
-    if any(m in msg for m in ("not authorized", "authorization denied", "readonly", "read-only", "may not be modified")):
+    if "too big" in msg:  # SQLITE_TOOBIG: a string or blob past SQLITE_LIMIT_LENGTH
+        limit = size_text(value_bytes) if value_bytes else "the limit"
+        return too_large(f"a value longer than {limit} (string or blob too big)")
+    if any(
+        m in msg for m in ("not authorized", "authorization denied", "readonly", "read-only", "may not be modified")
+    ):
         what = f" ({auth.refused})" if auth is not None and auth.refused else ""
         return QueryRefusedError(f"refused: only reads are allowed{what}")
     if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in msg:
         return QueryRefusedError("refused: one statement at a time")
+    if len(msg) > _MESSAGE_CHARS:  # SQLite quotes the token it stopped at, however long
+        msg = msg[: _MESSAGE_CHARS - 80] + "…" + msg[-80:]
     return QuerySyntaxError(f"SQL error: {msg}")

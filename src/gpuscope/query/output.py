@@ -5,7 +5,8 @@ limited to the formats it can print. The table is the default everywhere, in
 a pipe too: which format a command prints never depends on where its stdout
 goes (``gpuscope query ... | less`` shows what the terminal shows), and the
 machine formats are chosen by name. Machine formats write only data to
-stdout and stream row by row; the table buffers rows to align columns.
+stdout and stream row by row; the table aligns its columns on its first rows
+and streams the rest (``write_table``), so no format holds a whole result.
 
 Commands that write a file rather than rows (``merge``, ``import``,
 ``export``) take ``--json`` alone (``add_json_summary_option``): one JSON
@@ -160,15 +161,35 @@ def _row_text(row: Sequence[Any]) -> list[str]:
     return [cell_text(v) for v in row]
 
 
+# The table's column widths come from its first rows; the rest stream in their widths. Both bounds hold:
+# rows of a few long values reach the size long before the count.
+TABLE_HEAD_ROWS = 1000
+TABLE_HEAD_CHARS = 1 << 20
+
+
 def write_table(
     columns: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO, *, cells: RowCells | None = None
 ) -> int:
-    """An aligned table: numbers right-aligned, text left-aligned; ``cells`` formats a row (see ``write_rows``)."""
+    """An aligned table: numbers right-aligned, text left-aligned; ``cells`` formats a row (see ``write_rows``).
+
+    Widths and alignment are read from the first ``TABLE_HEAD_ROWS`` rows (or
+    ``TABLE_HEAD_CHARS`` of cell text, whichever comes first), so a result of
+    any size is written in bounded memory, row by row after them; a longer cell
+    further down widens its own line only (as psql's ``FETCH_COUNT`` does).
+    """
     row_cells = cells or _row_text
-    cells_of_rows = [row_cells(row) for row in rows]
+    remaining = iter(rows)
+    head: list[list[str]] = []
+    chars = 0
+    for row in remaining:
+        texts = row_cells(row)
+        head.append(texts)
+        chars += sum(map(len, texts))
+        if len(head) >= TABLE_HEAD_ROWS or chars >= TABLE_HEAD_CHARS:
+            break
     numeric = [True] * len(columns)
     widths = [len(c) for c in columns]
-    for texts in cells_of_rows:
+    for texts in head:
         for i, text in enumerate(texts):
             widths[i] = max(widths[i], len(text))
             if text and numeric[i]:
@@ -176,12 +197,19 @@ def write_table(
     header = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip()
     out.write(header + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
-    for texts in cells_of_rows:
-        line = "  ".join(
-            t.rjust(w) if numeric[i] else t.ljust(w) for i, (t, w) in enumerate(zip(texts, widths, strict=False))
-        )
-        out.write(line.rstrip() + "\n")
-    return len(cells_of_rows)
+
+    def line(texts: list[str]) -> str:
+        cells_ = (t.rjust(w) if numeric[i] else t.ljust(w) for i, (t, w) in enumerate(zip(texts, widths, strict=False)))
+        return "  ".join(cells_).rstrip() + "\n"
+
+    for texts in head:
+        out.write(line(texts))
+    n = len(head)
+    del head  # the rest streams: only one row at a time is held
+    for row in remaining:
+        out.write(line(row_cells(row)))
+        n += 1
+    return n
 
 
 # A number, optionally with thousands separators and a unit: 1,234  2.5 ms  3.00x  500.1/s

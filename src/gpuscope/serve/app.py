@@ -16,8 +16,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gpuscope._version import __version__
+from gpuscope.query.guard import cap_sqlite_heap
 from gpuscope.serve.api import ENDPOINTS, Api, Endpoint, handle_errors
-from gpuscope.serve.security import MAX_BODY_BYTES, BodyTooLargeError, Guard, GuardMiddleware
+from gpuscope.serve.security import MAX_BODY_BYTES, Guard, GuardMiddleware, error_body
+from gpuscope.serve.untrusted import MAX_ERROR_CHARS, clean
 
 log = logging.getLogger("gpuscope.serve")
 
@@ -30,8 +32,44 @@ STATIC_TYPES = {
 _NO_STORE = {"cache-control": "no-store"}
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=_NO_STORE)
+def _error(status: int, code: str, message: str) -> Response:
+    # Cut, and in the guard's rendering (ASCII JSON): a message may quote the client's text, as long as a
+    # URL may be, with a lone surrogate JSONResponse's UTF-8 cannot encode.
+    body = error_body(code, clean(message, MAX_ERROR_CHARS))
+    return Response(body, status_code=status, media_type="application/json", headers=_NO_STORE)
+
+
+_BODY_SHAPE = 'body: a JSON object {"sql": "<one read-only statement>", "limit": N}'
+
+
+class _NotJsonError(ValueError):
+    pass
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """The request body as JSON; raises ValueError with a one-line reason for anything that is not.
+
+    Strict JSON: UTF-8 text, no NaN or Infinity (Python's reader takes them),
+    no nesting deep enough to exhaust the parser's recursion.
+    """
+
+    def refuse_constant(name: str) -> Any:
+        raise _NotJsonError(f"not JSON ({name} is no JSON number)")
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the body is not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=refuse_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except _NotJsonError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise ValueError("a number with too many digits") from None
 
 
 def _static(name: str) -> bytes:
@@ -132,7 +170,7 @@ def _mcp_starlette(db: Path) -> Starlette:
     from gpuscope.serve.assistant import build_server
 
     # The guard in front checks Host and Origin against the same allow-list as the dashboard's.
-    return build_server(db).streamable_http_app(
+    return build_server(db, remote=True).streamable_http_app(
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=MAX_BODY_BYTES,
     )
@@ -153,10 +191,12 @@ class _WithMcp:
 
 def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
     """The whole server: every route behind ``guard`` (Host, token, size limit, security headers); with ``mcp``, /mcp too."""
+    cap_sqlite_heap()  # the server's process exists to serve these reads (docs/dashboard.md)
     api = Api(db)
     # Warm before serving, not on the first request: a fleet client asking many fresh agents at once would
     # otherwise wait for each one's imports and first open.
     api.warm()
+
     async def run(call: Any, *args: Any) -> Response:
         try:
             result = await run_in_threadpool(call, *args)
@@ -176,15 +216,11 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
 
     async def query(request: Request) -> Response:
         try:
-            raw = await request.body()
-        except BodyTooLargeError:
-            return _error(413, "too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            return _error(400, "bad_json", 'body: a JSON object {"sql": "<one read-only statement>", "limit": N}')
+            body = parse_json_body(await request.body())  # read whole already, within its limit, by the guard
+        except ValueError as exc:
+            return _error(400, "bad_json", f"{exc}; {_BODY_SHAPE}")
         if not isinstance(body, dict):
-            return _error(400, "bad_json", 'body: a JSON object {"sql": "<one read-only statement>", "limit": N}')
+            return _error(400, "bad_json", _BODY_SHAPE)
         return await run(api.query, body)
 
     async def spec(request: Request) -> Response:

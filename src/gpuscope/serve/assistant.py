@@ -9,6 +9,7 @@ with a one-line reason; the server keeps serving.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import tempfile
 from collections.abc import Callable
@@ -21,11 +22,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from gpuscope._version import __version__
 from gpuscope.errors import GpuscopeError
-from gpuscope.serve.api import MAX_ROWS, Api
-from gpuscope.serve.untrusted import fenced
+from gpuscope.query.guard import cap_sqlite_heap
+from gpuscope.serve.api import INT64_MAX, MAX_ROWS, Api
+from gpuscope.serve.untrusted import MAX_ERROR_CHARS, clean, fenced
 
 QUERY_VIEWS = ("events", "cuda_calls", "sched_switches", "nccl_calls", "graph_events", "containers", "processes")
 DEFAULT_LIMIT = 100
+MAX_EXPLAINED_PIDS = 32
 
 INSTRUCTIONS = (
     "gpuscope answers why GPU work was slow, from an eBPF recording of CUDA, NCCL and host events. Start with "
@@ -52,6 +55,11 @@ def _bounded(name: str, value: int, hi: int = MAX_ROWS, lo: int = 1) -> int:
     return value
 
 
+def _pid(pid: int | None) -> int | None:
+    """A pid handed to a read as it is: within SQLite's integers (the API's own parameters are checked there)."""
+    return pid if pid is None else _bounded("pid", pid, hi=INT64_MAX, lo=0)
+
+
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """Run a blocking read on a worker thread; the user's errors become one-line tool errors."""
     try:
@@ -62,6 +70,8 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
         raise ToolError(str(exc)) from None
     except sqlite3.Error as exc:
         raise ToolError(f"the recording cannot be read: {exc}") from None
+    except MemoryError:  # SQLite at the process's heap cap, taken by reads running beside this one
+        raise ToolError("the server is short of memory for this read: try again shortly") from None
 
 
 def _compact_finding(f: dict[str, Any]) -> dict[str, Any]:
@@ -105,10 +115,20 @@ def query_description(db: Path) -> str:
     )
 
 
-def build_server(db: Path) -> MCPServer:
-    """The MCP server over the recording at ``db`` (read-only)."""
+def build_server(db: Path, *, remote: bool = False) -> MCPServer:
+    """The MCP server over the recording at ``db`` (read-only).
+
+    ``remote``: the clients are on the network (streamable HTTP), not the
+    user's own assistant (stdio): a path they name (``diff``'s ``other``) must
+    then be a recording in the served recording's folder.
+    """
+    # The SDK's MCPServer sets up logging on the root logger (rich, with rich tracebacks) unless it is set
+    # up already: plain lines instead. A boxed traceback of a deep recursion took the event loop minutes
+    # to draw, and no client was served meanwhile.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(name)s: %(message)s")
+    cap_sqlite_heap()  # a process that serves MCP exists to run these reads (docs/mcp.md)
     api = Api(db)
-    server = MCPServer(
+    server = _Server(
         "gpuscope", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", middleware=[one_line_errors]
     )
 
@@ -137,6 +157,8 @@ def build_server(db: Path) -> MCPServer:
         since: str | None = None, pids: list[int] | None = None, top_n: int = 5, verbose: bool = False
     ) -> str:
         _bounded("top_n", top_n, hi=100)
+        if pids and len(pids) > MAX_EXPLAINED_PIDS:  # each is an explain of its own
+            raise ToolError(f"pids: at most {MAX_EXPLAINED_PIDS} processes (got {len(pids)})")
         if pids and len(pids) > 1:
             # The engine takes one process or all: several are explained one at a time and merged.
             found: list[dict[str, Any]] = []
@@ -178,13 +200,13 @@ def build_server(db: Path) -> MCPServer:
     async def graph_lifecycle(pid: int | None = None) -> str:
         from gpuscope.store.dashboard_read import graph_lifecycle_rows
 
-        return fenced({"graph_ops": await _call(api.read, graph_lifecycle_rows, pid)})
+        return fenced({"graph_ops": await _call(api.read, graph_lifecycle_rows, _pid(pid))})
 
     @server.tool(description="How often each executable CUDA Graph is launched, per process (most launched first).")
     async def graph_frequency(pid: int | None = None, limit: int = 20) -> str:
         from gpuscope.store.dashboard_read import graph_launch_rows
 
-        rows = await _call(api.read, graph_launch_rows, pid, _bounded("limit", limit, hi=1000))
+        rows = await _call(api.read, graph_launch_rows, _pid(pid), _bounded("limit", limit, hi=1000))
         for r in rows:
             span = (r["last_wall_ns"] or 0) - (r["first_wall_ns"] or 0)
             r["launches_per_s"] = round(r["launches"] / (span / 1e9), 2) if span > 0 else None
@@ -202,6 +224,8 @@ def build_server(db: Path) -> MCPServer:
         b_from: str | None = None,
         b_to: str | None = None,
     ) -> str:
+        if other is not None and remote:
+            other = _beside(db, other)
         return fenced(await _call(_diff, db, other, (a_from, a_to), (b_from, b_to)))
 
     @server.tool(
@@ -235,14 +259,98 @@ def build_server(db: Path) -> MCPServer:
     return server
 
 
+class _Server(MCPServer):
+    """The SDK's server, with JSON-RPC errors where it would stay silent or log a traceback.
+
+    A stdio line that is no JSON-RPC message is answered (as its HTTP
+    transport does); an unknown prompt, or arguments the prompt cannot take,
+    are invalid parameters (the SDK answered code 0 and logged a traceback).
+    """
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        import mcp_types
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except ValueError as exc:  # the SDK's wrapping of every prompt failure
+            raise MCPError(mcp_types.INVALID_PARAMS, " ".join(str(exc).split())[:300]) from None
+
+    async def run_stdio_async(self) -> None:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            # The SDK keeps the low-level server private; its own run_stdio_async does exactly this.
+            low = self._lowlevel_server
+            await low.run(_AnswerBadLines(read_stream, write_stream), write_stream, low.create_initialization_options())
+
+
+class _AnswerBadLines:
+    """The stdio read stream, with each line that is not a JSON-RPC message answered by a JSON-RPC error.
+
+    The SDK's stdio transport passes such a line on as an exception, and its
+    server drops it silently: a client that sent a request waits for an answer
+    forever. JSON-RPC 2.0 says: -32700 for text that is not JSON, -32600 for
+    JSON that is no request, with ``"id": null``.
+    """
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner, self.write = inner, write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)  # the sender's context, for the SDK's dispatcher
+
+    async def receive(self) -> Any:
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        while True:
+            item = await self.inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            if "json_invalid" in str(item):
+                code, message = mcp_types.PARSE_ERROR, "Parse error: the line is not JSON"
+            else:
+                code, message = mcp_types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
+            error = mcp_types.JSONRPCError(
+                jsonrpc="2.0", id=None, error=mcp_types.ErrorData(code=code, message=message)
+            )
+            await self.write.send(SessionMessage(error))
+
+    def __aiter__(self) -> _AnswerBadLines:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> _AnswerBadLines:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 async def one_line_errors(ctx: Any, call_next: Any) -> Any:
-    """A tool error's text on one line: the SDK's argument validation reports over several, with a link."""
+    """A tool error's text on one line, cleaned and cut like data.
+
+    The SDK's argument validation reports over several lines, with a link;
+    and an error that quotes an argument (``since=…: not a duration``) would
+    carry whatever the client sent: escape sequences, 50,000 characters.
+    """
     result = await call_next(ctx)
     if getattr(ctx, "method", None) == "tools/call" and isinstance(result, dict) and result.get("isError"):
         for item in result.get("content", []):
             if isinstance(item, dict) and item.get("type") == "text":
                 lines = [line.strip() for line in str(item.get("text", "")).splitlines() if line.strip()]
-                item["text"] = " ".join(line for line in lines if not line.startswith("For further information"))
+                text = " ".join(line for line in lines if not line.startswith("For further information"))
+                item["text"] = clean(text, MAX_ERROR_CHARS)
     return result
 
 
@@ -261,6 +369,22 @@ def _query_fleet(sql: str, limit: int) -> Any:
         raise ToolError(str(exc)) from None
 
 
+def _beside(db: Path, other: str) -> str:
+    """``other`` when it names a file in ``db``'s folder (after links and ``..``); a ToolError otherwise.
+
+    A network client may compare recordings the server holds beside the one it
+    serves, not open any file the server's user can read.
+    """
+    folder = db.resolve().parent
+    try:
+        path = (folder / other).resolve()
+    except (OSError, RuntimeError, ValueError):  # a link loop, a NUL
+        path = None
+    if path is None or path.parent != folder:
+        raise ToolError(f"other: over HTTP, only a recording in the served recording's folder ({folder.name}/)")
+    return str(path)
+
+
 def _diff(db: Path, other: str | None, a: tuple[str | None, str | None], b: tuple[str | None, str | None]) -> Any:
     from gpuscope.diff import diff_databases, diff_windows
     from gpuscope.query.filters import EventFilter
@@ -268,6 +392,8 @@ def _diff(db: Path, other: str | None, a: tuple[str | None, str | None], b: tupl
     if other is not None:
         if any(a) or any(b):
             raise ToolError("give either other (a recording) or the two windows, not both")
+        if not other or "\x00" in other:
+            raise ToolError("other: the path of a recording (not empty, no NUL character)")
         report = diff_databases(db, other)
     elif any(a) and any(b):
         report = diff_windows(

@@ -13,6 +13,13 @@ One ASGI middleware, outermost, so no route can be reached around it.
   token. Every comparison is constant-time.
 - **Headers**: a Content-Security-Policy that allows only the package's own
   script and style, no framing, no referrer, no sniffing.
+- **Sizes**: the request line and headers up to ``MAX_HEADER_BYTES`` in
+  ``MAX_HEADERS`` lines; the body up to ``MAX_BODY_BYTES``, read whole here
+  before any route runs (a chunked body or a lying Content-Length is cut off
+  as it arrives, for every route, the MCP app's too); at most
+  ``MAX_IN_FLIGHT`` requests at once (the rest are refused with 503 at once,
+  not queued). How long a request may take to arrive is bounded by the
+  connection (``gpuscope.serve.protocol``).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,6 +40,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "gpuscope_session"
 MAX_BODY_BYTES = 64 * 1024
+MAX_HEADER_BYTES = 16 * 1024  # the request line and headers together (h11's own default for what it buffers)
+MAX_HEADERS = 100
+MAX_IN_FLIGHT = 128
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost")
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -86,6 +96,7 @@ class GuardMiddleware:
     def __init__(self, app: ASGIApp, guard: Guard) -> None:
         self.app = app
         self.guard = guard
+        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -95,8 +106,18 @@ class GuardMiddleware:
             # No route speaks WebSocket; one that did would need the same checks first.
             await send({"type": "websocket.close", "code": 1008})
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        raw_headers = scope.get("headers", [])
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
         respond = _Responder(send, tls=self.guard.tls)
+        head_bytes = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
+        head_bytes += sum(len(k) + len(v) for k, v in raw_headers)
+        if len(raw_headers) > MAX_HEADERS or head_bytes > MAX_HEADER_BYTES:
+            # h11 bounds only what it buffers while a request is incomplete: a request that arrives in one
+            # read is parsed whatever its size.
+            await respond.error(
+                431, "headers_too_large", f"at most {MAX_HEADERS} headers, {MAX_HEADER_BYTES} bytes with the URL"
+            )
+            return
         if not self.guard.host_allowed(headers.get("host", "")):
             await respond.error(403, "bad_host", "this Host is not served here (see --allow-host)")
             return
@@ -118,7 +139,20 @@ class GuardMiddleware:
                 401, "unauthorized", "open the URL with ?token= printed at start, or send a Bearer token"
             )
             return
-        await self.app(scope, _limited(receive), respond.wrap_send)
+        if self.in_flight >= MAX_IN_FLIGHT:
+            await respond.error(503, "busy", f"more than {MAX_IN_FLIGHT} requests at once: try again shortly")
+            return
+        self.in_flight += 1
+        try:
+            try:
+                body = await _read_body(receive)
+            except BodyTooLargeError:
+                await respond.error(413, "too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+                return
+            if body is not None:  # None: the client left before its body arrived; nobody reads an answer
+                await self.app(scope, _replay(body, receive), respond.wrap_send)
+        finally:
+            self.in_flight -= 1
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         auth = headers.get("authorization", "")
@@ -135,30 +169,48 @@ class GuardMiddleware:
             await respond.error(401, "unauthorized", "wrong token: open the URL printed at start")
             return
         rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-        location = scope["path"] + (f"?{rest}" if rest else "")
+        # Percent-encoded again (a decoded %0d%0a would end the header; a backslash reads as a slash to a
+        # browser), and never `//host/...`, which a browser reads as another site.
+        path = "/" + quote(scope["path"].lstrip("/"), safe="/:@!$&'()*+,;=~")
+        location = path + (f"?{rest}" if rest else "")
         secure = "; Secure" if self.guard.tls else ""
         cookie = f"{COOKIE}={cookie_value(self.guard.token)}; Path=/; HttpOnly; SameSite=Strict{secure}"
         await respond.send_raw(303, [(b"location", location.encode()), (b"set-cookie", cookie.encode())], b"")
 
 
-def _limited(receive: Receive) -> Receive:
-    """``receive`` that stops a body longer than MAX_BODY_BYTES sent without a Content-Length (chunked)."""
-    seen = 0
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when the client disconnects first; BodyTooLargeError past MAX_BODY_BYTES."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLargeError
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the app: the body read already, then what the connection says next (a disconnect)."""
+    pending = True
 
     async def wrapped() -> Message:
-        nonlocal seen
-        message = await receive()
-        if message["type"] == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > MAX_BODY_BYTES:
-                raise BodyTooLargeError
-        return message
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
 
     return wrapped
 
 
 class BodyTooLargeError(Exception):
-    """A request body past the limit, found while reading it (mapped to 413 by the app)."""
+    """A request body past the limit, found while reading it (answered with 413)."""
 
 
 class _Responder:

@@ -99,16 +99,29 @@ def listen(args: argparse.Namespace) -> Listener:
     return Listener(sock, guard, ssl_ctx, base, token, token_source, fingerprint, bool(args.ca_cert))
 
 
-def serve(app: Callable[..., Any], listener: Listener, *, verbose: int = 0) -> None:
-    """Run ``app`` with uvicorn on the listener's socket, with our TLS context, until Ctrl-C or SIGTERM."""
+def serve(
+    app: Callable[..., Any], listener: Listener, *, verbose: int = 0, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Run ``app`` with uvicorn on the listener's socket, with our TLS context, until Ctrl-C or SIGTERM.
+
+    ``on_ready`` runs once the server has started (the start line: whoever waits for it may ask at once).
+    """
     import anyio.to_thread
     import uvicorn
 
     # The thread hand-off every request takes imports most of anyio the first time (about 40 ms): before
     # serving, so the first requests (a fleet client's, to many fresh agents at once) do not wait for it.
     anyio.run(anyio.to_thread.run_sync, lambda: None)
+    from gpuscope.serve.protocol import GuardedH11Protocol
+    from gpuscope.serve.security import MAX_HEADER_BYTES
+
     config = uvicorn.Config(
         app,
+        # h11 with a deadline for each request and JSON for malformed HTTP (serve/protocol.py), whatever
+        # else is installed (uvicorn would pick httptools when it is).
+        http=GuardedH11Protocol,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        ws="none",  # no route speaks WebSocket: an upgrade request is an HTTP request like any other
         log_level="info" if verbose else "warning",
         access_log=bool(verbose),
         server_header=False,
@@ -119,7 +132,13 @@ def serve(app: Callable[..., Any], listener: Listener, *, verbose: int = 0) -> N
     config.load()
     # uvicorn's own TLS settings cannot say "1.3 only" or demand client certificates: ours replaces them.
     config.ssl = listener.ssl
-    uvicorn.Server(config).run(sockets=[listener.sock])
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_ready is not None:
+                on_ready()
+
+    Server(config).run(sockets=[listener.sock])
 
 
 def print_start(what: str, listener: Listener, lines: list[str]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 # C0 and C1 controls (but tab and newline), DEL, and the Unicode format characters that reorder or hide text.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 MAX_STRING = 300
+MAX_ERROR_CHARS = 500  # an error message, which may quote what a client sent
 MAX_STRING_VERBOSE = 4000
 
 PREAMBLE = (

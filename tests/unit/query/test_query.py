@@ -119,7 +119,7 @@ def test_table_valued_pragmas_and_a_comment_after_the_semicolon_are_read(db: Pat
     with open_reader(db) as reader:
         cols = [r[0] for r in reader.query("SELECT name FROM pragma_table_info('events')").rows]
         assert "op" in cols
-        assert [r[1] for r in reader.query("SELECT * FROM pragma_database_list").rows][0] == "main"
+        assert next(r[1] for r in reader.query("SELECT * FROM pragma_database_list").rows) == "main"
         assert list(reader.query("SELECT 1 ; -- why").rows) == [(1,)]
         assert list(reader.query("SELECT ';' ; /* unclosed").rows) == [(";",)]
     assert db.read_bytes() == before

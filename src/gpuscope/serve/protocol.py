@@ -1,0 +1,113 @@
+"""The HTTP/1.1 connection under both servers: uvicorn's h11 protocol, with a deadline and the API's error shape.
+
+uvicorn waits as long as a client likes for a request to arrive: a client
+that sends its headers one byte a second (slowloris), or promises a body it
+never sends, holds a connection for hours, and enough of them exhaust the
+server's sockets. Here every request must arrive whole, headers and body,
+within ``REQUEST_TIMEOUT_S`` of its first byte (or of the connection, for the
+first); past it the client gets a 408 and the connection is closed, whatever
+the app was waiting for. An idle keep-alive connection is closed after
+uvicorn's ``timeout_keep_alive``, a TLS handshake by asyncio's 60 s.
+
+What h11 refuses (control characters in a header, two Content-Lengths, bad
+chunks, headers over ``MAX_HEADER_BYTES`` while they arrive) is answered in
+the one error shape of the API instead of uvicorn's plain text, with nothing
+of the request in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gpuscope.serve.security import MAX_HEADER_BYTES, error_body
+
+REQUEST_TIMEOUT_S = 10.0
+_ARRIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.SWITCHED_PROTOCOL)
+
+
+def error_response(status: int, reason: str, code: str, message: str) -> bytes:
+    """A whole HTTP/1.1 response in the API's error shape, that closes the connection."""
+    body = error_body(code, message)
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncache-control: no-store\r\n"
+        f"x-content-type-options: nosniff\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request to arrive, and JSON for malformed HTTP."""
+
+    _request_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._request_timer is None and self.conn.their_state is h11.IDLE:
+            self._arm()  # the first byte of the next request on a kept-alive connection
+        super().data_received(data)
+        if self.conn.their_state in _ARRIVED:
+            self._disarm()
+
+    def send_400_response(self, msg: str) -> None:
+        # Called by uvicorn inside its `except h11.RemoteProtocolError`: the error says which status fits.
+        error = sys.exc_info()[1]
+        if isinstance(error, h11.RemoteProtocolError) and error.error_status_hint == 431:
+            self._refuse(
+                431,
+                "Request Header Fields Too Large",
+                "headers_too_large",
+                f"the request line and headers are limited to {MAX_HEADER_BYTES} bytes",
+            )
+        else:
+            self._refuse(
+                400,
+                "Bad Request",
+                "bad_http",
+                "malformed HTTP/1.1 request (a bad request line, header, Content-Length or chunk)",
+            )
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._request_timer = self.loop.call_later(REQUEST_TIMEOUT_S, self._request_timeout)
+
+    def _disarm(self) -> None:
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+
+    def _request_timeout(self) -> None:
+        self._request_timer = None
+        if not self.transport.is_closing() and self.conn.their_state not in _ARRIVED:
+            self._refuse(
+                408,
+                "Request Timeout",
+                "request_timeout",
+                f"the request did not arrive whole within {REQUEST_TIMEOUT_S:g} s",
+            )
+
+    def _refuse(self, status: int, reason: str, code: str, message: str) -> None:
+        """Answer with the error unless the app's own answer has begun, and close the connection."""
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
+        answered = self.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE)  # e.g. a 413 sent before the body
+        if not answered and (cycle is None or not cycle.response_started):
+            self.transport.write(error_response(status, reason, code, message))
+        if cycle is not None:
+            # The app may be waiting for the rest of the body: it now reads a disconnect, and what it
+            # sends is dropped (uvicorn ignores sends on a disconnected cycle).
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
