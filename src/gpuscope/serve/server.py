@@ -132,6 +132,7 @@ def serve(
     config.load()
     # uvicorn's own TLS settings cannot say "1.3 only" or demand client certificates: ours replaces them.
     config.ssl = listener.ssl
+
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[Any] | None = None) -> None:
             await super().startup(sockets=sockets)

@@ -14,6 +14,7 @@ EVENT_COLUMNS = "id, event_id, node, wall_ns, pid, tid, comm, source, op, durati
 
 TRIVIAL_QUERY = "SELECT 1"  # a statement that reads nothing: run once to warm a server's query path
 
+
 def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
     names = [d[0] for d in cur.description or ()]
     return [dict(zip(names, r, strict=True)) for r in cur]
