@@ -160,3 +160,37 @@ def free_pid() -> int:
         if not os.path.exists(f"/proc/{pid}"):
             return pid
     raise AssertionError("no free pid")
+
+
+def cudart_script(
+    path: Path,
+    cudart: Path,
+    calls: int,
+    *,
+    nbytes: int = 256,
+    sync: bool = True,
+    sleep_each_s: float = 0.0,
+    pause: tuple[int, float] | None = None,
+    then: str = "",
+) -> Path:
+    """Write a Python workload: ``calls`` cudaMalloc of ``nbytes`` (each followed by cudaStreamSynchronize
+    with ``sync``) through ctypes, sleeping ``sleep_each_s`` after each and ``pause`` = (every N, seconds);
+    then it prints "calls done" and runs ``then`` (e.g. ``sys.stdin.readline()`` to stay until told)."""
+    lines = [
+        "import ctypes, sys, time",
+        f"lib = ctypes.CDLL({str(cudart)!r})",
+        "ptr = ctypes.c_void_p()",
+        f"for i in range({calls}):",
+        f"    lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t({nbytes}))",
+    ]
+    if sync:
+        lines.append("    lib.cudaStreamSynchronize(None)")
+    if sleep_each_s:
+        lines.append(f"    time.sleep({sleep_each_s})")
+    if pause is not None:
+        lines += [f"    if i % {pause[0]} == {pause[0] - 1}:", f"        time.sleep({pause[1]})"]
+    lines.append('print("calls done", flush=True)')
+    if then:
+        lines.append(then)
+    path.write_text("\n".join(lines) + "\n")
+    return path

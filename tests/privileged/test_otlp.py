@@ -7,33 +7,18 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from tests.conftest import StandinLibs, TraceRun
 from tests.otlp_receiver import by_op, metrics_by_name, otlp_receiver, resource_attributes
+from tests.privileged.support import cudart_script
 
 CALLS = 400
 
 
 def _workload(tmp_path: Path, standin: StandinLibs, *, pause_s: float = 0.0) -> Path:
     """A script making CALLS cudaMalloc and cudaStreamSynchronize calls, pausing ``pause_s`` every 100 rounds."""
-    script = tmp_path / "work.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import ctypes, time
-            lib = ctypes.CDLL({str(standin.cudart)!r})
-            ptr = ctypes.c_void_p()
-            for i in range({CALLS}):
-                lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(256))
-                lib.cudaStreamSynchronize(None)
-                if i % 100 == 99:
-                    time.sleep({pause_s})
-            """
-        )
-    )
-    return script
+    return cudart_script(tmp_path / "work.py", standin.cudart, CALLS, pause=(100, pause_s))
 
 
 def _trace(db: Path, standin: StandinLibs, script: Path, *otlp: str, env: dict[str, str] | None = None) -> TraceRun:

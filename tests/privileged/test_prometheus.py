@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +16,7 @@ import pytest
 
 from tests import grafana_dashboard as dash
 from tests.conftest import StandinLibs, TraceRun
+from tests.privileged.support import cudart_script
 from tests.prometheus_server import free_port, prometheus_server, query
 
 CALLS = 400
@@ -40,21 +40,8 @@ def test_prometheus_scrapes_the_recordings_exact_counts(
     tmp_path: Path, standin: StandinLibs, prometheus: tuple[str, int]
 ) -> None:
     url, port = prometheus
-    script = tmp_path / "work.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import ctypes, time
-            lib = ctypes.CDLL({str(standin.cudart)!r})
-            ptr = ctypes.c_void_p()
-            for _ in range({CALLS}):
-                lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(256))
-                lib.cudaStreamSynchronize(None)
-            print("calls done", flush=True)
-            time.sleep(6)  # idle while Prometheus scrapes the final counts
-            """
-        )
-    )
+    # idle while Prometheus scrapes the final counts
+    script = cudart_script(tmp_path / "work.py", standin.cudart, CALLS, then="time.sleep(6)")
     db = tmp_path / "t.db"
     tracer = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "trace", "--no-tui", "--db", str(db), "--lib", str(standin.cudart),
@@ -104,21 +91,8 @@ def test_every_series_the_grafana_dashboard_queries_is_scraped_from_a_real_trace
     url, port = prometheus
     # and a workload that allocates device memory it never frees, for a few seconds (a live memory-leak
     # finding), then stays until the test is done with Prometheus
-    script = tmp_path / "leak.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import ctypes, sys, time
-            lib = ctypes.CDLL({str(standin.cudart)!r})
-            ptr = ctypes.c_void_p()
-            for _ in range({CALLS}):
-                lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(1 << 20))
-                lib.cudaStreamSynchronize(None)
-                time.sleep(0.01)
-            print("calls done", flush=True)
-            sys.stdin.readline()
-            """
-        )
+    script = cudart_script(
+        tmp_path / "leak.py", standin.cudart, CALLS, nbytes=1 << 20, sleep_each_s=0.01, then="sys.stdin.readline()"
     )
     tracer = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "trace", "--no-tui", "--db", str(tmp_path / "t.db"),

@@ -7,7 +7,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from gpuscope.fleet.certs import init_fleet
 from tests.conftest import StandinLibs, TraceRun
+from tests.privileged.support import cudart_script
 
 CALLS = 300
 TOKEN = "scrape-token-of-some-length-0123456789"
@@ -53,20 +53,8 @@ def test_metrics_beyond_loopback_are_https_with_a_token(tmp_path: Path, standin:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
-    script = tmp_path / "work.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import ctypes, sys
-            lib = ctypes.CDLL({str(standin.cudart)!r})
-            ptr = ctypes.c_void_p()
-            for _ in range({CALLS}):
-                lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(256))
-            print("calls done", flush=True)
-            sys.stdin.readline()  # held until the test has scraped
-            """
-        )
-    )
+    # held until the test has scraped
+    script = cudart_script(tmp_path / "work.py", standin.cudart, CALLS, sync=False, then="sys.stdin.readline()")
     port = _free_port()
     tracer = subprocess.Popen(
         [sys.executable, "-m", "gpuscope", "trace", "--no-tui", "--db", str(tmp_path / "t.db"),
