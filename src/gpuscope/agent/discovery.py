@@ -119,9 +119,14 @@ def _lib_dirs(env: dict[str, str] | None = None) -> list[tuple[str, str]]:
     return out
 
 
-def libraries_in_maps(pid: int) -> list[tuple[str, int]]:
-    """CUDA library paths mapped by a running process, each with the inode the kernel mapped."""
-    found: dict[str, int] = {}
+def kernel_file_key(st: os.stat_result) -> tuple[int, int]:
+    """A file's (dev, inode) as the kernel names it (BPF, /proc/PID/maps): s_dev is MAJOR << 20 | MINOR."""
+    return (os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino
+
+
+def libraries_in_maps(pid: int) -> list[tuple[str, tuple[int, int]]]:
+    """CUDA library paths mapped by a running process, each with the kernel's (dev, inode) of the file mapped."""
+    found: dict[str, tuple[int, int]] = {}
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
@@ -129,21 +134,28 @@ def libraries_in_maps(pid: int) -> list[tuple[str, int]]:
                 if len(parts) == 6:
                     path = parts[5].strip()
                     if library_kind(path) and path not in found:
-                        found[path] = int(parts[4])
+                        major, minor = (int(x, 16) for x in parts[3].split(":"))
+                        found[path] = ((major << 20) | minor, int(parts[4]))
     except (OSError, ValueError):
         pass
     return list(found.items())
 
 
-def reachable_path(pid: int, path: str, inode: int) -> str:
-    """A path to the file ``pid`` mapped as ``path``: that path when it is the same file here (same inode),
-    else the path under ``/proc/PID/root`` (a container: the host may have another file at the same path)."""
-    try:
-        if os.stat(path).st_ino == inode:
-            return path
-    except OSError:
-        pass
-    return f"/proc/{pid}/root{path}"
+def reachable_path(pid: int, path: str, key: tuple[int, int]) -> str | None:
+    """A path here to the file ``pid`` mapped as ``path`` (``key``: the kernel's (dev, inode) of it).
+
+    That path when it names the same file here; else the same path under
+    ``/proc/PID/root`` (a container: the host may hold another file, or none,
+    at that path). None when neither does (the file is gone).
+    """
+    path = path.removesuffix(" (deleted)")
+    for candidate in (path, f"/proc/{pid}/root{path}"):
+        try:
+            if kernel_file_key(os.stat(candidate)) == key:
+                return candidate
+        except OSError:
+            continue
+    return None
 
 
 def _rpath_dirs(executable: str) -> list[str]:
@@ -203,8 +215,10 @@ class Discovery:
 
     def scan_process(self, pid: int) -> list[CudaLibrary]:
         added = []
-        for path, inode in libraries_in_maps(pid):
-            lib = self.add(reachable_path(pid, path, inode), f"pid {pid}")
+        for path, key in libraries_in_maps(pid):
+            # Unmatched (an overlay file system may report another device): the process's own root reaches it.
+            reached = reachable_path(pid, path, key) or f"/proc/{pid}/root{path}"
+            lib = self.add(reached, f"pid {pid}")
             if lib:
                 added.append(lib)
         return added

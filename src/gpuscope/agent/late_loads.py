@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscope.agent.discovery import Discovery
-from gpuscope.agent.tracer import LibState, Tracer, kernel_file_key
+from gpuscope.agent.discovery import Discovery, reachable_path
+from gpuscope.agent.tracer import LibState, Tracer
 from gpuscope.bpf.wire import HoldKind
 
 # How long the thread sleeps in poll() at most; a report, or stop(), wakes it at once.
@@ -65,15 +65,7 @@ def mapped_file(pid: int, fd: int, key: tuple[int, int]) -> str | None:
     except OSError:
         pass
     seen += _paths_in_maps(pid, key[1])
-    for path in seen:
-        path = path.removesuffix(" (deleted)")
-        for candidate in (path, f"/proc/{pid}/root{path}"):
-            try:
-                if kernel_file_key(os.stat(candidate)) == key:
-                    return candidate
-            except OSError:
-                continue
-    return None
+    return next((found for path in seen if (found := reachable_path(pid, path, key)) is not None), None)
 
 
 class LateLoads:

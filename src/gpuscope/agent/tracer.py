@@ -20,6 +20,7 @@ import numpy as np
 
 from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
+from gpuscope.agent.discovery import kernel_file_key as kernel_file_key  # re-exported: callers import it from here
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
@@ -65,11 +66,6 @@ class LibState(enum.IntEnum):
 
     PROBED = 1
     NOT_PROBED = 2  # not a library gpuscope probes (no probed symbol, unreadable)
-
-
-def kernel_file_key(st: os.stat_result) -> tuple[int, int]:
-    """A file's (dev, inode) as BPF reads it from the inode: s_dev is MAJOR << 20 | MINOR."""
-    return (os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino
 
 
 @dataclass
