@@ -193,6 +193,16 @@ def test_explain_merges_the_nodes_findings_by_severity(fleet: Fleet) -> None:
     assert f"{fleet.addr(fleet.alpha)}: cpu-preemption" in text
 
 
+def test_explain_warns_once_about_a_dead_node_and_explains_the_others(fleet: Fleet) -> None:
+    # given a live node and a dead one; when explain asks both (findings, then collectives and clocks)
+    p = gpuscope("explain", "--nodes", f"{fleet.addr(fleet.alpha)},{fleet.dead}", *fleet.tls())
+    # then the dead node is one warning line on stderr, and the live node's findings are printed
+    assert p.returncode == 0, p.stderr
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning: node ")]
+    assert len(warnings) == 1 and fleet.dead in warnings[0], p.stderr
+    assert f"{fleet.addr(fleet.alpha)}: cpu-preemption" in p.stdout
+
+
 def test_stacks_fan_out(fleet: Fleet) -> None:
     p = gpuscope("stacks", "--nodes", fleet.addr(fleet.alpha), "--json", *fleet.tls())
     assert p.returncode == 0, p.stderr

@@ -100,15 +100,17 @@ def _fleet(args: argparse.Namespace, min_sev: Severity) -> int:
     params = {"since": args.since, "pid": args.pid[0] if args.pid else None, "min_severity": min_sev.name.lower()}
     query = urlencode({k: v for k, v in params.items() if v is not None})
     client = fleet_client(args)
-    got = gather_findings(client.get(f"/api/v1/findings?{query}"))
-    failed = frozenset(w.split(": ", 1)[0].removeprefix("node ") for w in got.warnings)
-    cross, warnings, notes = fleet_stragglers(client, since=args.since, reported=failed)
+    results = client.get(f"/api/v1/findings?{query}")
+    got = gather_findings(results)
+    failed = frozenset(r.node.address for r in results if not r.ok)  # warned about once, here
+    cross, more, notes = fleet_stragglers(client, since=args.since, reported=failed)
     findings = merge_findings(got.findings, [f for f in cross if Severity.parse(f["severity"]) >= min_sev])
+    warnings = got.warnings + more
     warn(warnings)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if chosen_format(args.output) is OutputFormat.JSON:
-        print(json.dumps({"findings": findings, "warnings": got.warnings + warnings, "notes": notes}, indent=2))
+        print(json.dumps({"findings": findings, "warnings": warnings, "notes": notes}, indent=2))
         return 0
     print(render_fleet_findings(findings))
     return 0
