@@ -8,12 +8,13 @@ set: callers print one warning per failed node and go on with the others.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import ssl
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.client import HTTPConnection, HTTPException, HTTPSConnection, RemoteDisconnected
@@ -126,6 +127,12 @@ class FleetClient:
         self.token = token if token is not None else os.environ.get("GPUSCOPE_TOKEN") or None
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+
+    def only(self, addresses: Collection[str]) -> FleetClient:
+        """The same client (TLS, token, limits), asking only the nodes at these addresses."""
+        other = copy.copy(self)
+        other.nodes = [n for n in self.nodes if n.address in addresses]
+        return other
 
     def get(self, path: str) -> list[NodeResult]:
         return self._each(lambda node: self._request(node, "GET", path, None))

@@ -20,19 +20,22 @@ def fleet_stragglers(
 ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """(findings as JSON objects tagged with the straggler's node, warnings, notes).
 
-    ``reported``: addresses of nodes already warned about (not warned again).
+    ``reported``: addresses of nodes that already failed (not asked again: a silent node would cost its
+    timeout once more). Clocks are measured only where two or more nodes have NCCL communicators.
     """
     query = urlencode({"since": since} if since else {})
-    answers = client.get("/api/v1/collectives" + (f"?{query}" if query else ""))
-    clocks = {c.node.address: c for c in client.clock()}
-    warnings: list[str] = []
+    asked = client.only([n.address for n in client.nodes if n.address not in reported])
+    answers = asked.get("/api/v1/collectives" + (f"?{query}" if query else ""))
+    warnings = [
+        f"node {a.node.address}: {a.error} (left out of the cross-node comparison)" for a in answers if not a.ok
+    ]
+    with_ranks = [a for a in answers if a.ok and a.data.get("communicators")]
+    if len(with_ranks) < 2:
+        return [], warnings, []
+    clocks = {c.node.address: c for c in asked.only([a.node.address for a in with_ranks]).clock()}
     nodes = []
-    for a in answers:
+    for a in with_ranks:
         clock = clocks.get(a.node.address)
-        if not a.ok:
-            if a.node.address not in reported:
-                warnings.append(f"node {a.node.address}: {a.error} (left out of the cross-node comparison)")
-            continue
         if clock is None or not clock.ok:
             warnings.append(
                 f"node {a.node.address}: clock not measured ({clock.error if clock else 'no answer'}): "
