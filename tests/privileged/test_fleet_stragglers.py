@@ -88,13 +88,16 @@ def test_ranks_that_keep_pace_on_separate_nodes_give_no_cross_node_straggler(  #
     build_workload, standin: StandinLibs, tmp_path: Path
 ) -> None:
     # given two nodes, one rank each, equal host work, no hog, and neither pinned: a rank pinned to a CPU the
-    # machine's other work favours would really be slower (seen in CI: 1.8 ms steps against 1.0 ms)
+    # machine's other work favours would really be slower (seen in CI: 1.8 ms steps against 1.0 ms). Each rank
+    # is on its CPU a fifth of each step and sleeps the rest, as ranks waiting on their GPUs do: two ranks busy
+    # all the time, beside their two tracers, saturate a 2-CPU machine, and then one really is kept off its CPU
+    # by the other (seen in CI: rank 1 preempted by rank 0 and a tracer, 1.4 ms late in 84% of calls)
     exe = build_workload("nccl_ranks.c")
     barrier = tmp_path / "barrier"
     dbs = {node: tmp_path / f"{node}.db" for node in ("alpha", "beta")}
     traces = []
     for rank, node in enumerate(dbs):
-        env = dict(standin.env(), RANK=str(rank), WORLD_SIZE="2", STEP_WORK_US="1000")
+        env = dict(standin.env(), RANK=str(rank), WORLD_SIZE="2", STEP_WORK_US="500", STEP_IDLE_US="2000")
         env["GPUSCOPE_STANDIN_NCCL_BARRIER"] = str(barrier)
         cmd = gpuscope_cmd(
             "trace", "--node", node, "--db", str(dbs[node]), "--lib", str(standin.nccl), "--", str(exe), str(STEPS),

@@ -5,7 +5,8 @@
  * SLOW_RANK=r makes rank r do ~2 ms of extra host work before each collective
  * (a straggler). HANG_RANK=r makes rank r's last allreduce never return
  * (for HANG_SECONDS, default 30). STEP_WORK_US=n makes every rank do n µs of host
- * work (CPU time: a rank kept off its CPU takes longer) before each allreduce. Prints "pid N rank R" first. */
+ * work (CPU time: a rank kept off its CPU takes longer) before each allreduce; STEP_IDLE_US=n makes it
+ * sleep n µs after each step (off-CPU, as a rank waiting on its GPU is). Prints "pid N rank R" first. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -55,6 +56,7 @@ int main(int argc, char **argv)
 	int hang = getenv("HANG_RANK") ? atoi(getenv("HANG_RANK")) : -1;
 	long hang_s = getenv("HANG_SECONDS") ? atol(getenv("HANG_SECONDS")) : 30;
 	long work_ns = getenv("STEP_WORK_US") ? atol(getenv("STEP_WORK_US")) * 1000L : 0;
+	long idle_ns = getenv("STEP_IDLE_US") ? atol(getenv("STEP_IDLE_US")) * 1000L : 0;
 	printf("pid %d rank %d\n", getpid(), rank);
 	fflush(stdout);
 	ncclUniqueId id;
@@ -78,6 +80,10 @@ int main(int argc, char **argv)
 		ncclGroupEnd();
 		if (i % 10 == 0)
 			ncclBroadcast(buf, buf, 64, 4 /* int64 */, 0, comm, stream);
+		if (idle_ns) {
+			struct timespec idle = {idle_ns / 1000000000L, idle_ns % 1000000000L};
+			nanosleep(&idle, NULL);
+		}
 	}
 	ncclCommDestroy(comm);
 	return 0;

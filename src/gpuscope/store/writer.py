@@ -264,20 +264,24 @@ class EventWriter:
             began = time.monotonic()
             rows = 0
             newest: _Batch | None = None
+            wrote = False
             # Coalesce what is queued into one transaction, bounded in time and
             # rows: an endless stream must still commit (a SIGKILL loses only
             # what is not), and one transaction must fit a small --max-db.
             while True:
                 if isinstance(item, _Write):
                     item.fn(conn, *item.args, **item.kwargs)
+                    wrote = True
                 elif isinstance(item, _Maintenance):
                     # Maintenance (retention, checkpoints) runs between transactions.
                     self._commit(newest)
                     item.fn(conn, *item.args, **item.kwargs)
                     conn.execute("BEGIN")
-                    began, rows, newest = time.monotonic(), 0, None
+                    began, rows, newest, wrote = time.monotonic(), 0, None, False
                 else:
-                    rows += self._take(item)
+                    taken = self._take(item)
+                    rows += taken
+                    wrote = wrote or taken > 0
                     if item.read_mono_ns:
                         newest = item
                 if rows >= limits.rows_per_commit or time.monotonic() - began >= limits.commit_every_s:
@@ -287,10 +291,18 @@ class EventWriter:
                 except queue.Empty:
                     break
                 if nxt is None:
-                    self._commit(newest)
+                    self._commit(self._mark(newest, wrote))
                     return
                 item = nxt
-            self._commit(newest)
+            self._commit(self._mark(newest, wrote))
+
+    def _mark(self, newest: _Batch | None, wrote: bool) -> _Batch | None:
+        """The batch to mark committed up to; none for a transaction of shed rows only.
+
+        While a reader pins the WAL, every page written stays in it: marking
+        progress on each commit of shed rows would grow it by a page a commit.
+        """
+        return newest if wrote or not self.shed else None
 
     def _dequeued(self, batch: _Batch) -> None:
         """A batch left the queue: make room for the producer waiting in ``put``."""

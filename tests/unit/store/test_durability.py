@@ -190,6 +190,41 @@ def test_the_cap_holds_for_the_file_and_its_wal_after_every_commit(tmp_path: Pat
     assert last == 240_000 and first > 100_000
 
 
+def test_a_wal_pinned_beside_a_file_of_free_pages_makes_the_writer_shed_before_the_files_pass_the_cap(
+    tmp_path: Path,
+) -> None:
+    # given a recording whose file is mostly free pages (rows deleted: pages are recycled, never returned while
+    # tracing), 0.8 MB on disk for about 5 kB of live rows, traced into again under a 1 MiB cap
+    path = tmp_path / "r.db"
+    plain = EventWriter(connect_writer(path), 1)
+    plain.put(_events(17_500))
+    plain.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM event_log WHERE id <= 17400")
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    assert 0.75 * (1 << 20) < db_bytes(path) < 0.9 * (1 << 20), db_bytes(path)
+    writer, _, sizes = _capped_writer(path, 1 << 20)
+    writer.put(_events(100, start_ns=10**10))
+    time.sleep(0.3)
+    # when a reader pins the WAL and far more is written meanwhile
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM event_log").fetchone()
+    for i in range(20):
+        writer.put(_events(2_000, start_ns=(i + 20) * 10**9))
+        time.sleep(0.01)
+    time.sleep(0.3)
+    shed = writer.rows_shed
+    reader.execute("COMMIT")
+    reader.close()
+    writer.close()
+    # then the writer shed rows rather than let the file, its WAL and shared memory together pass the cap
+    assert shed > 0
+    assert max(sizes) <= 1 << 20, max(sizes)
+
+
 def test_a_reader_pinning_the_wal_makes_the_writer_shed_rows_not_break_the_cap(tmp_path: Path) -> None:
     # given a reader that holds an old snapshot of a capped recording
     path = tmp_path / "r.db"
