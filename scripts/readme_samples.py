@@ -80,8 +80,8 @@ def section(text: str, name: str) -> str | None:
 def render_live(snap: object) -> str:
     from rich.console import Console
 
+    from gpuscope.tui.screen import render_screen
     from gpuscope.tui.snapshot import LiveSnapshot
-    from gpuscope.tui.view import render_screen
 
     assert isinstance(snap, LiveSnapshot)
     console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"), color_system=None)  # noqa: SIM115

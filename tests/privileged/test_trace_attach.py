@@ -7,6 +7,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from gpuscope.agent.options import TraceOptions
+from gpuscope.agent.tracer import Tracer
 from tests.conftest import TraceRun, run_gpuscope
 from tests.privileged.support import LineReader, background, free_pid, gpuscope_cmd, session_drops
 
@@ -133,3 +135,30 @@ def test_returns_in_processes_not_traced_are_not_counted_as_unmatched(build_work
     # then at most the one call the target was inside at attach time returns unmatched
     assert run.returncode == 0, run.stderr
     assert session_drops(run)["unmatched_ret"] <= 1
+
+
+def test_the_detach_keeps_its_order_while_a_traced_process_may_still_call() -> None:
+    # given a tracer of chosen processes, and one of them running
+    child = subprocess.Popen(["sleep", "30"])
+    tracer = Tracer(TraceOptions(filter_targets=True))
+    try:
+        assert not tracer.targets_alive()  # nothing chosen yet
+        tracer.add_target(child.pid)
+        # then while it runs, its calls could cross the detach (returns must go before entries)
+        assert tracer.targets_alive()
+        # and once it has exited, none can: the links may all go at once
+        child.kill()
+        child.wait(timeout=10)
+        assert not tracer.targets_alive()
+    finally:
+        tracer.detach()
+        tracer.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    # and tracing every process keeps the order whatever runs
+    everyone = Tracer(TraceOptions(filter_targets=False))
+    try:
+        assert everyone.targets_alive()
+    finally:
+        everyone.close()

@@ -358,6 +358,20 @@ class Tracer:
             self._last_counters = out
             return dict(out)
 
+    def targets_alive(self) -> bool:
+        """Whether a process that can make traced calls may still run: always, unless only targets are traced."""
+        if not self.opts.filter_targets:
+            return True
+        for key in self._host.lib.map_keys(self._host.map_fd("targets"), 4):
+            try:
+                os.kill(struct.unpack("<I", key)[0], 0)
+            except ProcessLookupError:
+                continue
+            except OSError:
+                return True  # it exists (another user's: EPERM)
+            return True
+        return False
+
     def detach(self) -> None:
         """Remove every probe; the ring keeps what was already submitted."""
         if self._loads is not None:
@@ -367,11 +381,16 @@ class Tracer:
                 self.release(pid)
         objs = [*self._domains.values(), *([self._cuda] if self._cuda is not None else []), self._host]
         links = [(obj, link) for obj in objs for link in reversed(obj.links)]
-        # Return probes go before entry probes, so that no call can enter
-        # unseen and return seen; within each step the links go together.
-        returns = [(o, lk) for o, lk in links if lk.description.startswith("gs_cuda_return")]
-        _destroy_together(returns)
-        _destroy_together([(o, lk) for o, lk in links if not lk.description.startswith("gs_cuda_return")])
+        if self.targets_alive():
+            # Return probes go before entry probes, so that no call can enter
+            # unseen and return seen; within each step the links go together.
+            returns = [(o, lk) for o, lk in links if lk.description.startswith("gs_cuda_return")]
+            _destroy_together(returns)
+            _destroy_together([(o, lk) for o, lk in links if not lk.description.startswith("gs_cuda_return")])
+        else:
+            # Every traced process has exited (a command that ended): no call can cross the detach, and one
+            # round of RCU grace periods instead of two takes ~70 ms off the end of every `trace -- CMD`.
+            _destroy_together(links)
         for obj in objs:
             obj.links.clear()
         self.attached.clear()

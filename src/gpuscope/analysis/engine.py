@@ -36,7 +36,7 @@ from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
 from gpuscope.analysis.recording_state import RecordingState, read_recording_state
 from gpuscope.analysis.rules import RULES, Rule
-from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
+from gpuscope.analysis.stats import MIN_AFFECTED, OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError
 from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
 from gpuscope.model.ops import Op
@@ -238,7 +238,7 @@ def analyse(
         tuple(findings),
         tuple(stats),
         tuple(per_process),
-        notes=_stateless_note(ctx) + _rates_note(ctx),
+        notes=_stateless_note(ctx) + _rates_note(ctx) + _too_small_note(ctx),
         stats_from="events" if aggregates is None else "aggregates",
         overhead=measure_overhead(ctx, tracer),
     )
@@ -356,6 +356,16 @@ def _rates_note(ctx: Context) -> tuple[str, ...]:
     return (
         "rates unavailable for the imported processes: the reference stores rows selectively and this file kept "
         "no aggregates, so throughput over time is not analysed for them",
+    )
+
+
+def _too_small_note(ctx: Context) -> tuple[str, ...]:
+    """Name the groups a cause touched too few times to measure (fewer than ``MIN_AFFECTED`` calls)."""
+    if not ctx.too_small:
+        return ()
+    return (
+        f"too few calls to compare (fewer than {MIN_AFFECTED} affected), so no finding for: "
+        + "; ".join(ctx.too_small),
     )
 
 

@@ -374,6 +374,8 @@ def _recording_failed(
 
 def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: ExporterPlan) -> RunningExporters | None:
     """Start the metrics exporters asked for (closed after the session finishes: the last scrape or push sees it all)."""
+    if plan.prometheus is None and plan.otlp is None:
+        return None  # before the import: prometheus_client costs ~50 ms of every trace's start-up
     from gpuscope.serve.metrics import TraceMetrics
 
     source = TraceMetrics(session.node, session.stats.copy, session.tracer.counters, explain.finding_counts)

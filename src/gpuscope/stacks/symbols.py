@@ -15,14 +15,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
-
-try:
-    # Pure Python, so any architecture's wheel installs it; it needs Python 3.11+.
-    import demangle as _demangle_pkg
-except ImportError:  # Python 3.10: c++filt, where binutils is installed
-    _demangle_pkg = None  # type: ignore[assignment]
 
 from gpuscope.platform.elf import SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile
 
@@ -169,16 +164,31 @@ class Demangler:
     """
 
     def __init__(self) -> None:
-        self._tool = None if _demangle_pkg else shutil.which("c++filt") or shutil.which("llvm-cxxfilt")
+        self._pkg: ModuleType | None = None
+        self._tool: str | None = None
+        self._ready = False
         self._cache: dict[str, str] = {}
+
+    def _load(self) -> None:
+        """Import the package at the first mangled name (~15 ms every trace's start-up would pay otherwise)."""
+        self._ready = True
+        try:
+            # Pure Python, so any architecture's wheel installs it; it needs Python 3.11+.
+            import demangle
+
+            self._pkg = demangle
+        except ImportError:  # Python 3.10: c++filt, where binutils is installed
+            self._tool = shutil.which("c++filt") or shutil.which("llvm-cxxfilt")
 
     def demangle(self, names: list[str]) -> dict[str, str]:
         """Map each name to its demangled spelling (itself when not a mangled C++ name)."""
         todo = sorted({n for n in names if n.startswith("_Z") and n not in self._cache})
-        if todo and _demangle_pkg is not None:
+        if todo and not self._ready:
+            self._load()
+        if todo and self._pkg is not None:
             for name in todo:
                 # "gnu": binutils' spelling (`> >`, `{lambda(int)#1}`), as the names were shown before.
-                self._cache[name] = _demangle_pkg.demangle(name, language="itanium", style="gnu")
+                self._cache[name] = self._pkg.demangle(name, language="itanium", style="gnu")
         elif todo and self._tool:
             try:
                 out = subprocess.run(

@@ -157,3 +157,26 @@ def test_ops_the_cause_touched_too_few_times_are_named_as_too_few_to_compare() -
     top = ev.report().findings[0]
     assert top.kind == "cpu-preemption"
     assert "cudaLaunchKernel: 2 calls overlapping CPU preemption, too few to compare" in top.causes[0].evidence
+
+
+def test_a_process_touched_too_few_times_for_any_finding_is_named_in_a_note() -> None:
+    # given a healthy job where a preemption covered two launches, and nothing else
+    ev = Events(comms={100: "train", 999: "stress"})
+    syncs = steady_training(ev, 400)
+    for t in (syncs[10] - 10 * US, syncs[20] - 10 * US):
+        ev.sched(t + 1 * US, 3 * US, preempted=True, by_pid=999)
+    # when
+    report = ev.report()
+    # then no finding stands, and a note says which group was too small to compare
+    assert "cpu-preemption" not in ev.kinds()
+    notes = [n for n in report.notes if n.startswith("too few calls to compare")]
+    assert notes == [
+        "too few calls to compare (fewer than 3 affected), so no finding for: "
+        "pid 100 cudaLaunchKernel: 2 calls overlapping CPU preemption"
+    ], report.notes
+
+
+def test_a_healthy_job_gets_no_too_few_to_compare_note() -> None:
+    ev = Events()
+    steady_training(ev, 400)
+    assert not [n for n in ev.report().notes if n.startswith("too few")]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gpuscope.stacks import symbols
 from gpuscope.stacks.symbols import Demangler
 
 # Templates, packs, lambdas, operators, conversions, anonymous namespaces,
@@ -116,16 +116,16 @@ def test_a_name_that_is_not_mangled_cxx_comes_back_unchanged() -> None:
     assert got == {**{n: n for n in names}, "_ZN5torch8autograd4callEv": "torch::autograd::call()"}
 
 
-@pytest.mark.skipif(symbols._demangle_pkg is None, reason="the demangle package needs Python 3.11")
 def test_each_name_is_demangled_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = pytest.importorskip("demangle", reason="the demangle package needs Python 3.11")
     seen: list[str] = []
-    real = symbols._demangle_pkg.demangle
+    real = pkg.demangle
 
     def counting(name: str, **kw: str) -> str:
         seen.append(name)
-        return real(name, **kw)
+        return str(real(name, **kw))
 
-    monkeypatch.setattr(symbols._demangle_pkg, "demangle", counting)
+    monkeypatch.setattr(pkg, "demangle", counting)
     d = Demangler()
     first = d.demangle(["_ZN5torch8autograd4callEv", "_ZN5torch8autograd4callEv", "main"])
     again = d.demangle(["_ZN5torch8autograd4callEv"])
@@ -135,7 +135,7 @@ def test_each_name_is_demangled_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_without_the_package_cxxfilt_demangles(monkeypatch: pytest.MonkeyPatch, corpus: list[str]) -> None:
     # Python 3.10, where the demangle package does not install, falls back to c++filt
-    monkeypatch.setattr(symbols, "_demangle_pkg", None)
+    monkeypatch.setitem(sys.modules, "demangle", None)  # `import demangle` raises ImportError
     assert shutil.which("c++filt"), "binutils' c++filt (make setup installs it)"
     sample = corpus[::50]
     assert Demangler().demangle(sample) == dict(zip(sample, _cxxfilt(sample), strict=True))

@@ -21,8 +21,9 @@ from gpuscope.platform.system import SystemStats
 from gpuscope.tui.fakes import FakeCollector, FixedSystem, FrozenClock
 from gpuscope.tui.findings import DropFindings, TailLatencyFindings
 from gpuscope.tui.output import OutputMode, choose_mode
+from gpuscope.tui.screen import render_screen
 from gpuscope.tui.snapshot import Header, LiveSnapshot, SnapshotBuilder
-from gpuscope.tui.view import JsonView, PlainView, plain_line, render_screen
+from gpuscope.tui.view import JsonView, PlainView, plain_line
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("GPUSCOPE_UPDATE_SNAPSHOTS") == "1"

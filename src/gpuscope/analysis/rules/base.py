@@ -105,7 +105,15 @@ def host_cause_findings(
     """One finding per process whose calls a host cause measurably slows, ranked by lost time."""
     findings = []
     effects = per_op_effects(ctx, cause_ns, affected)
-    for pid in sorted({o.pid for o in effects}):
+    found = {o.pid for o in effects}
+    # A process the cause touched too few times for any comparison gets no finding: say so in a note,
+    # rather than let "no finding" read as "not affected".
+    for pid in sorted({int(p) for p in ctx.frame.pid[ctx.calls[affected]]} - found):
+        ctx.too_small.extend(
+            f"pid {pid} {op_name(op)}: {n} call{'s' if n > 1 else ''} overlapping {cause_name}"
+            for op, n in too_small_to_compare(ctx, affected, pid)
+        )
+    for pid in sorted(found):
         mine = [o for o in effects if o.pid == pid]
         top = mine[0]
         lost = sum(o.effect.explained_ns for o in mine)
