@@ -21,9 +21,19 @@ from urllib.parse import quote
 import pytest
 
 from gpuscope.serve.api import ENDPOINTS
-from gpuscope.serve.protocol import REQUEST_TIMEOUT_S
+from gpuscope.serve.protocol import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, TLS_HANDSHAKE_TIMEOUT_S
 from gpuscope.serve.security import MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_HEADERS
-from tests.serve.hostile import Answer, ServerLog, assert_error, exchange, logged_dashboard, parse, request, tls_socket
+from tests.serve.hostile import (
+    Answer,
+    ServerLog,
+    assert_error,
+    exchange,
+    logged_dashboard,
+    parse,
+    read_to_close,
+    request,
+    tls_socket,
+)
 from tests.serve.support import Server, contention_recording
 
 SHAPE = 'body: a JSON object {"sql": "<one read-only statement>", "limit": N}'
@@ -570,3 +580,35 @@ def test_the_server_logged_no_traceback(served_and_log: tuple[Server, ServerLog]
     status, _ = server.get_json("/api/v1/time")
     assert status == 200 and server.proc.poll() is None
     assert log.failures() == [], "".join(log.lines[-40:])
+
+
+def test_a_client_that_never_starts_its_tls_handshake_is_dropped(served: Server) -> None:
+    # given a client that connects over TCP and never says hello
+    raw = socket.create_connection(("127.0.0.1", served.port), timeout=DROP_BOUND_S)
+    started = time.monotonic()
+    # when it waits
+    try:
+        got = raw.recv(1)  # the socket's timeout bounds "never"
+    except ConnectionResetError:
+        got = b""
+    finally:
+        raw.close()
+    # then the server closed the connection after its handshake deadline, not asyncio's minute
+    assert got == b""
+    assert time.monotonic() - started < TLS_HANDSHAKE_TIMEOUT_S + 5
+
+
+def test_connections_past_the_cap_are_refused_and_the_server_serves_again_once_they_go(served: Server) -> None:
+    # given a client holding as many idle connections as the server keeps open at once
+    held = [tls_socket(served, timeout_s=DROP_BOUND_S) for _ in range(MAX_CONNECTIONS)]
+    try:
+        # when one more connects
+        extra = tls_socket(served, timeout_s=DROP_BOUND_S)
+        raw = read_to_close(extra)
+        extra.close()
+    finally:
+        for conn in held:
+            conn.close()
+    # then it is answered 503 in the API's shape and closed, at once
+    assert_error(parse(raw), 503, "busy")
+    # and once the others have gone, it is served again (the autouse check asks for the time)

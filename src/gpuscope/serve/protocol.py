@@ -7,7 +7,13 @@ server's sockets. Here every request must arrive whole, headers and body,
 within ``REQUEST_TIMEOUT_S`` of its first byte (or of the connection, for the
 first); past it the client gets a 408 and the connection is closed, whatever
 the app was waiting for. An idle keep-alive connection is closed after
-uvicorn's ``timeout_keep_alive``, a TLS handshake by asyncio's 60 s.
+uvicorn's ``timeout_keep_alive``; a TLS handshake not done within
+``TLS_HANDSHAKE_TIMEOUT_S`` is cut off (asyncio's default, 60 s, let a client
+that connects and never says hello hold a socket for a minute), through the
+event loop uvicorn runs on (``GuardedLoop``).
+
+Past ``MAX_CONNECTIONS`` open at once, a new connection is answered 503 and
+closed.
 
 What h11 refuses (control characters in a header, two Content-Lengths, bad
 chunks, headers over ``MAX_HEADER_BYTES`` while they arrive) is answered in
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -26,6 +33,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from gpuscope.serve.security import MAX_HEADER_BYTES, error_body
 
 REQUEST_TIMEOUT_S = 10.0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# Open connections at once (a fleet client holds one per node, a browser a few): well under the usual
+# 1,024 file descriptors a process may hold.
+MAX_CONNECTIONS = 256
 _ARRIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.SWITCHED_PROTOCOL)
 
 
@@ -39,6 +50,18 @@ def error_response(status: int, reason: str, code: str, message: str) -> bytes:
     return head.encode("ascii") + body
 
 
+class GuardedLoop(asyncio.SelectorEventLoop):
+    """asyncio's event loop, with a deadline for the TLS handshake of every connection a server accepts.
+
+    uvicorn's ``loop`` setting names it (``"gpuscope.serve.protocol:GuardedLoop"``): it calls it for the loop.
+    """
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None and kwargs.get("ssl_handshake_timeout") is None:
+            kwargs["ssl_handshake_timeout"] = TLS_HANDSHAKE_TIMEOUT_S
+        return await super().create_server(*args, **kwargs)
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline for each request to arrive, and JSON for malformed HTTP."""
 
@@ -46,6 +69,16 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > MAX_CONNECTIONS:
+            # Each connection holds a socket until its deadline: past the cap a client flooding the server with
+            # idle connections would exhaust its file descriptors, and everyone would be refused.
+            self._refuse(
+                503,
+                "Service Unavailable",
+                "busy",
+                f"the server holds {MAX_CONNECTIONS} connections already; retry shortly",
+            )
+            return
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -120,6 +120,8 @@ def serve(
         # h11 with a deadline for each request and JSON for malformed HTTP (serve/protocol.py), whatever
         # else is installed (uvicorn would pick httptools when it is).
         http=GuardedH11Protocol,
+        # asyncio's loop with a deadline for each TLS handshake (uvloop, where installed, would have none).
+        loop="gpuscope.serve.protocol:GuardedLoop",
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         ws="none",  # no route speaks WebSocket: an upgrade request is an HTTP request like any other
         log_level="info" if verbose else "warning",
