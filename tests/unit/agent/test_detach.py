@@ -1,4 +1,4 @@
-"""Detaching the probes: links close together, return probes before entry probes."""
+"""Detaching the probes: links close together, return probes before entry probes while a traced process runs."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def _link(name: str, log: list[str], barrier: threading.Barrier | None = None) -
     return link
 
 
-def _tracer(cuda: FakeObject, host: FakeObject) -> Tracer:
+def _tracer(cuda: FakeObject, host: FakeObject, *, alive: bool = True) -> Tracer:
     tracer = Tracer.__new__(Tracer)  # no BPF: only what detach() touches
+    tracer.targets_alive = lambda: alive  # type: ignore[method-assign]
     tracer._loads = None
     tracer._domains = {}
     tracer._cuda = cuda  # type: ignore[assignment]
@@ -48,7 +49,7 @@ def _tracer(cuda: FakeObject, host: FakeObject) -> Tracer:
 
 
 def test_uprobe_links_are_destroyed_at_the_same_time_returns_first() -> None:
-    # given two libraries' entry and return links, and a host tracepoint
+    # given two libraries' entry and return links, and a host tracepoint, while a traced process runs
     log: list[str] = []
     returns, entries = threading.Barrier(2), threading.Barrier(2)
     cuda = FakeObject(
@@ -67,4 +68,18 @@ def test_uprobe_links_are_destroyed_at_the_same_time_returns_first() -> None:
         ["gs_cuda_entry@a", "gs_cuda_return@a", "gs_cuda_entry@b", "gs_cuda_return@b", "gs_sched_switch"]
     )
     assert {log[0], log[1]} == {"gs_cuda_return@a", "gs_cuda_return@b"}
+    assert cuda.links == [] and host.links == []
+
+
+def test_once_no_traced_process_runs_every_link_is_destroyed_in_one_step() -> None:
+    # given the same links, after every traced process has exited
+    log: list[str] = []
+    together = threading.Barrier(5)
+    names = ["gs_cuda_entry@a", "gs_cuda_return@a", "gs_cuda_entry@b", "gs_cuda_return@b"]
+    cuda = FakeObject([_link(n, log, together) for n in names])
+    host = FakeObject([_link("gs_sched_switch", log, together)])
+    # when detached (the barrier is passed only if all five links close at once)
+    _tracer(cuda, host, alive=False).detach()
+    # then every link is gone
+    assert sorted(log) == sorted([*names, "gs_sched_switch"])
     assert cuda.links == [] and host.links == []

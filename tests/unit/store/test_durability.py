@@ -190,6 +190,14 @@ def test_the_cap_holds_for_the_file_and_its_wal_after_every_commit(tmp_path: Pat
     assert last == 240_000 and first > 100_000
 
 
+def _pin_wal(path: Path) -> sqlite3.Connection:
+    """A reader holding a snapshot of the recording: the WAL cannot be reset under it."""
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM event_log").fetchone()
+    return reader
+
+
 def test_a_wal_pinned_beside_a_file_of_free_pages_makes_the_writer_shed_before_the_files_pass_the_cap(
     tmp_path: Path,
 ) -> None:
@@ -209,9 +217,7 @@ def test_a_wal_pinned_beside_a_file_of_free_pages_makes_the_writer_shed_before_t
     writer.put(_events(100, start_ns=10**10))
     time.sleep(0.3)
     # when a reader pins the WAL and far more is written meanwhile
-    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM event_log").fetchone()
+    reader = _pin_wal(path)
     for i in range(20):
         writer.put(_events(2_000, start_ns=(i + 20) * 10**9))
         time.sleep(0.01)
@@ -231,9 +237,7 @@ def test_a_reader_pinning_the_wal_makes_the_writer_shed_rows_not_break_the_cap(t
     writer, _, sizes = _capped_writer(path, 1 << 20)
     writer.put(_events(1_000))
     time.sleep(0.3)
-    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM event_log").fetchone()
+    reader = _pin_wal(path)
     # when far more than the cap is written meanwhile
     for i in range(40):
         writer.put(_events(4_000, start_ns=(i + 1) * 10**9))
