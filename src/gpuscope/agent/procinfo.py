@@ -13,6 +13,8 @@ class ProcessInfo:
     cmdline: str
     exe: str
     cgroup_path: str
+    # Exited, not yet reaped (a zombie): the name stays, the program and command line are gone.
+    exited: bool = False
 
 
 def _read(path: str) -> str:
@@ -37,7 +39,15 @@ def cgroup_path(pid: int) -> str:
     return best
 
 
+def _exited(pid: int) -> bool:
+    """Whether the process has exited and awaits its parent (a zombie): its name stays, its program is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    # The state follows the name in parentheses, which may itself hold ") ".
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X") if ")" in stat else True
+
+
 def read_process(pid: int) -> ProcessInfo | None:
+    """What /proc says of a process; None once it is gone (``exited``: a zombie, its program already gone)."""
     comm = _read(f"/proc/{pid}/comm").strip()
     if not comm:
         return None
@@ -45,5 +55,6 @@ def read_process(pid: int) -> ProcessInfo | None:
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
-        exe = ""
+        # A kernel thread has no program, another user's needs CAP_SYS_PTRACE, an exited one has lost it.
+        return ProcessInfo(pid, comm, cmdline, "", cgroup_path(pid), exited=_exited(pid))
     return ProcessInfo(pid, comm, cmdline, exe, cgroup_path(pid))

@@ -408,8 +408,10 @@ class TraceSession:
         if self.stacks is not None and traced:
             self.stacks.note_process(pid, refresh)
         info = read_process(pid)
-        if info is None:
-            return  # gone already: the exec records (argv, environment) fill the row
+        if info is None or (info.exited and refresh):
+            # Gone already: the exec records (argv, environment) fill the row; an exited process's blanks
+            # (no program, no command line) must not replace what an earlier look saw.
+            return
         env = read_environ(pid)
         if not env:
             # Exited already (its environ is gone): keep what an earlier look saw;
