@@ -13,8 +13,12 @@ from gpuscope.agent.procinfo import read_process
 
 
 def test_a_live_process_is_described_with_its_program() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # (read once it says it runs: between fork and exec /proc shows a half-made process)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE
+    )
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         info = read_process(child.pid)
         assert info is not None and not info.exited
         assert info.exe == os.path.realpath(sys.executable)
