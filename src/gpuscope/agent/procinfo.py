@@ -41,9 +41,9 @@ def cgroup_path(pid: int) -> str:
 
 def _exited(pid: int) -> bool:
     """Whether the process has exited and awaits its parent (a zombie): its name stays, its program is gone."""
-    stat = _read(f"/proc/{pid}/stat")
-    # The state follows the name in parentheses, which may itself hold ") ".
-    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X") if ")" in stat else True
+    # The state follows the name in parentheses, which may itself hold ") "; nothing to read: gone.
+    fields = _read(f"/proc/{pid}/stat").rpartition(")")[2].split()
+    return not fields or fields[0] in ("Z", "X")
 
 
 def read_process(pid: int) -> ProcessInfo | None:

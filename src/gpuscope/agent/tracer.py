@@ -362,15 +362,8 @@ class Tracer:
         """Whether a process that can make traced calls may still run: always, unless only targets are traced."""
         if not self.opts.filter_targets:
             return True
-        for key in self._host.lib.map_keys(self._host.map_fd("targets"), 4):
-            try:
-                os.kill(struct.unpack("<I", key)[0], 0)
-            except ProcessLookupError:
-                continue
-            except OSError:
-                return True  # it exists (another user's: EPERM)
-            return True
-        return False
+        keys = self._host.lib.map_keys(self._host.map_fd("targets"), 4)
+        return any(_exists(struct.unpack("<I", key)[0]) for key in keys)
 
     def detach(self) -> None:
         """Remove every probe; the ring keeps what was already submitted."""
@@ -423,6 +416,17 @@ class Tracer:
             self._host_closed = True
             self._host.close()
         self.attached.clear()
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process (or a zombie) with this pid exists, whoever owns it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's (EPERM)
+    return True
 
 
 # Closing a uprobe link waits for RCU grace periods (16-76 ms a link measured
