@@ -3,7 +3,12 @@
 Every event is counted exactly in ``event_aggregates``. Individual rows are
 kept for what analysis needs one by one, and sampled for the high-rate rest:
 
-- everything during the first ``warmup_s`` seconds of the session;
+- everything during the first ``warmup_s`` seconds of the session, up to
+  ``warmup_rate`` rows a second per process of the high-rate ops below (past
+  that budget they are sampled as after the warm-up: a loop of launches at
+  200k/s would otherwise cost the agent a row each, ~2 µs of CPU beside the
+  workload, for rows that repeat one another; each kernel's first launch,
+  slow calls and the first launch after a sync are kept all the same);
 - synchronizations, allocations and frees, graph and NCCL calls, host
   events (off-CPU intervals, block I/O, retransmits, reclaim, lifecycle);
 - calls that failed (non-zero return);
@@ -22,7 +27,7 @@ import numpy as np
 
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import OPS, Op, OpKind
-from gpuscope.model.policy import SAMPLE_EVERY, SLOW_FACTOR
+from gpuscope.model.policy import SAMPLE_EVERY, SLOW_FACTOR, WARMUP_ROWS_PER_S
 
 SAMPLED_KINDS = {OpKind.LAUNCH, OpKind.COPY, OpKind.SET}
 _SAMPLED_OPS = np.array(
@@ -35,12 +40,14 @@ _LAUNCH_OPS = np.array(sorted(int(o) for o, info in OPS.items() if info.kind is 
 class StoragePolicy:
     record_all: bool = False
     warmup_s: float = 10.0
+    warmup_rate: int = WARMUP_ROWS_PER_S
     slow_factor: float = SLOW_FACTOR
     sample_every: int = SAMPLE_EVERY
     start_ns: int = 0
     _seen_kernels: set[tuple[int, int]] = field(default_factory=set)
     _counters: dict[int, int] = field(default_factory=dict)
     _last_was_sampled: dict[int, bool] = field(default_factory=dict)
+    _warm_used: dict[int, int] = field(default_factory=dict)  # (pid << 32 | second) -> rows kept
 
     def _first_of_runs(self, ev: np.ndarray) -> np.ndarray:
         """The first sampled-kind call after any other CUDA call on the same thread.
@@ -72,7 +79,9 @@ class StoragePolicy:
         if self.record_all or n == 0:
             return np.ones(n, dtype=bool)
         keep = ~np.isin(ev["op"], _SAMPLED_OPS)
-        keep |= ev["ts_ns"] < self.start_ns + int(self.warmup_s * 1e9)
+        warm = ev["ts_ns"] < self.start_ns + int(self.warmup_s * 1e9)
+        if warm.any():
+            keep |= self._within_warmup_budget(ev, warm & ~keep)
         keep |= ev["ret"] != 0
         # One in N of each op, by arrival order (a counter per op: one shared
         # counter would alias with the call pattern of a training step).
@@ -92,8 +101,28 @@ class StoragePolicy:
         keep |= self._first_launches(ev, keep)
         return keep
 
+    def _within_warmup_budget(self, ev: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """The warm-up rows of high-rate ops within each process's budget for their second, in arrival order."""
+        out = np.zeros(len(ev), dtype=bool)
+        idx = np.flatnonzero(candidates)
+        if not len(idx):
+            return out
+        second = (ev["ts_ns"][idx].astype(np.int64) - self.start_ns) // 1_000_000_000
+        keys = (ev["pid"][idx].astype(np.int64) << 32) | np.maximum(second, 0)
+        order = np.argsort(keys, kind="stable")
+        k = keys[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        sizes = np.diff(np.r_[starts, len(k)])
+        used = np.array([self._warm_used.get(int(x), 0) for x in k[starts].tolist()], dtype=np.int64)
+        allowed = np.maximum(self.warmup_rate - used, 0)
+        rank = np.arange(len(k)) - np.repeat(starts, sizes)
+        out[idx[order[rank < np.repeat(allowed, sizes)]]] = True
+        for key, u, n in zip(k[starts].tolist(), used.tolist(), sizes.tolist(), strict=True):
+            self._warm_used[key] = min(self.warmup_rate, u + n)
+        return out
+
     def _first_launches(self, ev: np.ndarray, keep: np.ndarray) -> np.ndarray:
-        """The first not-yet-kept launch of each kernel (pid, function) never seen before.
+        """The first launch of each kernel (pid, function) never seen before, where no other rule kept it.
 
         Work per distinct kernel in the batch, not per launch: a batch holds
         thousands of launches of a few dozen kernels.
@@ -104,15 +133,11 @@ class StoragePolicy:
             return out
         pids, handles = ev["pid"], ev["handle"]
         for pid in np.unique(pids[is_launch]).tolist():
-            mine = is_launch & (pids == pid)
-            candidates = np.flatnonzero(mine & ~keep)
-            if len(candidates):
-                # return_index: the first occurrence of each handle, in arrival order.
-                uniq, first = np.unique(handles[candidates], return_index=True)
-                for h, i in zip(uniq.tolist(), candidates[first].tolist(), strict=True):
-                    if (pid, h) not in self._seen_kernels:
-                        out[i] = True
-            # Every kernel launched in this batch counts as seen now, whether
-            # its first launch was kept here or for another reason.
-            self._seen_kernels.update((pid, h) for h in np.unique(handles[mine]).tolist())
+            mine = np.flatnonzero(is_launch & (pids == pid))
+            # return_index: the first occurrence of each handle, in arrival order.
+            uniq, first = np.unique(handles[mine], return_index=True)
+            for h, i in zip(uniq.tolist(), mine[first].tolist(), strict=True):
+                if (pid, h) not in self._seen_kernels:
+                    self._seen_kernels.add((pid, h))
+                    out[i] = not keep[i]
         return out

@@ -10,3 +10,6 @@ from __future__ import annotations
 
 SLOW_FACTOR = 3.0
 SAMPLE_EVERY = 100
+# During the first --keep-first seconds every row is kept, up to this many rows a
+# second per process of the sampled ops (launches, copies, memsets, wakeups).
+WARMUP_ROWS_PER_S = 20_000
