@@ -23,6 +23,7 @@ from gpuscope.commands._exporters import (
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, pid_arg, size_bytes
 from gpuscope.config import check_node_name, load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
+from gpuscope.model.policy import WARMUP_ROWS_PER_S
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--keep-first",
         default="10s",
         metavar="DURATION",
-        help="selective storage keeps every row this long (default 10s)",
+        help="selective storage keeps every row this long (default 10s; launches, copies, memsets and wakeups "
+        f"up to {WARMUP_ROWS_PER_S:,} a second per process)",
     )
     p.add_argument(
         "--max-db", default="10g", metavar="SIZE", help="keep the database under SIZE (e.g. 500m; 0 = no cap)"
