@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuscope.model.ops import FIRST_HOST_OP_ID
+from gpuscope.store.aggregates_read import aggregates_cover_recording
 from gpuscope.store.statement import Statement
 
 COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
@@ -25,6 +26,8 @@ FRAME_ROW_WIDTH = 9
 PACKED_TID_SHIFT = 30
 PACKED_PID_SHIFT = 8
 FRAME_CHUNK_ROWS = 262_144
+# Where aggregates do not bound the longest event: the last end is searched among the final minute's starts.
+_LAST_END_REACH_NS = 60_000_000_000
 # Host events (op_id >= 128) always carry their detail: a sched_switch names its preemptor through them.
 _FRAME_COLUMNS = (
     f"ts_ns, duration_ns, (tid << {PACKED_TID_SHIFT}) | (pid << {PACKED_PID_SHIFT}) | op_id, "
@@ -44,24 +47,34 @@ _EXPORT_COLUMNS = (
 def event_span(conn: sqlite3.Connection) -> tuple[int, int] | None:
     """Return (first ts_ns, last ts_ns + duration_ns) of everything recorded, or None when nothing is.
 
-    Both through the ts index: the last end is among the calls that started in
-    the final minute.
+    Both through the ts index: the last end is among the calls that started
+    within the longest event's duration of the last start (the aggregates
+    count every event with its duration, so that bound is exact where they
+    cover the recording; elsewhere the final minute is searched).
     """
     # Two statements: only a lone min() or max() walks one edge of the index; together they scan every row.
     (lo,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
     if lo is None:
         return None
     (last,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
+    reach = _LAST_END_REACH_NS
+    if aggregates_cover_recording(conn):
+        (longest,) = conn.execute("SELECT max(max_duration_ns) FROM event_aggregates").fetchone()
+        reach = int(longest or 0)
     (hi,) = conn.execute(
-        "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(last) - 60_000_000_000,)
+        "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(last) - reach,)
     ).fetchone()
     return int(lo), int(hi if hi is not None else lo)
 
 
 def event_id_span(conn: sqlite3.Connection) -> int:
     """Bound the rows of ``event_log`` from above by its rowid range (no scan); 0 when empty."""
-    lo_id, hi_id = conn.execute("SELECT min(rowid), max(rowid) FROM event_log").fetchone()
-    return 0 if lo_id is None else int(hi_id) - int(lo_id) + 1
+    # Two statements, as above: min() and max() together scan the table.
+    (lo_id,) = conn.execute("SELECT min(rowid) FROM event_log").fetchone()
+    if lo_id is None:
+        return 0
+    (hi_id,) = conn.execute("SELECT max(rowid) FROM event_log").fetchone()
+    return int(hi_id) - int(lo_id) + 1
 
 
 def frame_row_chunks(

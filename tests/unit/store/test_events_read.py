@@ -21,7 +21,7 @@ from gpuscope.store.events_read import (
 )
 from tests.unit.analysis.builder import MS, US, Events
 
-from .recordings import FIRST_SESSION, add_events, add_session, reading, record
+from .recordings import FIRST_SESSION, add_aggregates, add_events, add_session, reading, record
 
 LAUNCH = int(Op.cudaLaunchKernel)
 SYNC = int(Op.cudaStreamSynchronize)
@@ -68,6 +68,20 @@ def test_the_event_span_runs_from_the_first_start_to_the_latest_end(tmp_path: Pa
         span = event_span(conn)
     # then
     assert span == (1 * MS, 51 * MS)
+
+
+def test_the_event_span_finds_a_call_longer_than_a_minute_where_aggregates_bound_the_longest(tmp_path: Path) -> None:
+    # given a 3-minute sync that started 2 minutes before the last call, counted in the aggregates
+    ev = Events()
+    ev.add(Op.cudaStreamSynchronize, 1 * MS, 180_000 * MS)
+    ev.add(Op.cudaLaunchKernel, 120_000 * MS, 5 * US)
+    path = record(ev, tmp_path / "rec.db")
+    add_aggregates(path, FIRST_SESSION, ev)
+    # when
+    with reading(path) as conn:
+        span = event_span(conn)
+    # then its end is the recording's end
+    assert span == (1 * MS, 180_001 * MS)
 
 
 def test_the_event_id_span_bounds_the_rows_of_the_log(tmp_path: Path) -> None:
