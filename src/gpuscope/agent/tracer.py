@@ -39,7 +39,12 @@ HOST_PROGRAMS = {
 SHARED_MAPS = ("events", "aux_events", "targets", "stats")
 # Optional host probe domains: object file -> {program: tracepoint}.
 HOST_DOMAINS = {
-    "io": {"gs_block_rq_issue": "block_rq_issue", "gs_block_rq_complete": "block_rq_complete"},
+    "io": {
+        "gs_block_rq_insert": "block_rq_insert",
+        "gs_block_rq_merge": "block_rq_merge",
+        "gs_block_rq_issue": "block_rq_issue",
+        "gs_block_rq_complete": "block_rq_complete",
+    },
     "net": {"gs_tcp_retransmit": "tcp_retransmit_skb"},
     "mem": {
         "gs_mm_page_alloc": "mm_page_alloc",
