@@ -123,6 +123,21 @@ def test_frame_rows_are_the_events_that_overlap_the_window(tmp_path: Path) -> No
     assert [r[0] for r in rows] == [0, 20 * MS]
 
 
+def test_a_late_window_still_gets_the_long_call_that_started_long_before_it(tmp_path: Path) -> None:
+    # given a long recording whose aggregates bound the longest call, and a 30-s sync that ends in its last minute
+    ev = Events()
+    ev.loop(Op.cudaLaunchKernel, 600, 1000 * MS, 1 * MS)
+    ev.add(Op.cudaStreamSynchronize, 560_000 * MS, 30_000 * MS)
+    path = record(ev, tmp_path / "rec.db")
+    add_aggregates(path, FIRST_SESSION, ev)
+    # when the frame of the last 10 s is read (a narrow window: through the index, from the longest call back)
+    with reading(path) as conn:
+        rows = _frame_rows(conn, 589_000 * MS, 600_000 * MS)
+    # then the sync is among the rows, with the calls that started in the window or overlap it
+    assert (560_000 * MS, 30_000 * MS) in [r[:2] for r in rows]
+    assert [r[0] for r in rows if r[4] == LAUNCH] == [t * MS for t in range(589_000, 600_000, 1000)]
+
+
 def test_frame_rows_of_chosen_pids_keep_every_host_event_but_not_other_processes_gpu_calls(tmp_path: Path) -> None:
     # given GPU calls of two processes (NCCL included: GPU calls too) and a host event of the other one
     ev = Events()
