@@ -83,6 +83,12 @@ POLL_BUDGET_S = 0.1
 # on 2 CPUs: 1 << 15 dropped 70-74 % of a 2M-call burst, 1 << 17 59-64 %,
 # 1 << 18 57-61 %).
 READ_BATCH = 1 << 17
+# A read that brings fewer events than this ends the poll, and the loop waits
+# one interval before the next: each batch costs ~3 ms of numpy calls whatever
+# its size, so draining 200k calls a second as they come (~700 a batch) kept
+# the reader thread busy all the time beside the workload; waiting lets the
+# batches grow to thousands (the ring holds over a second of such a rate).
+SETTLED_BATCH = 1 << 12
 
 
 def _late_loads_mode(opts: TraceOptions, tracer: Tracer) -> str:
@@ -244,8 +250,12 @@ class TraceSession:
 
     # -- the loop ------------------------------------------------------------
 
-    def poll(self, budget_s: float | None = None) -> int:
-        """Drain what the ring holds now (for at most ``budget_s``); return the number of events read."""
+    def poll(self, budget_s: float | None = None, settled: int = 0) -> int:
+        """Drain what the ring holds now (for at most ``budget_s``); return the number of events read.
+
+        A read of fewer than ``settled`` events ends the drain early: the ring
+        is close to empty, and the caller waits for more.
+        """
         total = 0
         deadline = None if budget_s is None else time.monotonic() + budget_s
         while deadline is None or time.monotonic() < deadline:
@@ -267,6 +277,8 @@ class TraceSession:
             # read once the processes above are known, to name their frames.
             self._drain_stacks()
             self._store(ev)
+            if len(ev) < settled:
+                break
         self._read_aux()
         if self.stacks is not None:
             self._drain_stacks()
@@ -306,7 +318,7 @@ class TraceSession:
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[Tick], None] | None = None) -> None:
         """Poll until ``should_stop()`` is true or the store fails, calling ``on_tick`` once a second."""
         while not should_stop() and self.writer.failure is None:
-            if self.poll(POLL_BUDGET_S) == 0:
+            if self.poll(POLL_BUDGET_S, settled=SETTLED_BATCH) < SETTLED_BATCH:
                 time.sleep(POLL_INTERVAL_S)
             now = time.monotonic()
             if now - self._last_flush >= FLUSH_INTERVAL_S:

@@ -78,8 +78,9 @@ class RingReader(_MappedRing):
         # Check the headers on the live mapping first, then copy: a memcpy does
         # not read in ascending order and could see a header as committed
         # before its payload.
-        hdr_idx = (start // 4) + np.arange(avail, dtype=np.int64) * (RECORD_SIZE // 4)
-        lens = self._hdr_u32[hdr_idx]
+        # A strided view of the headers (the data pages are mapped twice, so it may run past the end).
+        step = RECORD_SIZE // 4
+        lens = self._hdr_u32[start // 4 : start // 4 + avail * step : step]
         busy = np.flatnonzero(lens & BUSY_BIT)
         n = int(busy[0]) if busy.size else avail
         if n == 0:
