@@ -276,6 +276,41 @@ def test_no_hold_attaches_without_stopping_anyone(standin: StandinLibs, tmp_path
     assert json.loads(str(flags))["late_loads"] == "attach"
 
 
+def test_a_command_gets_probes_only_on_the_copies_of_a_library_it_loads(standin: StandinLibs, tmp_path: Path) -> None:
+    # given two libcudart copies that discovery finds at start (on LD_LIBRARY_PATH), and a program that loads one
+    exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
+    used = fresh_copy(standin.cudart, tmp_path / "used")
+    unused = fresh_copy(standin.cudart, tmp_path / "unused")
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{used.parent}:{unused.parent}"}
+    db = tmp_path / "defer.db"
+    # when it makes 2,000 calls at once through the copy it loads
+    p = run_gpuscope("trace", "--no-tui", "--record-all", "--db", str(db), "--", str(exe), str(used), "2000", env=env)
+    assert p.returncode == 0, p.stderr
+    run = TraceRun(db, p.returncode, p.stdout, p.stderr)
+    # then the header names both copies, each to be attached at its first load
+    for lib in (used, unused):
+        assert f"{lib} " in p.stderr and "attached at its first load" in p.stderr
+    # and every call was recorded through the copy it loaded (held once for it), the other copy never probed
+    (pid,) = pids_of(run.stdout)
+    assert calls(run, pid, "cudaLaunchKernel") == 2000
+    assert library_paths(run) == [str(used)]
+    assert session_drops(run)["hold"] == 1
+
+
+def test_a_command_that_loads_no_cuda_library_attaches_no_probe(standin: StandinLibs, tmp_path: Path) -> None:
+    # given a copy of libcudart that discovery finds at start
+    lib = fresh_copy(standin.cudart, tmp_path / "found")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}
+    db = tmp_path / "none.db"
+    # when a command that loads no CUDA library is traced
+    p = run_gpuscope("trace", "--no-tui", "--db", str(db), "--", "true", env=env)
+    # then no library was attached (nothing to detach at the end) and nothing was held
+    assert p.returncode == 0, p.stderr
+    run = TraceRun(db, p.returncode, p.stdout, p.stderr)
+    assert library_paths(run) == []
+    assert session_drops(run)["hold"] == 0
+
+
 def test_a_trace_that_finds_no_cuda_library_at_start_waits_for_one_and_traces_it_from_its_first_call(
     standin: StandinLibs, tmp_path: Path
 ) -> None:

@@ -213,8 +213,15 @@ class TraceSession:
         self.committed_wall_ns: int | None = None
         self._final: dict[str, int] | None = None
         self._t0 = time.monotonic()
-        for lib in self.discovery.libraries:
-            self.tracer.attach_library(lib)
+        # A command whose processes the kernel holds at their first load of a
+        # library gets each library attached then, not before: probes on every
+        # copy on the machine would make other jobs using those copies pay the
+        # uprobe trap on each call while this trace runs, and closing them
+        # costs a round of RCU grace periods (~100 ms) at the end of each trace.
+        self.deferred = bool(command) and not libraries and self.flags["late_loads"] == "hold"
+        if not self.deferred:
+            for lib in self.discovery.libraries:
+                self.tracer.attach_library(lib)
         # Libraries mapped from now on are attached before their first call.
         self.late_loads = LateLoads(self.tracer, self.discovery)
         self.late_loads.start()
@@ -244,6 +251,14 @@ class TraceSession:
     @property
     def attached(self) -> list[AttachedLibrary]:
         return list(self.tracer.attached.values())
+
+    @property
+    def waiting(self) -> list[CudaLibrary]:
+        """Libraries found at start that are attached when a traced process first maps one."""
+        if not self.deferred:
+            return []
+        attached = {att.library.inode for att in self.attached}
+        return [lib for lib in self.discovery.libraries if lib.inode not in attached]
 
     def attach(self, lib: CudaLibrary) -> None:
         self.tracer.attach_library(lib)

@@ -27,6 +27,7 @@ from gpuscope.model.policy import WARMUP_ROWS_PER_S
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
+    import threading
     from pathlib import Path
 
     from gpuscope.agent.background import Background
@@ -212,9 +213,16 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     # Start-up waits mostly for the verifier: the probes load on a thread
     # from here, while the modules below are imported and the session opens
     # the recording and finds the libraries.
+    import threading
+
     from gpuscope.agent.background import Background
 
-    loading = Background(lambda: _load_tracer(setup.opts), name="gpuscope-load")
+    imported = threading.Event()
+    loading = Background(lambda: _load_tracer(setup.opts, imported), name="gpuscope-load")
+    # Imports hold the GIL: ours beside the loader's would only delay the
+    # verifier's start. Once the loader has its modules, the verifier runs in
+    # the kernel and the imports below overlap it.
+    imported.wait(_LOADER_IMPORTS_MAX_S)
     try:
         from gpuscope.render.summary import render_summary
         from gpuscope.tui.explain_source import ExplainFindings
@@ -399,11 +407,17 @@ def _command(args: argparse.Namespace) -> list[str]:
     return command[1:] if command and command[0] == "--" else command
 
 
-def _load_tracer(opts: TraceOptions) -> Tracer:
+# The main thread waits at most this long for the loader's imports (normally ~100 ms).
+_LOADER_IMPORTS_MAX_S = 1.0
+
+
+def _load_tracer(opts: TraceOptions, imported: threading.Event) -> Tracer:
     """Load the probes. On the loading thread: it imports the tracer (numpy and the
     BPF loader) itself, so the verifier starts while the main thread imports the rest."""
-    from gpuscope.agent.tracer import Tracer
-
+    try:
+        from gpuscope.agent.tracer import Tracer
+    finally:
+        imported.set()
     return Tracer(opts)
 
 
@@ -485,7 +499,9 @@ def _print_header(session: TraceSession, command: list[str], pids: list[int]) ->
     for att in session.attached:
         lib = att.library
         print(f"  {lib.kind:<6} {lib.path} {lib.version} ({att.probes} probes, {lib.found_via})", file=err)
-    if not session.attached:
+    for lib in session.waiting:
+        print(f"  {lib.kind:<6} {lib.path} {lib.version} ({lib.found_via}; attached at its first load)", file=err)
+    if not session.attached and not session.waiting:
         print("  no CUDA library found yet: each one a process loads is attached at its first load", file=err)
     mode = "uprobe_multi" if session.tracer.multi else "classic uprobes (kernel lacks uprobe_multi)"
     host = ", ".join(session.tracer.host_links)
