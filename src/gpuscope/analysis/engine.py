@@ -42,7 +42,7 @@ from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
 from gpuscope.model.ops import Op
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.model.units import MAX_NS
-from gpuscope.recording import open_recording
+from gpuscope.recording import open_recording_meanwhile
 from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
 from gpuscope.store.stacks_read import any_call_stacks
@@ -399,14 +399,18 @@ def reading_events(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]
 
     Raises DatabaseError for a missing, corrupt or unreadable database.
     """
-    conn = open_recording(path)
+    # A closed file's page check runs beside the reads below (see open_recording_meanwhile).
+    conn, check = open_recording_meanwhile(path)
     try:
         yield conn
+        check.result()
     except sqlite3.DatabaseError as exc:
+        check.result()  # a damaged file is said so in the check's words
         raise DatabaseError(
             f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
         ) from None
     finally:
+        check.join()
         conn.close()
 
 

@@ -10,6 +10,13 @@ user's file is only ever read.
 """
 
 from gpuscope.recording.formats import Format, detect_format
-from gpuscope.recording.open import as_gpuscope_file, conversion_cache_dir, open_recording
+from gpuscope.recording.open import as_gpuscope_file, conversion_cache_dir, open_recording, open_recording_meanwhile
 
-__all__ = ["Format", "as_gpuscope_file", "conversion_cache_dir", "detect_format", "open_recording"]
+__all__ = [
+    "Format",
+    "as_gpuscope_file",
+    "conversion_cache_dir",
+    "detect_format",
+    "open_recording",
+    "open_recording_meanwhile",
+]

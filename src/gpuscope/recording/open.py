@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuscope.importers import every_event_has_a_node, import_file
 from gpuscope.importers.ingero import is_ingero
 from gpuscope.recording.formats import Format, detect_format
-from gpuscope.store.connect import connect_reader, open_read_only, verify_reader
+from gpuscope.store.connect import PendingCheck, connect_reader, open_read_only, verify_reader, verify_reader_meanwhile
 from gpuscope.store.snapshot import user_cache_dir
 
 
@@ -39,6 +39,28 @@ def open_recording(path: str | os.PathLike[str]) -> sqlite3.Connection:
         raise
     conn.close()
     return connect_reader(_converted(p))
+
+
+def open_recording_meanwhile(path: str | os.PathLike[str]) -> tuple[sqlite3.Connection, PendingCheck]:
+    """``open_recording``, with a closed file's page check running while the caller reads it.
+
+    For a caller that reads much of the file (explain): the check and the
+    reads overlap. Call ``result()`` on the check before trusting what was read.
+    """
+    p = Path(path).expanduser()
+    conn, mode = open_read_only(p)
+    try:
+        try:
+            ingero = is_ingero(conn)
+        except sqlite3.DatabaseError:
+            ingero = False
+        if not ingero:
+            return conn, verify_reader_meanwhile(conn, p, mode)
+    except BaseException:
+        conn.close()
+        raise
+    conn.close()
+    return connect_reader(_converted(p)), PendingCheck()
 
 
 def as_gpuscope_file(path: str | os.PathLike[str]) -> Path:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.cli import main
 from gpuscope.errors import DatabaseError
-from gpuscope.recording import open_recording
+from gpuscope.recording import open_recording, open_recording_meanwhile
 from gpuscope.store import connect, integrity
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.integrity import first_problem
@@ -123,6 +124,38 @@ def test_a_damaged_page_of_old_rows_is_refused_by_readers_and_the_writer(tmp_pat
     with pytest.raises(DatabaseError, match=r"is damaged \(quick_check: "):
         connect_writer(db)
     assert digest(db) == before
+
+
+def test_explain_refuses_a_damaged_recording_in_the_checks_words_while_the_check_ran_beside_its_reads(
+    tmp_path: Path,
+) -> None:
+    # given a recording whose ops index is damaged (explain's reads never touch it) and one whose table is
+    index_only = recording(tmp_path / "index.db")
+    smash(index_only, root_page(index_only, "sqlite_autoindex_ops_1"))
+    table = recording(tmp_path / "table.db")
+    smash(table, rightmost_child(table, root_page(table, "event_log")))
+    for db in (index_only, table):
+        # when explain reads it (the page check runs beside its reads)
+        with pytest.raises(DatabaseError, match=r"is damaged \(quick_check: ") as info:
+            explain_db(db, ExplainOptions())
+        # then it is refused with the check's line and fix, not with what its own reads met
+        assert ".recover" in info.value.remedy
+
+
+def test_a_sound_recording_checked_beside_the_reads_is_remembered_as_sound(tmp_path: Path) -> None:
+    # given a sound closed recording
+    db = recording(tmp_path / "r.db")
+    # when it is opened with the check running beside the reads, read, and the check waited for
+    conn, check = open_recording_meanwhile(db)
+    try:
+        assert conn.execute("SELECT count(*) FROM event_log").fetchone() == (3000,)
+        check.result()
+    finally:
+        conn.close()
+    # then the check passed, and the next open in this process does not run it again
+    conn, again = open_recording_meanwhile(db)
+    conn.close()
+    assert again._thread is None
 
 
 def test_a_truncated_recording_is_refused(tmp_path: Path) -> None:
