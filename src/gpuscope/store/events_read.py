@@ -25,7 +25,7 @@ COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
 FRAME_ROW_WIDTH = 9
 PACKED_TID_SHIFT = 30
 PACKED_PID_SHIFT = 8
-FRAME_CHUNK_ROWS = 262_144
+FRAME_CHUNK_ROWS = 65_536
 # Where aggregates do not bound the longest event: the last end is searched among the final minute's starts.
 _LAST_END_REACH_NS = 60_000_000_000
 # Host events (op_id >= 128) always carry their detail: a sched_switch names its preemptor through them.
