@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, TextIO
@@ -27,7 +28,6 @@ from gpuscope.model.policy import WARMUP_ROWS_PER_S
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
-    import threading
     from pathlib import Path
 
     from gpuscope.agent.background import Background
@@ -213,8 +213,6 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     # Start-up waits mostly for the verifier: the probes load on a thread
     # from here, while the modules below are imported and the session opens
     # the recording and finds the libraries.
-    import threading
-
     from gpuscope.agent.background import Background
 
     imported = threading.Event()
