@@ -24,21 +24,7 @@ def open_recording(path: str | os.PathLike[str]) -> sqlite3.Connection:
     Raises DatabaseError (missing, unreadable, corrupt, neither format) or
     SchemaTooNewError (written by a newer gpuscope).
     """
-    p = Path(path).expanduser()
-    conn, mode = open_read_only(p)
-    try:
-        try:
-            ingero = is_ingero(conn)
-        except sqlite3.DatabaseError:
-            ingero = False  # not SQLite, or damaged: verify_reader says which in one line
-        if not ingero:
-            verify_reader(conn, p, mode)
-            return conn
-    except BaseException:
-        conn.close()
-        raise
-    conn.close()
-    return connect_reader(_converted(p))
+    return _open(path, meanwhile=False)[0]
 
 
 def open_recording_meanwhile(path: str | os.PathLike[str]) -> tuple[sqlite3.Connection, PendingCheck]:
@@ -47,15 +33,22 @@ def open_recording_meanwhile(path: str | os.PathLike[str]) -> tuple[sqlite3.Conn
     For a caller that reads much of the file (explain): the check and the
     reads overlap. Call ``result()`` on the check before trusting what was read.
     """
+    return _open(path, meanwhile=True)
+
+
+def _open(path: str | os.PathLike[str], *, meanwhile: bool) -> tuple[sqlite3.Connection, PendingCheck]:
     p = Path(path).expanduser()
     conn, mode = open_read_only(p)
     try:
         try:
             ingero = is_ingero(conn)
         except sqlite3.DatabaseError:
-            ingero = False
+            ingero = False  # not SQLite, or damaged: verify_reader says which in one line
         if not ingero:
-            return conn, verify_reader_meanwhile(conn, p, mode)
+            if meanwhile:
+                return conn, verify_reader_meanwhile(conn, p, mode)
+            verify_reader(conn, p, mode)
+            return conn, PendingCheck()
     except BaseException:
         conn.close()
         raise
