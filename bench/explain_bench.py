@@ -12,11 +12,11 @@ Every row is stored (as with ``--record-all``) and, like a real recording,
 formulas); ``--no-aggregates`` leaves them out, as in files older than them.
 Prints numbers; asserts nothing.
 
-Measured on a 2-CPU VM (table and what is left: docs/explain.md, Performance):
+Measured on a 2-CPU VM, 2026-11-26 (history and what is left: docs/explain.md, Performance):
 
-    events   before (rows only)     after, with aggregates    after, --no-aggregates
-    1M       3.9 s, 227 MiB         1.6-2.6 s, 171-227 MiB    4.0 s, 227 MiB
-    10M      35.6 s, 1844 MiB       19.1 s, 714 MiB           (same path as before)
+    events   explain            one aggregate scan
+    1M       3.0-3.2 s, 165 MiB  0.41-0.63 s
+    10M      36-40 s, 1.1 GB     5.8-6.2 s (the 588 MiB file is read from disk here)
 """
 
 from __future__ import annotations
