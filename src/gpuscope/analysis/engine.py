@@ -409,6 +409,11 @@ def reading_events(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]
         raise DatabaseError(
             f"{path}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
         ) from None
+    except Exception:
+        # Values gpuscope never writes (text in a time, a blob in a duration) can fail the reads
+        # in any way before the check has said so: the check's one line is the answer.
+        check.result()
+        raise
     finally:
         check.join()
         conn.close()

@@ -28,6 +28,8 @@ PACKED_PID_SHIFT = 8
 FRAME_CHUNK_ROWS = 65_536
 # Where aggregates do not bound the longest event: the last end is searched among the final minute's starts.
 _LAST_END_REACH_NS = 60_000_000_000
+# A longest event beyond a year is a damaged value, not a bound worth using.
+_LONGEST_BOUND_NS = 365 * 86_400 * 10**9
 # Host events (op_id >= 128) always carry their detail: a sched_switch names its preemptor through them.
 _FRAME_COLUMNS = (
     f"ts_ns, duration_ns, (tid << {PACKED_TID_SHIFT}) | (pid << {PACKED_PID_SHIFT}) | op_id, "
@@ -70,7 +72,8 @@ def _longest_event_ns(conn: sqlite3.Connection) -> int | None:
     if not aggregates_cover_recording(conn):
         return None
     (longest,) = conn.execute("SELECT max(max_duration_ns) FROM event_aggregates").fetchone()
-    return int(longest or 0)
+    # Text sorts above every number in SQLite: a damaged or edited table bounds nothing.
+    return longest if type(longest) is int and 0 <= longest <= _LONGEST_BOUND_NS else None
 
 
 def _index_pays(conn: sqlite3.Connection, lo_ns: int | None, hi_ns: int) -> bool:
