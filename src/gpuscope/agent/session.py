@@ -213,6 +213,7 @@ class TraceSession:
         self.committed_wall_ns: int | None = None
         self._final: dict[str, int] | None = None
         self._t0 = time.monotonic()
+        self._new_processes = False
         # A command whose processes the kernel holds at their first load of a
         # library gets each library attached then, not before: probes on every
         # copy on the machine would make other jobs using those copies pay the
@@ -281,6 +282,8 @@ class TraceSession:
             new_pids = self.stats.update(ev)
             for pid in new_pids:
                 self._note_process(pid)
+            # A new process is read again at once: its maps name its frames, and it may soon be gone.
+            self._new_processes |= bool(new_pids) or bool((ev["op"] == Op.process_exec).any())
             self._note_communicators(ev)
             self._note_cgroups(ev)
             self._note_preemptors(ev)
@@ -333,7 +336,8 @@ class TraceSession:
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[Tick], None] | None = None) -> None:
         """Poll until ``should_stop()`` is true or the store fails, calling ``on_tick`` once a second."""
         while not should_stop() and self.writer.failure is None:
-            if self.poll(POLL_BUDGET_S, settled=SETTLED_BATCH) < SETTLED_BATCH:
+            self._new_processes = False
+            if self.poll(POLL_BUDGET_S, settled=SETTLED_BATCH) < SETTLED_BATCH and not self._new_processes:
                 time.sleep(POLL_INTERVAL_S)
             now = time.monotonic()
             if now - self._last_flush >= FLUSH_INTERVAL_S:
