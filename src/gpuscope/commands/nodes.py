@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client
 from gpuscope.commands._options import bounded_int
+from gpuscope.fleet import CLOCK_SAMPLES
 
 NAME = "nodes"
 HELP = "ask each node (--nodes or the config's [fleet]): reachable?, version, recording span, clock offset"
@@ -18,9 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--samples",
         type=bounded_int(3, 100, "a sample count"),
-        default=5,
+        default=CLOCK_SAMPLES,
         metavar="N",
-        help="clock samples per node (at least 3; default 5)",
+        help=f"clock samples per node, the one with the shortest round trip kept (at least 3; default {CLOCK_SAMPLES})",
     )
     p.add_argument("--json", action="store_true", help="a JSON list, one object per node")
 

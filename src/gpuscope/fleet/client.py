@@ -12,7 +12,6 @@ import copy
 import json
 import os
 import ssl
-import statistics
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,12 +22,12 @@ from typing import Any
 
 from gpuscope.config import fleet_files, fleet_nodes
 from gpuscope.errors import UsageError
+from gpuscope.fleet import CLOCK_SAMPLES
 from gpuscope.platform.files import require_private
 from gpuscope.platform.net import is_loopback, split_host_port
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
-CLOCK_SAMPLES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +237,13 @@ class FleetClient:
                 )
             offsets.append(remote - (t1 + (t2 - t1) // 2))
             rtts.append(t2 - t1)
-        rtt = int(statistics.median(rtts))
+        # NTP's clock filter: the exchange with the shortest round trip. Its offset is off by at most half
+        # that round trip, wherever in it the node read its clock; a median of offsets taken over slower
+        # exchanges (a loaded node answers in milliseconds) was off by as much as they were slow.
+        best = min(range(len(rtts)), key=rtts.__getitem__)
+        rtt = rtts[best]
         data = {
-            "clock_offset_ns": int(statistics.median(offsets)),
+            "clock_offset_ns": offsets[best],
             "rtt_ns": rtt,
             "uncertainty_ns": rtt // 2,
             "samples": len(offsets),
