@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -261,9 +262,9 @@ def verify_reader(conn: sqlite3.Connection, path: Path, mode: ReadMode) -> None:
     schema or values changed after gpuscope wrote them are refused
     (``gpuscope.store.conformance``; every event's values only with the full check).
     """
-    deep = _check_header(conn, path)
-    if deep:
-        _check_pages(conn, path, mode)
+    header = _check_header(conn, path)
+    if header is not None:
+        _check_pages(conn, path, mode, header)
 
 
 class PendingCheck:
@@ -272,18 +273,18 @@ class PendingCheck:
     ``result()`` waits for it and raises its DatabaseError; ``join()`` only waits.
     """
 
-    def __init__(self, path: Path | None = None, mode: ReadMode = ReadMode.CLOSED) -> None:
+    def __init__(self, path: Path | None = None, header: _Header | None = None) -> None:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        if path is not None:
-            self._thread = threading.Thread(target=self._run, args=(path, mode), name="gpuscope-check", daemon=True)
+        if path is not None and header is not None:
+            self._thread = threading.Thread(target=self._run, args=(path, header), name="gpuscope-check", daemon=True)
             self._thread.start()
 
-    def _run(self, path: Path, mode: ReadMode) -> None:
+    def _run(self, path: Path, header: _Header) -> None:
         try:
             other, _ = open_read_only(path)
             try:
-                _check_pages(other, path, mode)
+                _check_pages(other, path, ReadMode.CLOSED, header)
             finally:
                 other.close()
         except BaseException as exc:  # handed to result()
@@ -307,16 +308,25 @@ def verify_reader_meanwhile(conn: sqlite3.Connection, path: Path, mode: ReadMode
     reading goes on meanwhile, and must call ``result()`` before trusting what
     it read. Live and killed recordings are checked at once, as by ``verify_reader``.
     """
-    if not _check_header(conn, path):
+    header = _check_header(conn, path)
+    if header is None:
         return PendingCheck()
     if mode is not ReadMode.CLOSED:
-        _check_pages(conn, path, mode)
+        _check_pages(conn, path, mode, header)
         return PendingCheck()
-    return PendingCheck(path, mode)
+    return PendingCheck(path, header)
 
 
-def _check_header(conn: sqlite3.Connection, path: Path) -> bool:
-    """The quick part of ``verify_reader``: a gpuscope schema this one reads. Whether the rest must run."""
+@dataclass(frozen=True, slots=True)
+class _Header:
+    """What the quick part of the check read, for the rest: the schema version and the file's signature."""
+
+    version: int
+    signature: tuple[object, ...] | None
+
+
+def _check_header(conn: sqlite3.Connection, path: Path) -> _Header | None:
+    """The quick part of ``verify_reader``: a gpuscope schema this one reads. None when the rest need not run."""
     try:
         version = _schema_version(conn)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
@@ -330,17 +340,14 @@ def _check_header(conn: sqlite3.Connection, path: Path) -> bool:
             remedy="pass a database written by `gpuscope trace`",
         )
     signature = file_signature(database_path(conn))
-    # These very bytes passed the check in this process (a server opens its recording per request).
-    return signature is None or signature not in _VERIFIED
+    if signature is not None and signature in _VERIFIED:
+        return None  # these very bytes passed the check in this process (a server opens its recording per request)
+    return _Header(version, signature)
 
 
-def _check_pages(conn: sqlite3.Connection, path: Path, mode: ReadMode) -> None:
+def _check_pages(conn: sqlite3.Connection, path: Path, mode: ReadMode, header: _Header) -> None:
     """The pages, then the schema and values, of a recording whose header passed; remembered when sound."""
-    signature = file_signature(database_path(conn))
-    try:
-        version = _schema_version(conn)
-    except sqlite3.DatabaseError as exc:
-        raise _database_error(path, exc, _READER_REMEDY) from None
+    version, signature = header.version, header.signature
     if mode is ReadMode.LIVE:
         full = False
         problem = first_problem(conn, full=False)
