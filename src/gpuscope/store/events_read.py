@@ -8,11 +8,13 @@ millions of events spends its time on.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.aggregates_read import aggregates_cover_recording
+from gpuscope.store.connect import database_path, file_signature
 from gpuscope.store.statement import Statement
 
 COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
@@ -54,26 +56,52 @@ def event_span(conn: sqlite3.Connection) -> tuple[int, int] | None:
     count every event with its duration, so that bound is exact where they
     cover the recording; elsewhere the final minute is searched).
     """
-    # Two statements: only a lone min() or max() walks one edge of the index; together they scan every row.
-    (lo,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
-    if lo is None:
+    starts = _start_range(conn)
+    if starts is None:
         return None
-    (last,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
+    lo, last = starts
     longest = _longest_event_ns(conn)
     reach = _LAST_END_REACH_NS if longest is None else longest
-    (hi,) = conn.execute(
-        "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(last) - reach,)
-    ).fetchone()
-    return int(lo), int(hi if hi is not None else lo)
+    (hi,) = conn.execute("SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (last - reach,)).fetchone()
+    return lo, int(hi if hi is not None else lo)
+
+
+def _start_range(conn: sqlite3.Connection) -> tuple[int, int] | None:
+    """The first and the last start time recorded, through the ts index; None when nothing is."""
+    # Two statements: only a lone min() or max() walks one edge of the index; together they scan every row.
+    (first,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
+    if first is None:
+        return None
+    (last,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
+    return int(first), int(last)
 
 
 def _longest_event_ns(conn: sqlite3.Connection) -> int | None:
-    """The longest duration of any event recorded, where the aggregates count every event; else None."""
-    if not aggregates_cover_recording(conn):
-        return None
-    (longest,) = conn.execute("SELECT max(max_duration_ns) FROM event_aggregates").fetchone()
-    # Text sorts above every number in SQLite: a damaged or edited table bounds nothing.
-    return longest if type(longest) is int and 0 <= longest <= _LONGEST_BOUND_NS else None
+    """The longest duration of any event recorded, where the aggregates count every event; else None.
+
+    Two scans of the aggregates (0.6 s for a day of them): kept per state of
+    the file, as explain asks for it while resolving its window and again
+    while reading its frame.
+    """
+    signature = file_signature(database_path(conn))
+    if signature is not None and signature in _LONGEST:
+        return _LONGEST[signature]
+    longest = None
+    if aggregates_cover_recording(conn):
+        (top,) = conn.execute("SELECT max(max_duration_ns) FROM event_aggregates").fetchone()
+        # Text sorts above every number in SQLite: a damaged or edited table bounds nothing.
+        longest = top if type(top) is int and 0 <= top <= _LONGEST_BOUND_NS else None
+    if signature is not None:
+        with _LONGEST_LOCK:
+            if len(_LONGEST) >= 64:
+                _LONGEST.clear()
+            _LONGEST[signature] = longest
+    return longest
+
+
+# The longest event of each recording read in this process, by the file's signature: any write changes it.
+_LONGEST: dict[tuple[object, ...], int | None] = {}
+_LONGEST_LOCK = threading.Lock()
 
 
 def _index_pays(conn: sqlite3.Connection, lo_ns: int | None, hi_ns: int) -> bool:
@@ -82,11 +110,10 @@ def _index_pays(conn: sqlite3.Connection, lo_ns: int | None, hi_ns: int) -> bool
     The index hands rows back one rowid lookup each, about three times a
     sequential scan's cost per row: it pays for a third of the recording or less.
     """
-    (first,) = conn.execute("SELECT min(ts_ns) FROM event_log").fetchone()
-    (last,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
-    if first is None or last <= first:
+    starts = _start_range(conn)
+    if starts is None or starts[1] <= starts[0]:
         return False
-    first, last = int(first), int(last)
+    first, last = starts
     lo = first if lo_ns is None else max(first, lo_ns)
     covered = max(0, min(last, hi_ns) - lo)
     return covered * 3 < last - first

@@ -21,7 +21,7 @@ from gpuscope.store.events_read import (
 )
 from tests.unit.analysis.builder import MS, US, Events
 
-from .recordings import FIRST_SESSION, add_aggregates, add_events, add_session, reading, record
+from .recordings import FIRST_SESSION, FIRST_SESSION_WALL_NS, add_aggregates, add_events, add_session, reading, record
 
 LAUNCH = int(Op.cudaLaunchKernel)
 SYNC = int(Op.cudaStreamSynchronize)
@@ -82,6 +82,27 @@ def test_the_event_span_finds_a_call_longer_than_a_minute_where_aggregates_bound
         span = event_span(conn)
     # then its end is the recording's end
     assert span == (1 * MS, 180_001 * MS)
+
+
+def test_the_longest_event_bound_is_read_again_once_the_recording_changes(tmp_path: Path) -> None:
+    # given a recording whose span was read once (its longest event, 5 us, is remembered for that state of the file)
+    first = Events()
+    first.add(Op.cudaLaunchKernel, 0, 5 * US)
+    first.add(Op.cudaLaunchKernel, 120_000 * MS, 5 * US)
+    path = record(first, tmp_path / "rec.db")
+    add_aggregates(path, FIRST_SESSION, first)
+    with reading(path) as conn:
+        assert event_span(conn) == (0, 120_000 * MS + 5 * US)
+    # when a second session adds a 3-minute sync that started two minutes before the last call
+    later = Events()
+    later.add(Op.cudaStreamSynchronize, 1 * MS, 180_000 * MS)
+    later.add(Op.cudaLaunchKernel, 121_000 * MS, 5 * US)
+    sid = add_session(path, "node", FIRST_SESSION_WALL_NS, 0)
+    add_events(path, sid, later)
+    add_aggregates(path, sid, later)
+    # then the span reaches its end: the bound was not taken from the earlier state
+    with reading(path) as conn:
+        assert event_span(conn) == (0, 180_001 * MS)
 
 
 def test_the_event_id_span_bounds_the_rows_of_the_log(tmp_path: Path) -> None:
