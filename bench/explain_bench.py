@@ -1,6 +1,7 @@
 """Benchmark `gpuscope explain` over generated databases of 1M and 10M events.
 
-Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir DIR] [--keep] [--no-aggregates]
+Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir DIR] [--keep] [--no-aggregates] [--no-blocks]
+                                    [--repeat N] [--compare-rows]
 
 Events are generated inside SQLite with a recursive CTE (no Python loop per
 row): one traced process with four threads making a realistic mix of CUDA
@@ -10,6 +11,9 @@ analysed in a fresh subprocess so peak RSS (ru_maxrss) is that run's own.
 Every row is stored (as with ``--record-all``) and, like a real recording,
 ``event_aggregates`` counts every event (computed with numpy from the same
 formulas); ``--no-aggregates`` leaves them out, as in files older than them.
+Like trace's writer, the generator writes the column blocks explain reads
+(``gpuscope.store.blocks``); ``--no-blocks`` leaves them out, as in merged,
+imported and older files, which are read row by row.
 Prints numbers; asserts nothing.
 
 Measured on a 2-CPU VM, 2026-11-26 (history and what is left: docs/explain.md, Performance):
@@ -24,17 +28,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.ops import Op
 from gpuscope.store.aggregates import Aggregator, insert_aggregates
+from gpuscope.store.blocks import build_blocks
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.retention import build_indexes
 
@@ -101,7 +109,7 @@ def _aggregate(conn: sqlite3.Connection, sid: int, n: int) -> None:
     insert_aggregates(conn, agg.take())
 
 
-def generate(path: Path, n: int, aggregates: bool = True) -> float:
+def generate(path: Path, n: int, aggregates: bool = True, blocks: bool = True) -> float:
     """Create a database with n generated events; return seconds taken."""
     if path.exists():
         path.unlink()
@@ -124,6 +132,8 @@ def generate(path: Path, n: int, aggregates: bool = True) -> float:
     conn.execute(_GEN, {"n": n, "sid": sid})
     if aggregates:
         _aggregate(conn, sid, n)
+    if blocks:
+        build_blocks(conn)  # what trace's writer writes beside its rows
     conn.execute("COMMIT")
     build_indexes(conn)  # as a session's end does: every closed recording has its time index
     conn.close()
@@ -151,9 +161,32 @@ report = explain_db(sys.argv[1], ExplainOptions())
 dt = time.perf_counter() - t0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.events,
-                  "stats_from": report.stats_from,
-                  "findings": [f.kind for f in report.findings]}))
+                  "stats_from": report.stats_from, "report": report.as_dict(per_process=True),
+                  "findings": [f.kind for f in report.findings]}, default=str))
 """
+
+
+def _explain(db: Path) -> dict[str, Any]:
+    """explain in a fresh process, as a user runs it (its peak RSS is its own)."""
+    p = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(db)], capture_output=True, text=True, check=False, env=dict(os.environ)
+    )
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    out: dict[str, Any] = json.loads(p.stdout)
+    return out
+
+
+def _without_blocks(db: Path) -> Path:
+    """A copy of ``db`` without its column blocks: explain reads its rows, as for a merged or older file."""
+    copy = db.with_name(db.stem + "_rowpath.db")
+    shutil.copy(db, copy)
+    conn = sqlite3.connect(copy)
+    conn.execute("DELETE FROM event_blocks")
+    conn.commit()
+    conn.execute("VACUUM")
+    conn.close()
+    return copy
 
 
 def main() -> int:
@@ -163,27 +196,38 @@ def main() -> int:
     ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / ".build" / "explain"))
     ap.add_argument("--keep", action="store_true", help="reuse existing databases of the same size")
     ap.add_argument("--no-aggregates", action="store_true", help="rows only, as in files recorded before aggregates")
+    ap.add_argument("--no-blocks", action="store_true", help="no column blocks, as in merged and older files")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of explain and of the scan, interleaved (medians)")
+    ap.add_argument(
+        "--compare-rows", action="store_true", help="also explain a copy without blocks: the same report, and its time"
+    )
     args = ap.parse_args()
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     for n in (int(s) for s in args.sizes.split(",")):
-        db = out / f"explain_{n}{'_rows' if args.no_aggregates else ''}.db"
+        db = out / f"explain_{n}{'_rows' if args.no_aggregates else ''}{'_noblocks' if args.no_blocks else ''}.db"
         if not (args.keep and db.exists()):
-            gen_s = generate(db, n, not args.no_aggregates)
+            gen_s = generate(db, n, not args.no_aggregates, not args.no_blocks)
             print(f"generated {n:,} events in {gen_s:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)", flush=True)
-        p = subprocess.run(
-            [sys.executable, "-c", _MEASURE, str(db)], capture_output=True, text=True, check=False, env=dict(os.environ)
-        )
-        if p.returncode != 0:
-            print(p.stderr, file=sys.stderr)
-            return 1
-        r = json.loads(p.stdout)
-        scan = aggregate_scan_s(db)
+        runs, scans = [], []
+        for _ in range(max(1, args.repeat)):
+            runs.append(_explain(db))
+            scans.append(aggregate_scan_s(db))
+        r = runs[0]
+        secs = sorted(x["seconds"] for x in runs)
+        scan = statistics.median(scans)
+        rss = max(x["peak_rss_bytes"] for x in runs)
         print(
-            f"explain {r['events']:>11,} events ({r['stats_from']}): {r['seconds']:.2f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, "
-            f"findings {r['findings']}; one aggregate scan {scan:.2f} s: explain/scan {r['seconds'] / scan:.1f}x "
-            "(target <= 1.0x)"
+            f"explain {r['events']:>11,} events ({r['stats_from']}): median {statistics.median(secs):.2f} s "
+            f"(min {secs[0]:.2f}, max {secs[-1]:.2f}, {len(secs)} runs), peak RSS {rss / 2**20:.0f} MiB, "
+            f"findings {r['findings']}; one aggregate scan median {scan:.2f} s (min {min(scans):.2f}): "
+            f"explain/scan {statistics.median(secs) / scan:.2f}x (target <= 1.0x)",
+            flush=True,
         )
+        if args.compare_rows:
+            rows = _explain(_without_blocks(db))
+            same = "the same report" if rows["report"] == r["report"] else "A DIFFERENT REPORT"
+            print(f"  without blocks (rows read one by one): {rows['seconds']:.2f} s, {same}", flush=True)
     return 0
 
 

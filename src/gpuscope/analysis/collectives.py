@@ -22,7 +22,7 @@ from gpuscope.analysis.attribution import load_attribution
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.engine import ExplainOptions, reading_events, resolve_window
 from gpuscope.analysis.frame import load_frame
-from gpuscope.analysis.intervals import merge, overlap_ns
+from gpuscope.analysis.intervals import distinct, merge, overlap_ns
 from gpuscope.analysis.overhead import identify_tracer
 from gpuscope.analysis.rules.nccl import COLLECTIVES, INIT_OPS, Member, calls_of, communicators, hash_text, rank_steps
 from gpuscope.model.ops import Op, op_name
@@ -99,7 +99,7 @@ def _gap_activity(
     """Per gap: preempted, blocked and block-I/O ns of the threads that make the calls; the top preemptors."""
     f = ctx.frame
     mine = calls_of(ctx, pid, frozenset({op}))
-    tids = np.unique(f.tid[mine])
+    tids = distinct(f.tid[mine])
     pre = ctx.preempting[np.isin(f.tid[ctx.preempting], tids)]
     sched = ctx.sched
     blocked = sched[np.isin(f.tid[sched], tids) & (f.arg0[sched] == 0)]

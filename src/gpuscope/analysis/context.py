@@ -9,7 +9,7 @@ import numpy as np
 from gpuscope.analysis.attribution import EMPTY, Attribution
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.imported_rates import ImportedRates
-from gpuscope.analysis.intervals import overlap_by_key
+from gpuscope.analysis.intervals import distinct, overlap_by_key
 from gpuscope.analysis.stats import hist_pct, pct
 from gpuscope.model.ops import Op
 
@@ -66,7 +66,6 @@ class Context:
         self.attribution = attribution
         self.tracer_pids = tracer_pids
         self.imported_rates = imported_rates
-        self._groups: dict[tuple[int, bool], list[tuple[int, int, np.ndarray]]] = {}
         # Written by the rules: groups a cause touched too few times to compare, where no finding stands.
         self.too_small: list[str] = []
 
@@ -89,11 +88,31 @@ class Context:
         m = self.frame.mask_ops(GPU_CALLS)
         if self.pid_filter:
             m &= np.isin(self.frame.pid, np.array(self.pid_filter, dtype=np.int64))
-        return np.flatnonzero(m)
+        calls = np.flatnonzero(m)
+        # Kept for the whole analysis, and an index into a frame of fewer than 2**31 rows: half the memory.
+        return calls.astype(np.int32) if len(m) < 1 << 31 else calls
+
+    @cached_property
+    def call_tid(self) -> np.ndarray:
+        """Per call: its thread (``frame.tid[calls]``, kept: most host rules key on it)."""
+        tid: np.ndarray = self.frame.tid[self.calls]
+        return tid
+
+    @cached_property
+    def call_start(self) -> np.ndarray:
+        """Per call: its start (``frame.ts[calls]``)."""
+        start: np.ndarray = self.frame.ts[self.calls]
+        return start
+
+    @cached_property
+    def call_end(self) -> np.ndarray:
+        """Per call: its end (``frame.ts[calls] + frame.dur[calls]``)."""
+        end: np.ndarray = self.call_start + self.frame.dur[self.calls]
+        return end
 
     @cached_property
     def call_pids(self) -> list[int]:
-        return [int(p) for p in np.unique(self.frame.pid[self.calls])]
+        return [int(p) for p in distinct(self.frame.pid[self.calls]).tolist()]
 
     @cached_property
     def sched(self) -> np.ndarray:
@@ -101,8 +120,8 @@ class Context:
 
     def _offcpu(self, s: np.ndarray) -> np.ndarray:
         """Per call: the time the off-CPU intervals ``s`` of its own thread cover."""
-        f, c = self.frame, self.calls
-        return overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+        f = self.frame
+        return overlap_by_key(self.call_tid, self.call_start, self.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
 
     @cached_property
     def _by_tracer(self) -> np.ndarray:
@@ -153,7 +172,7 @@ class Context:
         end = f.ts[s] + f.dur[s]
         io = np.zeros(len(s), dtype=bool)
         bio = np.flatnonzero(f.op == int(Op.block_io))
-        for pid in np.unique(f.pid[s]).tolist() if len(bio) else []:
+        for pid in distinct(f.pid[s]).tolist() if len(bio) else []:
             mine = bio[f.pid[bio] == pid]
             done = np.sort(f.ts[mine] + f.dur[mine])
             m = f.pid[s] == pid
@@ -178,8 +197,8 @@ class Context:
     def voluntary_ns(self) -> np.ndarray:
         """Per call: time its thread was blocked by its own choice (sleep, wait, I/O)."""
         f, s = self.frame, self.sched
-        s = np.setdiff1d(s[f.arg0[s] == 0], self.stateless_sched, assume_unique=True)
-        return self._offcpu(s)
+        # Not preempted, less the rows without task state (``stateless_sched``: arg0 and arg1 both 0).
+        return self._offcpu(s[(f.arg0[s] == 0) & (f.arg1[s] != 0)])
 
     @cached_property
     def cold(self) -> np.ndarray:
@@ -189,18 +208,16 @@ class Context:
         out = np.zeros(n, dtype=bool)
         if n == 0:
             return out
-        is_launch = np.isin(f.op[c], np.fromiter(LAUNCH_OPS, dtype=np.int64))
-        key_handle = np.where(is_launch, f.handle[c], 0)
-        group = f.pid[c] * 256 + f.op[c]
-        order = np.lexsort((f.ts[c], key_handle, group))  # stable by time inside each key
-        g_sorted, h_sorted = group[order], key_handle[order]
-        starts = np.ones(n, dtype=bool)
-        starts[1:] = (g_sorted[1:] != g_sorted[:-1]) | (h_sorted[1:] != h_sorted[:-1])
+        # The first call of each (pid, op), and of each kernel (handle) for launches: positions are in time order.
         first = np.zeros(n, dtype=bool)
-        first[order[starts]] = True
+        for _gpid, gop, pos in self._call_groups:
+            if gop in LAUNCH_OPS:
+                first[pos[np.unique(f.handle[c[pos]], return_index=True)[1]]] = True
+            else:
+                first[pos[0]] = True
         # Steady state per (pid, op): p50 of the calls that are not first calls.
         d = f.dur[c]
-        for gpid, gop, pos in self._groups_of(group, np.ones(n, dtype=bool), 1):
+        for gpid, gop, pos in self._call_groups:
             cand = pos[first[pos]]
             summary = self.op_summary(gpid, gop)
             if summary is not None and summary[0] >= 3:
@@ -220,30 +237,60 @@ class Context:
 
     def pid_span_ns(self, pid: int) -> int:
         """Wall time a process was active in the window: its first event to its last call's end."""
-        f = self.frame
-        c = self.calls[f.pid[self.calls] == pid]
-        if len(c) == 0:
+        lo_hi = self._call_spans.get(pid)
+        if lo_hi is None:
             return 0
-        lo = max(int(f.ts[c].min()), self.window.start_ns)
-        hi = min(int((f.ts[c] + f.dur[c]).max()), self.window.end_ns)
+        lo = max(lo_hi[0], self.window.start_ns)
+        hi = min(lo_hi[1], self.window.end_ns)
         return max(hi - lo, 1)
+
+    @cached_property
+    def _call_spans(self) -> dict[int, tuple[int, int]]:
+        """Per process: its first call's start and its last call's end."""
+        f, c = self.frame, self.calls
+        out: dict[int, tuple[int, int]] = {}
+        for pid, _op, pos in self._call_groups:
+            rows = c[pos]
+            lo, hi = int(f.ts[rows[0]]), int((f.ts[rows] + f.dur[rows]).max())  # positions are in time order
+            was = out.get(pid, (lo, hi))
+            out[pid] = (min(was[0], lo), max(was[1], hi))
+        return out
+
+    @cached_property
+    def _call_groups(self) -> list[tuple[int, int, np.ndarray]]:
+        """(pid, op, positions into ``calls`` in time order) of every op of every process."""
+        f, c = self.frame, self.calls
+        return self._groups_of(f.pid[c] * 256 + f.op[c], np.ones(len(c), dtype=bool), 1)
 
     def groups(self, min_count: int = 10, warm_only: bool = True) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls``) for every op of every process with enough calls."""
-        key = (min_count, warm_only)
-        if key not in self._groups:
-            f, c = self.frame, self.calls
-            keep = ~self.cold if warm_only else np.ones(len(c), dtype=bool)
-            self._groups[key] = self._groups_of(f.pid[c] * 256 + f.op[c], keep, min_count)
-        return self._groups[key]
+        every = self._warm_groups if warm_only else self._call_groups
+        return [g for g in every if len(g[2]) >= min_count]
+
+    @cached_property
+    def _warm_groups(self) -> list[tuple[int, int, np.ndarray]]:
+        """``_call_groups`` without cold first calls: one copy of the positions, whatever the minimum count."""
+        keep = ~self.cold
+        return [(pid, op, pos[keep[pos]]) for pid, op, pos in self._call_groups]
 
     @staticmethod
     def _groups_of(group: np.ndarray, keep: np.ndarray, min_count: int) -> list[tuple[int, int, np.ndarray]]:
+        """(pid, op, positions in time order) per value of ``group`` (pid * 256 + op), of at least ``min_count``."""
         out = []
-        order = np.argsort(group, kind="stable")
-        g_sorted = group[order]
-        uniq, bounds = np.unique(g_sorted, return_index=True)
-        bounds = np.append(bounds, len(g_sorted))
+        # Few groups: number them by counting (processes, then ops, each a small range), then a stable sort of
+        # the small numbers (a radix sort). np.unique and argsort of the keys themselves cost many times that.
+        pid = group >> 8
+        pids = distinct(pid)
+        key = np.searchsorted(pids, pid) * 256 + (group & 0xFF)
+        present = np.flatnonzero(np.bincount(key, minlength=len(pids) * 256))
+        uniq = pids[present >> 8] * 256 + (present & 0xFF)
+        number = np.zeros(len(pids) * 256, dtype=np.int64)
+        number[present] = np.arange(len(present))
+        rank = number[key].astype(np.uint16 if len(uniq) < 1 << 16 else np.int64)
+        order = np.argsort(rank, kind="stable")
+        if len(order) < 1 << 31:
+            order = order.astype(np.int32)  # positions into the calls: half the memory, kept for the whole analysis
+        bounds = np.searchsorted(rank[order], np.arange(len(uniq) + 1))
         for g in range(len(uniq)):
             pos = order[bounds[g] : bounds[g + 1]]
             pos = pos[keep[pos]]

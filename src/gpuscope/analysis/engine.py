@@ -32,7 +32,7 @@ from gpuscope.analysis.frame import (
     recording_bounds,
 )
 from gpuscope.analysis.imported_rates import ImportedRates, load_imported_rates
-from gpuscope.analysis.intervals import overlap_by_key
+from gpuscope.analysis.intervals import distinct, overlap_by_key
 from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
 from gpuscope.analysis.recording_state import RecordingState, read_recording_state
 from gpuscope.analysis.rules import RULES, Rule
@@ -218,7 +218,7 @@ def analyse(
     # the window alone add up to more than 100%.
     if aggregates is not None:
         call_rows = aggregates.mask(None, GPU_CALLS)
-        pids = np.unique(aggregates.pid[call_rows]).tolist()
+        pids = distinct(aggregates.pid[call_rows]).tolist()
         spans = {p: _span_ns(ctx, aggregates, p) for p in pids}
         stats = agg_op_stats(aggregates, GPU_CALLS, wall, time_ns=sum(spans.values()) or wall)
         for p in pids:
@@ -374,8 +374,8 @@ def _stateless_note(ctx: Context) -> tuple[str, ...]:
     s = ctx.stateless_sched
     if len(s) == 0 or len(ctx.calls) == 0:
         return ()
-    f, c = ctx.frame, ctx.calls
-    inside = overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+    f = ctx.frame
+    inside = overlap_by_key(ctx.call_tid, ctx.call_start, ctx.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
     total = int(inside.sum())
     if total == 0:
         return ()

@@ -11,16 +11,21 @@ The SQL behind both lives in ``gpuscope.store``; decoding the rows is done here.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuscope.analysis.intervals import distinct
 from gpuscope.model.latency import NBUCKETS
 from gpuscope.model.ops import OPS, Op, OpKind, Source
 from gpuscope.model.policy import SAMPLE_EVERY
 from gpuscope.store.aggregates_read import aggregate_rows, aggregates_cover_recording
+from gpuscope.store.blocks import BlockError
+from gpuscope.store.blocks_read import block_coverage, frame_block_chunks
 from gpuscope.store.events_read import (
     FRAME_ROW_WIDTH,
     PACKED_PID_SHIFT,
@@ -105,8 +110,7 @@ class EventFrame:
         return end
 
     def mask_ops(self, ops: frozenset[int]) -> np.ndarray:
-        mask: np.ndarray = np.isin(self.op, np.fromiter(ops, dtype=np.int64, count=len(ops)))
-        return mask
+        return op_mask(self.op, ops)
 
     @classmethod
     def from_columns(cls, cols: list[np.ndarray], comms: dict[int, str], cgroups: dict[int, int]) -> EventFrame:
@@ -119,6 +123,32 @@ class EventFrame:
 
     def comm(self, pid: int | None) -> str | None:
         return self.comms.get(int(pid)) if pid is not None else None
+
+
+def op_mask(op: np.ndarray, ops: frozenset[int]) -> np.ndarray:
+    """``np.isin(op, ops)`` for a frame's op column (ids < 256, as packed): one table lookup per row."""
+    mask: np.ndarray = _op_table(ops)[op]
+    return mask
+
+
+def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """``np.isin(values, pool)`` for large int64 arrays: one sort of ``pool`` and a binary search per value.
+
+    ``np.isin`` sorts both arrays together (several times slower with millions on each side).
+    """
+    if len(pool) == 0:
+        return np.zeros(len(values), dtype=bool)
+    ordered = np.sort(pool)
+    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    found: np.ndarray = ordered[at] == values
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _op_table(ops: frozenset[int]) -> np.ndarray:
+    table = np.zeros(256, dtype=bool)
+    table[[o for o in ops if 0 <= o < 256]] = True
+    return table
 
 
 _FIELDS = ("ts", "dur", "pid", "tid", "op", "cgroup", "bytes", "handle", "stream", "arg0", "arg1")
@@ -168,32 +198,102 @@ def load_frame(
     """
     # Upper bound on the rows, from the rowid range (no scan); np.empty only touches the pages it fills.
     cap = event_id_span(conn)
-    raw = [np.empty(cap, dtype=np.int64) for _ in range(FRAME_ROW_WIDTH)]
-    chunks = frame_row_chunks(
-        conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
-    )
-    n = 0
-    for rows in chunks:
-        k = min(len(rows), cap - n)  # rows appended after the bound was read are left for the next run
-        flat = np.fromiter(itertools.chain.from_iterable(rows[:k]), dtype=np.int64, count=k * FRAME_ROW_WIDTH)
-        block = flat.reshape(-1, FRAME_ROW_WIDTH)
-        for j in range(FRAME_ROW_WIDTH):
-            raw[j][n : n + k] = block[:, j]
-        n += k
-        if n >= cap:
-            break
-    raw = [r[:n] for r in raw]
+    try:
+        raw = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=True), cap)
+    except BlockError:
+        raw = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=False), cap)  # one gpuscope did not write
+    n = len(raw[0])
     ts = raw[0]
     if n > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
         # Rows are stored in arrival order, which is time order except across CPUs' ring-buffer batches.
         order = np.argsort(ts, kind="stable")
-        raw = [r[order] for r in raw]
+        del ts
+        for j in range(FRAME_ROW_WIDTH):
+            raw[j] = raw[j][order]  # one column at a time: the old one is freed before the next is copied
     packed = raw[2]
     pid_of = (packed >> PACKED_PID_SHIFT) & 0x3FFFFF
     cols = [raw[0], raw[1], pid_of, packed >> PACKED_TID_SHIFT, packed & 0xFF, *raw[3:]]
     del raw, packed
-    comms, cgroups = _process_names(conn, np.unique(cols[2]).tolist())
+    comms, cgroups = _process_names(conn, distinct(cols[2]).tolist())
     return EventFrame.from_columns(cols, comms, cgroups)
+
+
+def _gather(parts: Iterator[list[np.ndarray]], cap: int) -> list[np.ndarray]:
+    """The parts' columns end to end, at most ``cap`` rows (rows appended after the bound was read wait for the next run).
+
+    One part is handed back as it is; more are copied into columns of ``cap``
+    rows made up front (``np.empty`` only touches the pages filled), so the
+    peak is one frame and one part, not two frames.
+    """
+    first = next(parts, None)
+    if first is None:
+        return [_EMPTY] * FRAME_ROW_WIDTH
+    second = next(parts, None) if len(first[0]) < cap else None
+    if second is None:
+        return [np.ascontiguousarray(c[:cap]) for c in first]
+    raw = [np.empty(cap, dtype=np.int64) for _ in range(FRAME_ROW_WIDTH)]
+    n = 0
+    for part in itertools.chain((first, second), parts):
+        k = min(len(part[0]), cap - n)
+        for j in range(FRAME_ROW_WIDTH):
+            raw[j][n : n + k] = part[j][:k]
+        n += k
+        if n >= cap:
+            break
+    return [r[:n] for r in raw]
+
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _frame_parts(
+    conn: sqlite3.Connection,
+    start_ns: int,
+    end_ns: int,
+    pids: tuple[int, ...],
+    thin: dict[tuple[int, int], int] | None,
+    *,
+    blocks: bool,
+) -> Iterator[list[np.ndarray]]:
+    """The frame's columns in id order: from column blocks where they cover the rows (``blocks``), else rows.
+
+    Raises BlockError for a block gpuscope did not write.
+    """
+    coverage = block_coverage(conn) if blocks else None
+    if coverage is None:
+        yield from _row_parts(
+            frame_row_chunks(
+                conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
+            )
+        )
+        return
+    for lo, hi in ((None, coverage.first_id - 1), (coverage.first_id, coverage.last_id), (coverage.last_id + 1, None)):
+        if lo == coverage.first_id:
+            yield from frame_block_chunks(
+                conn, coverage, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
+            )
+        elif coverage.rows_before if lo is None else coverage.rows_after:
+            ids = (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi)
+            yield from _row_parts(
+                frame_row_chunks(
+                    conn,
+                    start_ns,
+                    end_ns,
+                    detail_ops=_DETAIL_OPS,
+                    keep_every=THIN_SAMPLE,
+                    pids=pids,
+                    thin=thin,
+                    ids=ids,
+                )
+            )
+
+
+def _row_parts(chunks: Iterator[list[tuple[int, ...]]]) -> Iterator[list[np.ndarray]]:
+    for rows in chunks:
+        k = len(rows)
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=k * FRAME_ROW_WIDTH)
+        block = flat.reshape(-1, FRAME_ROW_WIDTH)
+        yield [block[:, j] for j in range(FRAME_ROW_WIDTH)]
 
 
 def _process_names(conn: sqlite3.Connection, pids: list[int]) -> tuple[dict[int, str], dict[int, int]]:

@@ -4,6 +4,29 @@ from __future__ import annotations
 
 import numpy as np
 
+_QUERY_CHUNK = 1 << 18
+
+
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """``np.unique(keys)`` for ids (pids, tids, ops): sorted, without ``np.unique``'s cost where ids are few.
+
+    A few thousand keys go through a set; many keys in a narrow range (the
+    usual pids and tids) are counted; only the rest are sorted by
+    ``np.unique``, whose first call also imports ``numpy.ma`` (40 ms).
+    """
+    n = len(keys)
+    if n <= _SET_KEYS:
+        return np.array(sorted(set(keys.tolist())), dtype=np.int64)
+    lo, hi = int(keys.min()), int(keys.max())
+    if hi - lo <= 8 * n:
+        counts = np.bincount(keys - lo, minlength=hi - lo + 1)
+        found: np.ndarray = np.flatnonzero(counts) + lo
+        return found
+    return np.unique(keys)
+
+
+_SET_KEYS = 4096
+
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted, disjoint [start, end) pairs."""
@@ -28,6 +51,19 @@ def overlap_ns(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_en
         return np.zeros(len(q_start), dtype=np.int64)
     length = i_end - i_start
     cum = np.concatenate(([0], np.cumsum(length)))
+    if len(q_start) <= _QUERY_CHUNK:
+        return _covered(q_start, q_end, i_start, i_end, cum)
+    # In chunks: a dozen temporaries per query, which for millions of calls is hundreds of MB at once.
+    out = np.empty(len(q_start), dtype=np.int64)
+    for lo in range(0, len(q_start), _QUERY_CHUNK):
+        hi = lo + _QUERY_CHUNK
+        out[lo:hi] = _covered(q_start[lo:hi], q_end[lo:hi], i_start, i_end, cum)
+    return out
+
+
+def _covered(
+    q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_end: np.ndarray, cum: np.ndarray
+) -> np.ndarray:
     lo = np.searchsorted(i_end, q_start, side="right")  # first interval ending after q_start
     hi = np.searchsorted(i_start, q_end, side="left")  # intervals starting before q_end
     hi = np.maximum(hi, lo)
@@ -56,7 +92,7 @@ def overlap_by_key(
     out = np.zeros(len(q_start), dtype=np.int64)
     if len(i_start) == 0 or len(q_start) == 0:
         return out
-    for key in np.intersect1d(np.unique(q_key), np.unique(i_key)):
+    for key in np.intersect1d(distinct(q_key), distinct(i_key), assume_unique=True):
         qm = q_key == key
         im = i_key == key
         s, e = merge(i_start[im], i_end[im])

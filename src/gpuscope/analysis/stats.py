@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.analysis.frame import Aggregates
+from gpuscope.analysis.intervals import distinct
 from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, Severity
 from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
@@ -96,7 +97,7 @@ def agg_op_stats(
     out = []
     wall = max(wall_ns, 1)
     budget = max(time_ns if time_ns is not None else wall_ns, 1)
-    for op in np.unique(aggs.op[m]).tolist():
+    for op in distinct(aggs.op[m]).tolist():
         k = m & (aggs.op == op)
         n = int(aggs.count[k].sum())
         if n == 0:

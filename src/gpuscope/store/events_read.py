@@ -33,14 +33,15 @@ _LAST_END_REACH_NS = 60_000_000_000
 # A longest event beyond a year is a damaged value, not a bound worth using.
 _LONGEST_BOUND_NS = 365 * 86_400 * 10**9
 # Host events (op_id >= 128) always carry their detail: a sched_switch names its preemptor through them.
+DETAIL_OP_FLOOR = 128
 _FRAME_COLUMNS = (
     f"ts_ns, duration_ns, (tid << {PACKED_TID_SHIFT}) | (pid << {PACKED_PID_SHIFT}) | op_id, "
     "CASE WHEN {detail} THEN cgroup_id ELSE 0 END, "
     "CASE WHEN {detail} THEN bytes ELSE 0 END, "
     "CASE WHEN {detail} THEN handle ELSE 0 END, "
-    "CASE WHEN op_id >= 128 THEN stream ELSE 0 END, "
+    f"CASE WHEN op_id >= {DETAIL_OP_FLOOR} THEN stream ELSE 0 END, "
     "CASE WHEN {detail} THEN arg0 ELSE 0 END, "
-    "CASE WHEN op_id >= 128 THEN arg1 ELSE 0 END"
+    f"CASE WHEN op_id >= {DETAIL_OP_FLOOR} THEN arg1 ELSE 0 END"
 )
 _EXPORT_COLUMNS = (
     "SELECT session_id, ts_ns, duration_ns, pid, tid, comm, source, op, bytes, ret, stream, handle, arg0, flags "
@@ -104,6 +105,12 @@ _LONGEST: dict[tuple[object, ...], int | None] = {}
 _LONGEST_LOCK = threading.Lock()
 
 
+def window_floor(conn: sqlite3.Connection, start_ns: int) -> int | None:
+    """The earliest start of an event that reaches ``start_ns``, where the longest event is known."""
+    longest = _longest_event_ns(conn)
+    return None if longest is None else start_ns - longest
+
+
 def _index_pays(conn: sqlite3.Connection, lo_ns: int | None, hi_ns: int) -> bool:
     """Whether reading [lo_ns, hi_ns] of start times through the ts index beats scanning the table.
 
@@ -139,6 +146,7 @@ def frame_row_chunks(
     pids: tuple[int, ...] = (),
     thin: Mapping[tuple[int, int], int] | None = None,
     chunk_rows: int = FRAME_CHUNK_ROWS,
+    ids: tuple[int, int] | None = None,
 ) -> Iterator[list[tuple[int, ...]]]:
     """Yield frame rows (layout above) of the events that overlap [start_ns, end_ns], in storage order, in chunks.
 
@@ -146,17 +154,20 @@ def frame_row_chunks(
     ``pids``: keep only these processes' GPU events (host events of every
     process are kept). ``thin`` maps (pid, op) of high-rate ops to a duration
     threshold: of those only calls slower than it, one row in ``keep_every``,
-    and the first of each run of them are read.
+    and the first of each run of them are read. ``ids``: only rows with ids in
+    this range (the others are read from column blocks).
     """
-    detail = f"op_id >= 128 OR op_id IN ({','.join(map(str, sorted(detail_ops)))})"
+    detail = f"op_id >= {DETAIL_OP_FLOOR} OR op_id IN ({','.join(map(str, sorted(detail_ops)))})"
     where = "ts_ns <= ? AND ts_ns + duration_ns >= ?"
     params: list[int] = [end_ns, start_ns]
     # A lower bound on the start that the index can use: nothing lasts longer than the longest event.
-    longest = _longest_event_ns(conn)
-    lo = None if longest is None else start_ns - longest
+    lo = window_floor(conn, start_ns)
     if lo is not None:
         where += " AND ts_ns >= ?"
         params.append(lo)
+    if ids is not None:
+        where += " AND id BETWEEN ? AND ?"
+        params += list(ids)
     source = "event_log" if _index_pays(conn, lo, end_ns) else "event_log NOT INDEXED"
     if pids:
         # Host events of every process stay (a neighbour's CPU is a cause); NCCL calls are GPU calls.

@@ -41,7 +41,12 @@ Progress = Callable[[str], None]
 
 _CHUNK = 200_000  # event rows per INSERT ... SELECT, between progress reports
 # Handled by dedicated code below, or bookkeeping that belongs to the output.
-_SPECIAL = {"sessions", "event_log", "comms", "ops", "sources", "imported_events", "schema_migrations", "imports"}
+# Column blocks are not copied: their op ids and row ids are the input's, and the output's
+# rows are read as rows (gpuscope.store.blocks).
+_SPECIAL = {
+    "sessions", "event_log", "comms", "ops", "sources", "imported_events", "schema_migrations", "imports",
+    "event_blocks",
+}  # fmt: skip
 
 
 class MergeConflictError(GpuscopeError):

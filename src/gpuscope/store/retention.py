@@ -34,6 +34,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuscope.store.blocks import trim_block_before, write_block
+
 DEFAULT_MAX_DB = 10 << 30
 # Rows are deleted down to this share of the cap, from a high-water mark above it.
 HIGH_WATER = 0.8
@@ -136,7 +138,12 @@ def delete_oldest(conn: sqlite3.Connection, excess_bytes: int, live: Usage) -> i
     per_row = max(live.live_pages * live.page_size / rows, 1.0)
     n = min(rows, max(int(excess_bytes / per_row * 1.1), 1000))
     conn.execute("BEGIN")
-    cur = conn.execute("DELETE FROM event_log WHERE id IN (SELECT id FROM event_log ORDER BY id LIMIT ?)", (n,))
+    (cut,) = conn.execute("SELECT id FROM event_log ORDER BY id LIMIT 1 OFFSET ?", (n - 1,)).fetchone()
+    # The block cut through keeps its later rows (its trigger drops it with the first row deleted).
+    kept = trim_block_before(conn, cut)
+    cur = conn.execute("DELETE FROM event_log WHERE id <= ?", (cut,))
+    if kept is not None:
+        write_block(conn, *kept)
     _drop_orphans(conn)
     conn.execute("COMMIT")
     return int(cur.rowcount)

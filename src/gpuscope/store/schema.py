@@ -520,6 +520,32 @@ CREATE TABLE system_samples (
 );
 """
 
+# A columnar copy of the event rows for the analysis (gpuscope.store.blocks):
+# one row per block of contiguous ids. A row deleted or updated by anything
+# but retention (which trims the block itself) drops its block, so the rows are
+# read as rows again; the triggers cost nothing while rows are only appended.
+_V10_BLOCKS = """
+CREATE TABLE event_blocks (
+    first_id INTEGER PRIMARY KEY,
+    rows INTEGER NOT NULL,
+    session_id INTEGER NOT NULL,
+    min_ts_ns INTEGER NOT NULL,
+    max_ts_ns INTEGER NOT NULL,
+    max_end_ns INTEGER NOT NULL,
+    columns BLOB NOT NULL
+);
+CREATE TRIGGER event_log_delete_block AFTER DELETE ON event_log BEGIN
+    DELETE FROM event_blocks
+    WHERE first_id = (SELECT max(first_id) FROM event_blocks WHERE first_id <= old.id) AND first_id + rows > old.id;
+END;
+CREATE TRIGGER event_log_update_block AFTER UPDATE ON event_log BEGIN
+    DELETE FROM event_blocks
+    WHERE first_id = (SELECT max(first_id) FROM event_blocks WHERE first_id <= old.id) AND first_id + rows > old.id;
+    DELETE FROM event_blocks
+    WHERE first_id = (SELECT max(first_id) FROM event_blocks WHERE first_id <= new.id) AND first_id + rows > new.id;
+END;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
@@ -530,6 +556,7 @@ MIGRATIONS: list[Migration] = [
     Migration(7, "durability: agent pid, committed-until time, end reason, drops per second", _V7_DURABILITY),
     Migration(8, "call stacks on the event's own row", _V8_ROW_STACKS),
     Migration(9, "host CPU, memory, load and swap once a second", _V9_SYSTEM),
+    Migration(10, "column blocks of the event rows, for the analysis", _V10_BLOCKS),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

@@ -25,6 +25,8 @@ from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
+from gpuscope.store.blocks import BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
+
 __all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
 
 P = ParamSpec("P")
@@ -43,6 +45,8 @@ _INSERT = _INSERT_INTO + _ROW
 _ROWS_PER_INSERT = 32
 _INSERT_MANY = _INSERT_INTO + ", ".join([_ROW] * _ROWS_PER_INSERT)
 _U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
+# Where each of gpuscope.store.blocks.BLOCK_COLUMNS is among the inserted columns.
+_BLOCK_INDEX = [1, 2, 3, 4, 7, 6, 10, 11, 12, 13, 14]
 
 
 def events_end_ns(conn: sqlite3.Connection) -> int:
@@ -114,6 +118,31 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error) and ("disk is full" in str(exc) or "No space left" in str(exc))
 
 
+class _PendingBlock:
+    """Rows inserted but not yet in a column block (``gpuscope.store.blocks``): contiguous ids from ``first``."""
+
+    def __init__(self) -> None:
+        self.first = 0
+        self.rows = 0
+        self.since = 0.0
+        self._parts: list[np.ndarray] = []
+
+    @property
+    def next_id(self) -> int:
+        return self.first + self.rows
+
+    def add(self, first: int, columns: np.ndarray) -> None:
+        if not self.rows:
+            self.first, self.since = first, time.monotonic()
+        self._parts.append(columns)
+        self.rows += len(columns)
+
+    def take(self) -> tuple[int, np.ndarray]:
+        out = (self.first, np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0])
+        self.rows, self._parts = 0, []
+        return out
+
+
 class EventWriter:
     """Own one writer connection on a background thread.
 
@@ -161,6 +190,7 @@ class EventWriter:
         self._room = threading.Condition()
         # Rows per second of insert time (an average that follows the load), for the queue bound.
         self._rate = 200_000.0
+        self._block = _PendingBlock()
         self._thread = threading.Thread(target=self._run, name="gpuscope-writer", daemon=True)
         self._thread.start()
 
@@ -241,6 +271,7 @@ class EventWriter:
             self._loop()
         except BaseException as exc:
             self.error = exc
+            self._block = _PendingBlock()  # it may hold rows rolled back: those rows are read as rows
             # The rows of the transaction at hand are rolled back: lost, not written.
             self.rows_written -= self._txn_rows
             self._lost_here += self._txn_rows
@@ -259,6 +290,10 @@ class EventWriter:
         while True:
             item = self._queue.get()
             if item is None:
+                if self._block.rows:
+                    conn.execute("BEGIN")
+                    self._flush_block()
+                    conn.execute("COMMIT")
                 return
             conn.execute("BEGIN")
             began = time.monotonic()
@@ -273,8 +308,9 @@ class EventWriter:
                     item.fn(conn, *item.args, **item.kwargs)
                     wrote = True
                 elif isinstance(item, _Maintenance):
-                    # Maintenance (retention, checkpoints) runs between transactions.
-                    self._commit(newest)
+                    # Maintenance (retention, checkpoints) runs between transactions,
+                    # after every row is in a block (retention trims blocks, not pending rows).
+                    self._commit(newest, flush=True)
                     item.fn(conn, *item.args, **item.kwargs)
                     conn.execute("BEGIN")
                     began, rows, newest, wrote = time.monotonic(), 0, None, False
@@ -291,7 +327,7 @@ class EventWriter:
                 except queue.Empty:
                     break
                 if nxt is None:
-                    self._commit(self._mark(newest, wrote))
+                    self._commit(self._mark(newest, wrote), flush=True)
                     return
                 item = nxt
             self._commit(self._mark(newest, wrote))
@@ -322,7 +358,9 @@ class EventWriter:
             self._rate = 0.8 * self._rate + 0.2 * (len(batch.events) / spent)
         return len(batch.events)
 
-    def _commit(self, newest: _Batch | None) -> None:
+    def _commit(self, newest: _Batch | None, *, flush: bool = False) -> None:
+        if self._block.rows and (flush or time.monotonic() - self._block.since >= BLOCK_MAX_AGE_S):
+            self._flush_block()
         if newest is not None and self._on_commit is not None:
             self._on_commit(self._conn, newest.read_wall_ns, newest.read_mono_ns)
         self._conn.execute("COMMIT")
@@ -379,6 +417,18 @@ class EventWriter:
             self._conn.executemany(_INSERT, cols[bulk:].tolist())
         self.rows_written += n
         self._txn_rows += n
+        first = last_row_id(self._conn) - n + 1
+        if self._block.rows and first != self._block.next_id:
+            self._flush_block()  # ids not contiguous with the pending ones (rows inserted by other means)
+        self._block.add(first, cols[:, _BLOCK_INDEX])
+        # No bigger than a transaction's rows: under a small --max-db a block must fit its WAL budget too.
+        if self._block.rows >= min(BLOCK_ROWS, self._durability.rows_per_commit):
+            self._flush_block()
+
+    def _flush_block(self) -> None:
+        """Write the pending rows' column block, in the transaction at hand."""
+        first, columns = self._block.take()
+        write_block(self._conn, self._session_id, first, columns)
 
     def _comm_column(self, comms: np.ndarray) -> np.ndarray:
         # Group the 16-byte names through a 64-bit key (4x faster than unique

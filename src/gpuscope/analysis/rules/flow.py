@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS
-from gpuscope.analysis.intervals import merge, overlap_by_key, overlap_ns
+from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS, op_mask
+from gpuscope.analysis.intervals import distinct, merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import symptom_for
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
@@ -22,7 +22,7 @@ DROP = 0.4
 
 
 def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
-    return np.isin(a, np.fromiter(ops, dtype=np.int64, count=len(ops)))
+    return op_mask(a, ops)
 
 
 class DataStarvationRule:
@@ -127,7 +127,7 @@ def _fed_gaps(ctx: Context, pid: int, tids: np.ndarray, gs: np.ndarray, ge: np.n
     wk, waker_pid, waker_tid = wk[mine], waker_pid[mine], waker_tid[mine]
     fed = np.zeros(len(gs), dtype=bool)
     wakers: dict[tuple[int, int], int] = {}
-    for tid in np.unique(tids).tolist():
+    for tid in distinct(tids).tolist():
         gi = np.flatnonzero(tids == tid)
         gi = gi[np.argsort(gs[gi], kind="stable")]
         m = f.tid[wk] == tid

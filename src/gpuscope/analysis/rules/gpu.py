@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS
-from gpuscope.analysis.intervals import merge, overlap_ns
+from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS, is_member, op_mask
+from gpuscope.analysis.intervals import distinct, merge, overlap_ns
 from gpuscope.analysis.rules.base import effect_line, per_op_effects, symptom_for
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity
@@ -15,7 +15,7 @@ from gpuscope.model.units import fmt_bytes, fmt_ns
 
 
 def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
-    return np.isin(a, np.fromiter(ops, dtype=np.int64, count=len(ops)))
+    return op_mask(a, ops)
 
 
 class GpuContentionRule:
@@ -26,7 +26,7 @@ class GpuContentionRule:
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
         work = _isin(f.op[c], GPU_WORK)
-        pids = np.unique(f.pid[c[work]])
+        pids = distinct(f.pid[c[work]])
         if len(pids) < 2:
             return []
         other = np.zeros(len(c), dtype=np.int64)
@@ -83,13 +83,13 @@ class ColdStartRule:
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c, cold = ctx.frame, ctx.calls, ctx.cold
         out = []
-        for p in np.unique(f.pid[c[cold]]).tolist():
+        for p in distinct(f.pid[c[cold]]).tolist():
             pos = np.flatnonzero(cold & (f.pid[c] == p))
             lost = int(f.dur[c[pos]].sum())
             wall = ctx.pid_span_ns(p)
             launches = _isin(f.op[c[pos]], LAUNCH_OPS)
-            kernels = len(np.unique(f.handle[c[pos[launches]]]))
-            ops = np.unique(f.op[c[pos]]).tolist()
+            kernels = len(set(f.handle[c[pos[launches]]].tolist()))
+            ops = distinct(f.op[c[pos]]).tolist()
             worst = pos[np.argmax(f.dur[c[pos]])]
             lines = [
                 f"{len(pos)} cold first calls cost {fmt_ns(lost)}; slowest {op_name(int(f.op[c[worst]]))} "
@@ -342,13 +342,13 @@ class MemoryLeakRule:
             al, fr = _alloc_layer(mine, f.op[mine])
             if len(al) < 10:
                 continue
-            freed = np.isin(f.handle[al], f.handle[fr])
+            freed = is_member(f.handle[al], f.handle[fr])
             live = np.cumsum(np.where(freed, 0, f.bytes[al]))
             unfreed = int((~freed).sum())
             # Growth through the process's work: live bytes at its middle call against the end. A caching
             # allocator fills up in the first steps and then stays flat however long the run: that is warm-up,
             # and measured by allocations alone (all of them early) it would look like growth.
-            mid_ts = np.sort(f.ts[mine])[len(mine) // 2]
+            mid_ts = f.ts[mine][len(mine) // 2]  # calls are in time order
             before = int(np.searchsorted(f.ts[al], mid_ts, side="right"))
             live_mid = int(live[before - 1]) if before else 0
             if unfreed < 10 or live_mid <= 0 or live[-1] < 1.8 * live_mid:

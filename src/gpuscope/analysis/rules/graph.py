@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
+from gpuscope.analysis.intervals import distinct
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
@@ -37,7 +38,7 @@ def capture_time_ns(ctx: Context, begins: np.ndarray, ends: np.ndarray) -> int:
     """Time inside capture windows: each EndCapture back to the latest BeginCapture of its thread."""
     f = ctx.frame
     total = 0
-    for tid in np.unique(f.tid[ends]).tolist():
+    for tid in distinct(f.tid[ends]).tolist():
         b = np.sort(f.ts[begins[f.tid[begins] == tid]])
         e = ends[f.tid[ends] == tid]
         if len(b) == 0:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.intervals import attribute, count_in, overlap_by_key
+from gpuscope.analysis.intervals import attribute, count_in, distinct, overlap_by_key
 from gpuscope.analysis.rules.base import host_cause_findings
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
@@ -26,22 +26,23 @@ def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tupl
     """
     f, c, s = ctx.frame, ctx.calls, ctx.preempting
     s = s[f.pid[s] == pid]
-    mine = c[f.pid[c] == pid]
+    mine = f.pid[c] == pid  # a mask over the calls: with millions of calls, positions and gathers cost hundreds of MB
     if other_cgroup_only:
         s = s[f.stream[s] != f.cgroup[s]]
     by_task: dict[int, int] = {}
-    for tid in np.unique(f.tid[s]).tolist():
+    for tid in distinct(f.tid[s]).tolist():
         st = s[f.tid[s] == tid]
-        ct = mine[f.tid[mine] == tid]
-        for label, t in attribute(f.ts[ct], f.ts[ct] + f.dur[ct], f.ts[st], f.ts[st] + f.dur[st], f.handle[st]).items():
+        ct = np.flatnonzero(mine & (ctx.call_tid == tid))
+        q_start, q_end = ctx.call_start[ct], ctx.call_end[ct]
+        for label, t in attribute(q_start, q_end, f.ts[st], f.ts[st] + f.dur[st], f.handle[st]).items():
             by_task[label] = by_task.get(label, 0) + t
     total = sum(by_task.values()) or 1
     by_pid: dict[int, int] = {}
     for h, t in by_task.items():
         by_pid[h >> 32] = by_pid.get(h >> 32, 0) + t
-    cg_of: dict[int, int] = {}
-    for h, cg in zip((f.handle[s] >> 32).tolist(), f.stream[s].tolist(), strict=True):
-        cg_of.setdefault(int(h), int(cg))
+    # Each preemptor's cgroup as its first row names it.
+    preemptor, first = np.unique(f.handle[s] >> 32, return_index=True)
+    cg_of = dict(zip(preemptor.tolist(), f.stream[s[first]].tolist(), strict=True))
     culprits = tuple(
         Culprit(
             "preemptor",
@@ -89,7 +90,7 @@ class NoisyNeighbourRule:
         s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
         if len(s) == 0:
             return []
-        cause = overlap_by_key(f.tid[c], f.ts[c], f.ts[c] + f.dur[c], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+        cause = overlap_by_key(ctx.call_tid, ctx.call_start, ctx.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
         affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
@@ -114,7 +115,7 @@ def _same_pid_interval_cause(ctx: Context, op: Op) -> tuple[np.ndarray, np.ndarr
     f, c = ctx.frame, ctx.calls
     i = np.flatnonzero(f.op == int(op))
     ends = f.ts[i] + np.maximum(f.dur[i], 1)
-    return i, overlap_by_key(f.pid[c], f.ts[c], f.ts[c] + f.dur[c], f.pid[i], f.ts[i], ends)
+    return i, overlap_by_key(f.pid[c], ctx.call_start, ctx.call_end, f.pid[i], f.ts[i], ends)
 
 
 class BlockIoRule:
@@ -162,7 +163,7 @@ class MemoryPressureRule:
         if len(src) == 0:
             return []
         src_end = f.ts[src] + np.maximum(f.dur[src], 1)
-        cause = overlap_by_key(f.pid[c], f.ts[c], f.ts[c] + f.dur[c], f.pid[src], f.ts[src], src_end)
+        cause = overlap_by_key(f.pid[c], ctx.call_start, ctx.call_end, f.pid[src], f.ts[src], src_end)
         affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
         evidence = {}
         for pid in ctx.call_pids:
@@ -190,7 +191,7 @@ class TcpRetransmitRule:
         if len(rt) == 0:
             return []
         hits = np.zeros(len(c), dtype=np.int64)
-        for pid in np.unique(f.pid[rt]).tolist():
+        for pid in distinct(f.pid[rt]).tolist():
             cm = f.pid[c] == pid
             pts = np.sort(f.ts[rt[f.pid[rt] == pid]])
             hits[cm] = count_in(f.ts[c[cm]], f.ts[c[cm]] + f.dur[c[cm]], pts)
@@ -198,7 +199,7 @@ class TcpRetransmitRule:
         cause = np.where(affected, f.dur[c], 0)  # a retransmit timeout stalls the whole call
         evidence = {
             int(p): [f"{int((f.pid[rt] == p).sum())} TCP retransmits during its calls"]
-            for p in np.unique(f.pid[rt]).tolist()
+            for p in distinct(f.pid[rt]).tolist()
         }
         fix = (
             "check the network path: NIC counters (ethtool -S), switch errors, MTU mismatches; for NCCL over TCP "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.intervals import overlap_by_key
+from gpuscope.analysis.intervals import distinct, overlap_by_key
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Finding, Symptom
 from gpuscope.model.ops import Op
@@ -38,7 +38,7 @@ class BlockingIoRule:
             return []
         blocked = s[f.arg0[s] == 0]  # preemptions are another rule's; stateless rows count as blocked
         # Traced processes: only they have scheduler rows (in gpuscope's recordings and in the reference's).
-        pids = sorted((set(np.unique(f.pid[blocked]).tolist()) | set(ctx.call_pids)) - set(ctx.tracer_pids))
+        pids = sorted((set(distinct(f.pid[blocked]).tolist()) | set(ctx.call_pids)) - set(ctx.tracer_pids))
         out = []
         for pid in pids:
             found = self._process(ctx, pid, blocked[f.pid[blocked] == pid], io[f.pid[io] == pid])
@@ -53,8 +53,8 @@ class BlockingIoRule:
         waited = overlap_by_key(
             f.tid[off], f.ts[off], f.ts[off] + f.dur[off], f.tid[io], f.ts[io], f.ts[io] + np.maximum(f.dur[io], 1)
         )
-        callers = np.unique(f.tid[ctx.calls[f.pid[ctx.calls] == pid]])
-        tids = np.unique(f.tid[off])
+        callers = distinct(f.tid[ctx.calls[f.pid[ctx.calls] == pid]])
+        tids = distinct(f.tid[off])
         if len(callers):
             tids = tids[np.isin(tids, callers)]
         if len(tids) == 0:

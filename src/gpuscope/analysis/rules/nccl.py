@@ -27,7 +27,7 @@ import numpy as np
 from gpuscope.analysis.attribution import Attribution, attribution_of
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import ops_of
-from gpuscope.analysis.intervals import attribute, merge, overlap_ns
+from gpuscope.analysis.intervals import attribute, distinct, merge, overlap_ns
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Symptom
 from gpuscope.model.ops import Op, OpKind, op_name
@@ -293,7 +293,7 @@ class NcclStragglerRule:
         if len(rows) == 0 or len(q_start) == 0:
             return 0.0, rows
         total = 0
-        for tid in np.unique(f.tid[rows]).tolist():
+        for tid in distinct(f.tid[rows]).tolist():
             r = rows[f.tid[rows] == tid]
             ms, me = merge(f.ts[r], f.ts[r] + f.dur[r])
             qs, qe = merge(q_start, q_end)

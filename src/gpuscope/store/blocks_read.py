@@ -1,0 +1,246 @@
+"""Read the analysis frame from column blocks (``gpuscope.store.blocks``), with the row path's filters in numpy.
+
+``frame_block_chunks`` yields exactly the rows ``events_read.frame_row_chunks``
+would for the same ids (the same window, process and thinning filters, and
+the same zeroed columns), as column arrays instead of row tuples.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuscope.model.ops import FIRST_HOST_OP_ID
+from gpuscope.store.blocks import BLOCK_COLUMNS, BlockError, parse_block, widen
+from gpuscope.store.events_read import DETAIL_OP_FLOOR, PACKED_PID_SHIFT, PACKED_TID_SHIFT, window_floor
+
+# Rows decoded at a time: bounds the memory of a read to about 100 MB over what it keeps.
+GROUP_ROWS = 1 << 20
+_TS, _DUR, _PID, _TID, _OP, _CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1 = range(len(BLOCK_COLUMNS))
+_NO_OP = -1  # the op of a row that does not exist (SQL's NULL in the row path's test)
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """The ids [first_id, last_id] that blocks hold (the newest contiguous run), with those blocks' ranges."""
+
+    first_id: int
+    last_id: int
+    # Per block, in id order: first id, rows, min ts, max end.
+    blocks: np.ndarray
+    rows_before: bool  # rows with ids below first_id exist (read as rows)
+    rows_after: bool  # likewise above last_id
+
+
+def block_coverage(conn: sqlite3.Connection) -> Coverage | None:
+    """The newest run of blocks with contiguous ids, all of whose rows exist; None when there is none.
+
+    Reads only the blocks' small columns (one row per block).
+    """
+    try:
+        meta = conn.execute(
+            "SELECT first_id, rows, min_ts_ns, max_end_ns FROM event_blocks ORDER BY first_id"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return None  # a file older than blocks
+    if not meta:
+        return None
+    try:
+        arr = np.array(meta, dtype=np.int64).reshape(len(meta), 4)
+    except (TypeError, ValueError, OverflowError):
+        return None  # values gpuscope never writes: read rows
+    if bool((arr[:, 1] <= 0).any()):
+        return None
+    ends = arr[:, 0] + arr[:, 1]
+    # The run ends at the newest block; it starts after the last break in contiguity.
+    breaks = np.flatnonzero(arr[1:, 0] != ends[:-1])
+    run = arr[int(breaks[-1]) + 1 if len(breaks) else 0 :]
+    first, last = int(run[0, 0]), int(ends[-1]) - 1
+    (bottom,) = conn.execute("SELECT min(rowid) FROM event_log").fetchone()
+    (top,) = conn.execute("SELECT max(rowid) FROM event_log").fetchone()
+    if top is None or last > int(top) or first < int(bottom):
+        return None  # blocks of rows that are gone (a file changed without its triggers)
+    return Coverage(first, last, run, first > int(bottom), last < int(top))
+
+
+def frame_block_chunks(
+    conn: sqlite3.Connection,
+    coverage: Coverage,
+    start_ns: int,
+    end_ns: int,
+    *,
+    detail_ops: frozenset[int],
+    keep_every: int,
+    pids: tuple[int, ...] = (),
+    thin: Mapping[tuple[int, int], int] | None = None,
+) -> Iterator[list[np.ndarray]]:
+    """Yield the frame columns (``events_read`` layout) of the covered rows that overlap [start_ns, end_ns].
+
+    In id order, a group of blocks at a time. Only the columns the filters
+    test are widened for every row; the others only for the rows kept.
+    Raises BlockError for a block gpuscope did not write; the caller reads
+    rows instead.
+    """
+    floor = window_floor(conn, start_ns)
+    meta = coverage.blocks
+    chosen = meta[(meta[:, 3] >= start_ns) & (meta[:, 2] <= end_ns)]
+    detail = _lookup(detail_ops)
+    thin_ops = _lookup({o for _, o in thin}) if thin else None
+    pid_set = np.asarray(pids, dtype=np.int64)
+    carried = (-1, _NO_OP)  # the id after the last row read and its op, for the first row of the next group
+    i = 0
+    while i < len(chosen):
+        j, total = i, 0
+        while j < len(chosen) and (total == 0 or total + chosen[j, 1] <= GROUP_ROWS):
+            total += int(chosen[j, 1])
+            j += 1
+        group = _Group(conn, chosen[i:j], total)
+        i = j
+        ts, dur, op = group.full(_TS), group.full(_DUR), group.full(_OP)
+        pid = group.full(_PID) if pids or thin else None
+        mask = ts <= end_ns
+        mask &= ts + dur >= start_ns
+        if floor is not None:
+            mask &= ts >= floor
+        if pids and pid is not None:
+            mask &= np.isin(pid, pid_set) | (op >= FIRST_HOST_OP_ID)
+        if thin and thin_ops is not None and pid is not None:
+            _thin(conn, mask, (op, pid, dur), group, carried, thin, thin_ops, keep_every)
+        carried = (int(group.meta[-1, 0] + group.meta[-1, 1]), int(op[-1]))
+        kept = np.flatnonzero(mask)
+        yield _frame_columns(group, kept, ts[kept], dur[kept], op[kept], None if pid is None else pid[kept], detail)
+
+
+class _Group:
+    """Consecutive blocks read together: their columns parsed, widened to int64 on demand."""
+
+    def __init__(self, conn: sqlite3.Connection, meta: np.ndarray, total: int) -> None:
+        self.meta = meta
+        self.total = total
+        # Row offset of each block in the group, and the group's end.
+        self.starts = np.concatenate(([0], np.cumsum(meta[:, 1])))
+        self.columns: list[list[tuple[int, np.ndarray | None]]] = []
+        want = meta[:, 0].tolist()
+        for lo in range(0, len(want), 500):
+            ids = want[lo : lo + 500]
+            rows = conn.execute(
+                f"SELECT first_id, rows, columns FROM event_blocks WHERE first_id IN ({','.join('?' * len(ids))}) "
+                "ORDER BY first_id",
+                ids,
+            ).fetchall()
+            if [r[0] for r in rows] != ids:
+                raise BlockError("a column block went away while it was read")
+            self.columns += [parse_block(blob, n) for _first, n, blob in rows]
+
+    def full(self, j: int) -> np.ndarray:
+        """Column ``j`` of every row."""
+        out = np.empty(self.total, dtype=np.int64)
+        for b, cols in enumerate(self.columns):
+            widen(*cols[j], out[self.starts[b] : self.starts[b + 1]])
+        return out
+
+    def take(self, j: int, kept: np.ndarray) -> np.ndarray:
+        """Column ``j`` of the rows at ``kept`` (sorted positions in the group)."""
+        out = np.empty(len(kept), dtype=np.int64)
+        cut = np.searchsorted(kept, self.starts)
+        for b, cols in enumerate(self.columns):
+            a, z = int(cut[b]), int(cut[b + 1])
+            if a == z:
+                continue
+            base, offsets = cols[j]
+            widen(base, None if offsets is None else offsets[kept[a:z] - self.starts[b]], out[a:z])
+        return out
+
+
+def _is_in(table: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """``table[op]`` for a ``_lookup`` table: ids outside it read its ends, which are never set."""
+    found: np.ndarray = np.take(table, op, mode="clip")
+    return found
+
+
+def _lookup(ops: frozenset[int] | set[int]) -> np.ndarray:
+    """A table of op ids: True for ``ops``; ``_is_in(table, op)`` is isin at one gather.
+
+    Op ids are 1 .. 65,534 (the writer stores 16 bits; 0 is none), so the
+    first and last entries, which clipped ids outside the table read, stay False.
+    """
+    table = np.zeros(1 << 16, dtype=bool)
+    table[[o for o in ops if 0 < o < (1 << 16) - 1]] = True
+    return table
+
+
+def _op_of_row(conn: sqlite3.Connection, row_id: int) -> int:
+    row = conn.execute("SELECT op_id FROM event_log WHERE id = ?", (row_id,)).fetchone()
+    return _NO_OP if row is None or type(row[0]) is not int else int(row[0])
+
+
+def _thin(
+    conn: sqlite3.Connection,
+    mask: np.ndarray,
+    cols: tuple[np.ndarray, np.ndarray, np.ndarray],
+    group: _Group,
+    carried: tuple[int, int],
+    thin: Mapping[tuple[int, int], int],
+    thin_ops: np.ndarray,
+    keep_every: int,
+) -> None:
+    """Clear ``mask`` where the row path's thinning drops a row.
+
+    Of a thinned (pid, op) the row path keeps one row in ``keep_every`` (by
+    id), calls slower than its threshold, and the first of a run (the row
+    before is another op). Only rows still in ``mask`` are looked at.
+    """
+    op, pid, dur = cols
+    idx = np.flatnonzero(mask & _is_in(thin_ops, op))
+    if not len(idx):
+        return
+    starts, first_ids = group.starts[:-1], group.meta[:, 0]
+    block = np.searchsorted(starts, idx, side="right") - 1
+    ids = first_ids[block] + (idx - starts[block])
+    # Each row's threshold: found among the few thinned (pid, op) keys by one binary search (-1: none).
+    keys = np.array(sorted((p << 16) | o for p, o in thin), dtype=np.int64)
+    values = np.array([int(thin[(int(k) >> 16, int(k) & 0xFFFF)]) for k in keys] + [-1], dtype=np.int64)
+    key = (pid[idx] << 16) | op[idx]
+    at = np.searchsorted(keys, key)
+    at[keys[np.minimum(at, len(keys) - 1)] != key] = len(keys)
+    threshold = values[at]
+    before = op[np.maximum(idx - 1, 0)]
+    # A block's first row: its previous row is the block before's last only when their ids meet.
+    carried_end, carried_op = carried
+    for k, first in enumerate(first_ids.tolist()):
+        at = int(np.searchsorted(idx, starts[k]))
+        if at == len(idx) or idx[at] != starts[k]:
+            continue
+        if k > 0 and first == int(first_ids[k - 1] + group.meta[k - 1, 1]):
+            continue
+        before[at] = carried_op if first == carried_end else _op_of_row(conn, first - 1)
+    kept = ids % keep_every == 0
+    kept |= dur[idx] > threshold
+    kept |= (before != _NO_OP) & ~_is_in(thin_ops, before)
+    mask[idx[~kept]] = False
+
+
+def _frame_columns(
+    group: _Group,
+    kept: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    op: np.ndarray,
+    pid: np.ndarray | None,
+    detail_ops: np.ndarray,
+) -> list[np.ndarray]:
+    """The row path's select list of the rows ``kept``: packed ids, and columns zeroed that its op's rules never read."""
+    host = op >= DETAIL_OP_FLOOR
+    detail = host | _is_in(detail_ops, op)
+    packed = group.take(_TID, kept) << PACKED_TID_SHIFT
+    packed |= (group.take(_PID, kept) if pid is None else pid) << PACKED_PID_SHIFT
+    packed |= op
+    out = [ts, dur, packed]
+    for j in (_CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1):
+        col = group.take(j, kept)
+        np.multiply(col, host if j in (_STREAM, _ARG1) else detail, out=col)
+        out.append(col)
+    return out
