@@ -12,15 +12,15 @@ Every row is stored (as with ``--record-all``) and, like a real recording,
 ``event_aggregates`` counts every event (computed with numpy from the same
 formulas); ``--no-aggregates`` leaves them out, as in files older than them.
 Like trace's writer, the generator writes the column blocks explain reads
-(``gpuscope.store.blocks``); ``--no-blocks`` leaves them out, as in merged,
-imported and older files, which are read row by row.
+(``gpuscope.store.blocks``); ``--no-blocks`` leaves them out, as in merged
+and older files, which are read row by row.
 Prints numbers; asserts nothing.
 
 Measured on a 2-CPU VM, 2026-11-26 (history and what is left: docs/explain.md, Performance):
 
-    events   explain            one aggregate scan
-    1M       3.0-3.2 s, 165 MiB  0.41-0.63 s
-    10M      36-40 s, 1.1 GB     5.8-6.2 s (the 588 MiB file is read from disk here)
+    events   explain                  one aggregate scan
+    1M       0.49-0.55 s, 168 MiB     0.50-0.54 s            (rows one by one: 2.5-3.5 s)
+    10M      5.9-7.1 s, 907 MiB       5.6-5.7 s (the 847 MiB file is read from disk here)
 """
 
 from __future__ import annotations

@@ -215,8 +215,8 @@ class Context:
                 first[pos[np.unique(f.handle[c[pos]], return_index=True)[1]]] = True
             else:
                 first[pos[0]] = True
-        # Steady state per (pid, op): p50 of the calls that are not first calls.
-        d = f.dur[c]
+        # Steady state per (pid, op): p50 of the calls that are not first calls. Durations are read per
+        # group, for the calls looked at: all of them at once would be another copy of the calls.
         for gpid, gop, pos in self._call_groups:
             cand = pos[first[pos]]
             summary = self.op_summary(gpid, gop)
@@ -227,11 +227,12 @@ class Context:
                     # Rows were read selectively: the first one read is a first call only in the op's first second.
                     cand = cand[f.ts[c[cand]] < self.aggregates.first_bucket(gpid, gop) + BUCKET_NS]  # type: ignore[union-attr]
             else:
-                steady = d[pos[~first[pos]]]
+                steady = f.dur[c[pos[~first[pos]]]]
                 if len(steady) < 3:
                     continue
                 base = max(pct(steady, 50), 1)
-            hit = (d[cand] >= COLD_RATIO * base) & (d[cand] - base >= COLD_MIN_EXCESS_NS)
+            d = f.dur[c[cand]]
+            hit = (d >= COLD_RATIO * base) & (d - base >= COLD_MIN_EXCESS_NS)
             out[cand[hit]] = True
         return out
 
@@ -260,7 +261,25 @@ class Context:
     def _call_groups(self) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls`` in time order) of every op of every process."""
         f, c = self.frame, self.calls
-        return self._groups_of(f.pid[c] * 256 + f.op[c], np.ones(len(c), dtype=bool), 1)
+        # Few groups: number them by counting (processes, then ops, each a small range), then a stable sort of
+        # the small numbers (a radix sort). np.unique and argsort of the keys themselves cost many times that,
+        # and with millions of calls every temporary here is tens of MB: few are alive at once.
+        pid = f.pid[c]
+        pids = distinct(pid)
+        key = np.searchsorted(pids, pid)
+        del pid
+        key *= 256
+        key += f.op[c]
+        present = np.flatnonzero(np.bincount(key, minlength=len(pids) * 256))
+        number = np.zeros(len(pids) * 256, dtype=np.uint16 if len(present) < 1 << 16 else np.int64)
+        number[present] = np.arange(len(present))
+        rank = number[key]
+        del key
+        order = np.argsort(rank, kind="stable")
+        if len(order) < 1 << 31:
+            order = order.astype(np.int32)  # positions into the calls: half the memory, kept for the whole analysis
+        bounds = np.searchsorted(rank[order], np.arange(len(present) + 1))
+        return [(int(pids[k >> 8]), k & 0xFF, order[bounds[g] : bounds[g + 1]]) for g, k in enumerate(present.tolist())]
 
     def groups(self, min_count: int = 10, warm_only: bool = True) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls``) for every op of every process with enough calls."""
@@ -272,28 +291,3 @@ class Context:
         """``_call_groups`` without cold first calls: one copy of the positions, whatever the minimum count."""
         keep = ~self.cold
         return [(pid, op, pos[keep[pos]]) for pid, op, pos in self._call_groups]
-
-    @staticmethod
-    def _groups_of(group: np.ndarray, keep: np.ndarray, min_count: int) -> list[tuple[int, int, np.ndarray]]:
-        """(pid, op, positions in time order) per value of ``group`` (pid * 256 + op), of at least ``min_count``."""
-        out = []
-        # Few groups: number them by counting (processes, then ops, each a small range), then a stable sort of
-        # the small numbers (a radix sort). np.unique and argsort of the keys themselves cost many times that.
-        pid = group >> 8
-        pids = distinct(pid)
-        key = np.searchsorted(pids, pid) * 256 + (group & 0xFF)
-        present = np.flatnonzero(np.bincount(key, minlength=len(pids) * 256))
-        uniq = pids[present >> 8] * 256 + (present & 0xFF)
-        number = np.zeros(len(pids) * 256, dtype=np.int64)
-        number[present] = np.arange(len(present))
-        rank = number[key].astype(np.uint16 if len(uniq) < 1 << 16 else np.int64)
-        order = np.argsort(rank, kind="stable")
-        if len(order) < 1 << 31:
-            order = order.astype(np.int32)  # positions into the calls: half the memory, kept for the whole analysis
-        bounds = np.searchsorted(rank[order], np.arange(len(uniq) + 1))
-        for g in range(len(uniq)):
-            pos = order[bounds[g] : bounds[g + 1]]
-            pos = pos[keep[pos]]
-            if len(pos) >= min_count:
-                out.append((int(uniq[g]) // 256, int(uniq[g]) % 256, pos))
-        return out

@@ -16,6 +16,7 @@ import itertools
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -218,32 +219,42 @@ def load_frame(
     return EventFrame.from_columns(cols, comms, cgroups)
 
 
-def _gather(parts: Iterator[list[np.ndarray]], cap: int) -> list[np.ndarray]:
-    """The parts' columns end to end, at most ``cap`` rows (rows appended after the bound was read wait for the next run).
+class _Part(Protocol):
+    """Rows for the frame: ``rows`` of them; ``write`` puts the first ``len(dest[0])`` into ``dest``'s columns."""
 
-    One part is handed back as it is; more are copied into columns of ``cap``
-    rows made up front (``np.empty`` only touches the pages filled), so the
-    peak is one frame and one part, not two frames.
+    rows: int
+
+    def write(self, dest: list[np.ndarray]) -> None: ...
+
+
+class _RowPart:
+    """A chunk of rows fetched through SQL (``frame_row_chunks``), as the frame's columns."""
+
+    def __init__(self, rows: list[tuple[int, ...]]) -> None:
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=len(rows) * FRAME_ROW_WIDTH)
+        self._block = flat.reshape(-1, FRAME_ROW_WIDTH)
+        self.rows = len(rows)
+
+    def write(self, dest: list[np.ndarray]) -> None:
+        k = len(dest[0])
+        for j in range(FRAME_ROW_WIDTH):
+            dest[j][:] = self._block[:k, j]
+
+
+def _gather(parts: Iterator[_Part], cap: int) -> list[np.ndarray]:
+    """The parts' rows end to end in one array per column, at most ``cap`` (rows appended after the bound
+    was read wait for the next run). Each part writes straight into them: ``np.empty`` only touches the
+    pages filled, and no part is copied twice.
     """
-    first = next(parts, None)
-    if first is None:
-        return [_EMPTY] * FRAME_ROW_WIDTH
-    second = next(parts, None) if len(first[0]) < cap else None
-    if second is None:
-        return [np.ascontiguousarray(c[:cap]) for c in first]
     raw = [np.empty(cap, dtype=np.int64) for _ in range(FRAME_ROW_WIDTH)]
     n = 0
-    for part in itertools.chain((first, second), parts):
-        k = min(len(part[0]), cap - n)
-        for j in range(FRAME_ROW_WIDTH):
-            raw[j][n : n + k] = part[j][:k]
+    for part in parts:
+        k = min(part.rows, cap - n)
+        part.write([r[n : n + k] for r in raw])
         n += k
         if n >= cap:
             break
     return [r[:n] for r in raw]
-
-
-_EMPTY = np.empty(0, dtype=np.int64)
 
 
 def _frame_parts(
@@ -254,8 +265,8 @@ def _frame_parts(
     thin: dict[tuple[int, int], int] | None,
     *,
     blocks: bool,
-) -> Iterator[list[np.ndarray]]:
-    """The frame's columns in id order: from column blocks where they cover the rows (``blocks``), else rows.
+) -> Iterator[_Part]:
+    """The frame's rows in id order: from column blocks where they cover the rows (``blocks``), else rows.
 
     Raises BlockError for a block gpuscope did not write.
     """
@@ -288,12 +299,9 @@ def _frame_parts(
             )
 
 
-def _row_parts(chunks: Iterator[list[tuple[int, ...]]]) -> Iterator[list[np.ndarray]]:
+def _row_parts(chunks: Iterator[list[tuple[int, ...]]]) -> Iterator[_RowPart]:
     for rows in chunks:
-        k = len(rows)
-        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=k * FRAME_ROW_WIDTH)
-        block = flat.reshape(-1, FRAME_ROW_WIDTH)
-        yield [block[:, j] for j in range(FRAME_ROW_WIDTH)]
+        yield _RowPart(rows)
 
 
 def _process_names(conn: sqlite3.Connection, pids: list[int]) -> tuple[dict[int, str], dict[int, int]]:

@@ -34,6 +34,7 @@ from gpuscope.config import check_node_name
 from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.importers.ingero_history import columns, count_rows, import_history, op_lookup, rows, table_names, version
 from gpuscope.importers.ingero_ops import COLUMNS, Rule, convert_args, ingero_op_name, rule_for
+from gpuscope.store.blocks import build_blocks
 from gpuscope.store.build import ensure_op
 from gpuscope.store.conformance import VALUE_LIMIT_NS
 from gpuscope.store.connect import connect_probe
@@ -138,6 +139,7 @@ def import_ingero(
         history = import_history(src, out, names.default or (report.nodes[0] if report.nodes else ""), names.of)
         report.stacks, report.chains, report.snapshots = history.stacks, history.chains, history.snapshots
         report.aggregates, report.cgroups, report.other_rows = history.aggregates, history.cgroups, history.other_rows
+        build_blocks(out)  # explain reads the events from column blocks, as from a trace's recording
         counts = json.dumps(report.as_dict(), sort_keys=True)
         out.execute(
             "INSERT INTO imports(source_path, source_kind, source_version, nodes, imported_at_ns, counts) "

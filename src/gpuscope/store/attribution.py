@@ -11,20 +11,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-# The columns ``event_rows_after`` reads after the rowid, in this order.
-LIVE_EVENT_COLUMNS = (
-    "ts_ns",
-    "duration_ns",
-    "pid",
-    "tid",
-    "op_id",
-    "cgroup_id",
-    "bytes",
-    "handle",
-    "stream",
-    "arg0",
-    "arg1",
-)
+from gpuscope.store.blocks import BLOCK_COLUMNS
+
+# The columns ``event_rows_after`` reads after the rowid, in this order: the analysis frame's, as blocks hold them.
+LIVE_EVENT_COLUMNS = BLOCK_COLUMNS
 _LIVE_SELECT = f"SELECT rowid, {', '.join(LIVE_EVENT_COLUMNS)} FROM event_log WHERE rowid > ? ORDER BY rowid LIMIT ?"
 
 

@@ -76,13 +76,13 @@ def frame_block_chunks(
     keep_every: int,
     pids: tuple[int, ...] = (),
     thin: Mapping[tuple[int, int], int] | None = None,
-) -> Iterator[list[np.ndarray]]:
-    """Yield the frame columns (``events_read`` layout) of the covered rows that overlap [start_ns, end_ns].
+) -> Iterator[BlockPart]:
+    """Yield the covered rows that overlap [start_ns, end_ns], a group of blocks at a time, in id order.
 
-    In id order, a group of blocks at a time. Only the columns the filters
-    test are widened for every row; the others only for the rows kept.
-    Raises BlockError for a block gpuscope did not write; the caller reads
-    rows instead.
+    Each part writes its rows' frame columns (``events_read`` layout) where
+    the caller says. Only the columns the filters test are widened for every
+    row; the others only for the rows kept, straight into the frame. Raises
+    BlockError for a block gpuscope did not write; the caller reads rows instead.
     """
     floor = window_floor(conn, start_ns)
     meta = coverage.blocks
@@ -111,7 +111,8 @@ def frame_block_chunks(
             _thin(conn, mask, (op, pid, dur), group, carried, thin, thin_ops, keep_every)
         carried = (int(group.meta[-1, 0] + group.meta[-1, 1]), int(op[-1]))
         kept = np.flatnonzero(mask)
-        yield _frame_columns(group, kept, ts[kept], dur[kept], op[kept], None if pid is None else pid[kept], detail)
+        del mask
+        yield BlockPart(group, kept, (ts, dur, op, pid), detail)
 
 
 class _Group:
@@ -142,9 +143,8 @@ class _Group:
             widen(*cols[j], out[self.starts[b] : self.starts[b + 1]])
         return out
 
-    def take(self, j: int, kept: np.ndarray) -> np.ndarray:
-        """Column ``j`` of the rows at ``kept`` (sorted positions in the group)."""
-        out = np.empty(len(kept), dtype=np.int64)
+    def take(self, j: int, kept: np.ndarray, out: np.ndarray) -> None:
+        """Column ``j`` of the rows at ``kept`` (sorted positions in the group), into ``out``."""
         cut = np.searchsorted(kept, self.starts)
         for b, cols in enumerate(self.columns):
             a, z = int(cut[b]), int(cut[b + 1])
@@ -152,7 +152,6 @@ class _Group:
                 continue
             base, offsets = cols[j]
             widen(base, None if offsets is None else offsets[kept[a:z] - self.starts[b]], out[a:z])
-        return out
 
 
 def _is_in(table: np.ndarray, op: np.ndarray) -> np.ndarray:
@@ -223,24 +222,44 @@ def _thin(
     mask[idx[~kept]] = False
 
 
-def _frame_columns(
-    group: _Group,
-    kept: np.ndarray,
-    ts: np.ndarray,
-    dur: np.ndarray,
-    op: np.ndarray,
-    pid: np.ndarray | None,
-    detail_ops: np.ndarray,
-) -> list[np.ndarray]:
-    """The row path's select list of the rows ``kept``: packed ids, and columns zeroed that its op's rules never read."""
-    host = op >= DETAIL_OP_FLOOR
-    detail = host | _is_in(detail_ops, op)
-    packed = group.take(_TID, kept) << PACKED_TID_SHIFT
-    packed |= (group.take(_PID, kept) if pid is None else pid) << PACKED_PID_SHIFT
-    packed |= op
-    out = [ts, dur, packed]
-    for j in (_CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1):
-        col = group.take(j, kept)
-        np.multiply(col, host if j in (_STREAM, _ARG1) else detail, out=col)
-        out.append(col)
-    return out
+class BlockPart:
+    """The rows a group of blocks gives the frame: ``rows`` of them, written by ``write``."""
+
+    def __init__(
+        self,
+        group: _Group,
+        kept: np.ndarray,
+        widened: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
+        detail: np.ndarray,
+    ) -> None:
+        """``widened``: the group's ts, duration, op and (when read) pid columns, every row."""
+        self._group, self._kept, self._detail = group, kept, detail
+        self._ts, self._dur, self._op, self._pid = widened
+        self.rows = len(kept)
+
+    def write(self, dest: list[np.ndarray]) -> None:
+        """Write the row path's select list of the first ``len(dest[0])`` rows into ``dest`` (one array a column).
+
+        Packed ids, and columns zeroed that a row's op's rules never read.
+        """
+        group = self._group
+        kept = self._kept[: len(dest[0])]
+        op = self._op[kept]
+        host = op >= DETAIL_OP_FLOOR
+        detail = host | _is_in(self._detail, op)
+        np.take(self._ts, kept, out=dest[0])
+        np.take(self._dur, kept, out=dest[1])
+        packed = dest[2]
+        group.take(_TID, kept, packed)
+        packed <<= PACKED_TID_SHIFT
+        pid = np.empty(len(kept), dtype=np.int64)
+        if self._pid is None:
+            group.take(_PID, kept, pid)
+        else:
+            np.take(self._pid, kept, out=pid)
+        pid <<= PACKED_PID_SHIFT
+        packed |= pid
+        packed |= op
+        for out, j in zip(dest[3:], (_CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1), strict=True):
+            group.take(j, kept, out)
+            np.multiply(out, host if j in (_STREAM, _ARG1) else detail, out=out)

@@ -43,6 +43,8 @@ TARGET = 0.65
 # Bytes one row costs in the time index (an 8-byte key and the row id, with
 # cell and page overhead); it passes through the WAL while it is built.
 INDEX_BYTES_PER_ROW = 24
+# What one row and its share of a column block put in the WAL (see SizeCap.rows_per_commit).
+_TXN_BYTES_PER_ROW = 96
 
 
 def _size(path: str) -> int:
@@ -233,10 +235,14 @@ class SizeCap:
         conn.execute(f"PRAGMA journal_size_limit={self.wal_bytes}")
 
     def rows_per_commit(self, default: int) -> int:
-        """Rows in one transaction: its WAL frames (about 64 bytes a row) stay under 1/40 of the cap."""
+        """Rows in one transaction: its WAL frames stay under 1/40 of the cap.
+
+        About 96 bytes a row: 64 in ``event_log``, and up to 32 in the column
+        block that a transaction may carry for as many rows (``gpuscope.store.blocks``).
+        """
         if self.max_bytes <= 0:
             return default
-        return max(500, min(default, self.max_bytes // 40 // 64))
+        return max(500, min(default, self.max_bytes // 40 // _TXN_BYTES_PER_ROW))
 
     def check(self, conn: sqlite3.Connection) -> bool:
         """Checkpoint and hold the cap after a commit; return True while it can be held only by shedding rows.

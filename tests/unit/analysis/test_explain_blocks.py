@@ -10,6 +10,8 @@ import pytest
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.cli import main
+from gpuscope.importers import import_file
+from tests.shared_fixtures import INGERO_NODE_FILES, ingero_fixture
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +54,24 @@ def test_every_window_gets_the_same_report_from_blocks_and_from_rows(recordings:
         found |= {str(f["kind"]) for f in a["findings"]}  # type: ignore[union-attr]
     # and they have findings to compare: the scenarios' causes
     assert {"cpu-preemption", "gpu-contention", "memcpy-bound"} <= found, found
+
+
+@pytest.mark.parametrize("name", INGERO_NODE_FILES)
+def test_an_imported_recording_gets_blocks_and_the_same_report(tmp_path: Path, name: str) -> None:
+    # given a reference recording imported (the import builds blocks for its rows) and a copy without blocks
+    imported = tmp_path / "imported.db"
+    import_file(ingero_fixture(name), imported)
+    conn = sqlite3.connect(imported)
+    (covered,) = conn.execute("SELECT coalesce(sum(rows), 0) FROM event_blocks").fetchone()
+    (rows,) = conn.execute("SELECT count(*) FROM event_log").fetchone()
+    conn.close()
+    assert covered == rows > 0
+    rows_only = tmp_path / "rows.db"
+    shutil.copy(imported, rows_only)
+    conn = sqlite3.connect(rows_only)
+    conn.execute("DELETE FROM event_blocks")
+    conn.commit()
+    conn.close()
+    # then explain says the same from either
+    a = explain_db(imported, ExplainOptions()).as_dict(per_process=True)
+    assert a == explain_db(rows_only, ExplainOptions()).as_dict(per_process=True)
