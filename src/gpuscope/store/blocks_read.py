@@ -2,7 +2,8 @@
 
 ``frame_block_chunks`` yields exactly the rows ``events_read.frame_row_chunks``
 would for the same ids (the same window, process and thinning filters, and
-the same zeroed columns), as column arrays instead of row tuples.
+the same zeroed columns), written as columns straight into the frame instead
+of fetched as row tuples.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.blocks import BLOCK_COLUMNS, BlockError, parse_block, widen
 from gpuscope.store.events_read import DETAIL_OP_FLOOR, PACKED_PID_SHIFT, PACKED_TID_SHIFT, window_floor
 
-# Rows decoded at a time: bounds the memory of a read to about 100 MB over what it keeps.
+# Rows decoded at a time: four columns of them widened at once (32 MB), beside what the frame keeps.
 GROUP_ROWS = 1 << 20
 _TS, _DUR, _PID, _TID, _OP, _CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1 = range(len(BLOCK_COLUMNS))
 _NO_OP = -1  # the op of a row that does not exist (SQL's NULL in the row path's test)
