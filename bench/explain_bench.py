@@ -12,8 +12,8 @@ Every row is stored (as with ``--record-all``) and, like a real recording,
 ``event_aggregates`` counts every event (computed with numpy from the same
 formulas); ``--no-aggregates`` leaves them out, as in files older than them.
 Like trace's writer, the generator writes the column blocks explain reads
-(``gpuscope.store.blocks``); ``--no-blocks`` leaves them out, as in merged
-and older files, which are read row by row.
+(``gpuscope.store.blocks``); ``--no-blocks`` leaves them out, as in files
+older than them, which are read row by row.
 Prints numbers; asserts nothing.
 
 Measured on a 2-CPU VM, 2026-11-26 (history and what is left: docs/explain.md, Performance):
@@ -178,7 +178,7 @@ def _explain(db: Path) -> dict[str, Any]:
 
 
 def _without_blocks(db: Path) -> Path:
-    """A copy of ``db`` without its column blocks: explain reads its rows, as for a merged or older file."""
+    """A copy of ``db`` without its column blocks: explain reads its rows, as for a file older than them."""
     copy = db.with_name(db.stem + "_rowpath.db")
     shutil.copy(db, copy)
     conn = sqlite3.connect(copy)
@@ -196,7 +196,7 @@ def main() -> int:
     ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / ".build" / "explain"))
     ap.add_argument("--keep", action="store_true", help="reuse existing databases of the same size")
     ap.add_argument("--no-aggregates", action="store_true", help="rows only, as in files recorded before aggregates")
-    ap.add_argument("--no-blocks", action="store_true", help="no column blocks, as in merged and older files")
+    ap.add_argument("--no-blocks", action="store_true", help="no column blocks, as in files older than them")
     ap.add_argument("--repeat", type=int, default=5, help="runs of explain and of the scan, interleaved (medians)")
     ap.add_argument(
         "--compare-rows", action="store_true", help="also explain a copy without blocks: the same report, and its time"

@@ -26,7 +26,7 @@ from gpuscope.model.ops import OPS, Op, OpKind, Source
 from gpuscope.model.policy import SAMPLE_EVERY
 from gpuscope.store.aggregates_read import aggregate_rows, aggregates_cover_recording
 from gpuscope.store.blocks import BlockError
-from gpuscope.store.blocks_read import block_coverage, frame_block_chunks
+from gpuscope.store.blocks_read import block_coverage, frame_block_chunks, rows_between
 from gpuscope.store.events_read import (
     FRAME_ROW_WIDTH,
     PACKED_PID_SHIFT,
@@ -270,33 +270,25 @@ def _frame_parts(
 
     Raises BlockError for a block gpuscope did not write.
     """
-    coverage = block_coverage(conn) if blocks else None
-    if coverage is None:
-        yield from _row_parts(
+
+    def rows(ids: tuple[int, int] | None = None) -> Iterator[_RowPart]:
+        return _row_parts(
             frame_row_chunks(
-                conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
+                conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin, ids=ids
             )
         )
+
+    coverage = block_coverage(conn) if blocks else None
+    if coverage is None:
+        yield from rows()
         return
-    for lo, hi in ((None, coverage.first_id - 1), (coverage.first_id, coverage.last_id), (coverage.last_id + 1, None)):
-        if lo == coverage.first_id:
+    for first, last, run in coverage.spans():
+        if run is not None:
             yield from frame_block_chunks(
-                conn, coverage, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
+                conn, run, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
             )
-        elif coverage.rows_before if lo is None else coverage.rows_after:
-            ids = (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi)
-            yield from _row_parts(
-                frame_row_chunks(
-                    conn,
-                    start_ns,
-                    end_ns,
-                    detail_ops=_DETAIL_OPS,
-                    keep_every=THIN_SAMPLE,
-                    pids=pids,
-                    thin=thin,
-                    ids=ids,
-                )
-            )
+        elif rows_between(conn, first, last):
+            yield from rows((-(2**63) if first == coverage.bottom else first, last))
 
 
 def _row_parts(chunks: Iterator[list[tuple[int, ...]]]) -> Iterator[_RowPart]:

@@ -38,6 +38,7 @@ from gpuscope.store.blocks import build_blocks
 from gpuscope.store.build import ensure_op
 from gpuscope.store.conformance import VALUE_LIMIT_NS
 from gpuscope.store.connect import connect_probe
+from gpuscope.store.retention import build_indexes
 
 Progress = Callable[[str], None]
 
@@ -139,7 +140,9 @@ def import_ingero(
         history = import_history(src, out, names.default or (report.nodes[0] if report.nodes else ""), names.of)
         report.stacks, report.chains, report.snapshots = history.stacks, history.chains, history.snapshots
         report.aggregates, report.cgroups, report.other_rows = history.aggregates, history.cgroups, history.other_rows
-        build_blocks(out)  # explain reads the events from column blocks, as from a trace's recording
+        # As a trace's recording has them: column blocks for explain, and the time index for every reader.
+        build_blocks(out)
+        build_indexes(out)
         counts = json.dumps(report.as_dict(), sort_keys=True)
         out.execute(
             "INSERT INTO imports(source_path, source_kind, source_version, nodes, imported_at_ns, counts) "

@@ -16,14 +16,14 @@ Who keeps them true:
   (``trim_block_before``).
 - Triggers (schema 10) drop the block of any row deleted or updated by other
   means (a file edited by hand), so its rows are read as rows again.
-- ``import`` builds blocks for the rows it converts (``build_blocks``);
-  ``merge`` writes none (op and row ids may be renumbered): its output is read as rows.
+- ``import`` and ``merge`` build blocks for the rows they write (``build_blocks``):
+  merge copies none, as op and row ids may be renumbered in its output.
 
 The triggers cost retention about 0.6 us a deleted row (300k rows: 0.30 s
 against 0.11 s without them), measured on a 2-CPU VM.
 
-``gpuscope.store.blocks_read`` finds the newest run of blocks with contiguous
-ids; rows outside it are read through SQL, so a file is always read whole.
+``gpuscope.store.blocks_read`` finds the runs of blocks with contiguous ids;
+rows outside them are read through SQL, so a file is always read whole.
 """
 
 from __future__ import annotations

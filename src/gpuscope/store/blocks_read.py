@@ -26,20 +26,34 @@ _NO_OP = -1  # the op of a row that does not exist (SQL's NULL in the row path's
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
-    """The ids [first_id, last_id] that blocks hold (the newest contiguous run), with those blocks' ranges."""
+    """Which of a recording's row ids blocks hold: runs of blocks with contiguous ids, and the rows' id range."""
 
-    first_id: int
-    last_id: int
-    # Per block, in id order: first id, rows, min ts, max end.
-    blocks: np.ndarray
-    rows_before: bool  # rows with ids below first_id exist (read as rows)
-    rows_after: bool  # likewise above last_id
+    # Per run, in id order: its blocks' first id, rows, min ts and max end, one row per block.
+    runs: tuple[np.ndarray, ...]
+    bottom: int  # the smallest and largest row id when the coverage was read
+    top: int
+
+    def spans(self) -> Iterator[tuple[int, int, np.ndarray | None]]:
+        """(first id, last id, the run's blocks; None for ids read as rows) from the first row on, in id order.
+
+        The last span reaches past ``top``: rows appended since are read as rows.
+        """
+        cursor = self.bottom
+        for run in self.runs:
+            first, last = int(run[0, 0]), int(run[-1, 0] + run[-1, 1]) - 1
+            if first > cursor:
+                yield cursor, first - 1, None
+            yield first, last, run
+            cursor = last + 1
+        yield cursor, 2**63 - 1, None
 
 
 def block_coverage(conn: sqlite3.Connection) -> Coverage | None:
-    """The newest run of blocks with contiguous ids, all of whose rows exist; None when there is none.
+    """The runs of blocks with contiguous ids, all of whose rows exist; None when there is none.
 
-    Reads only the blocks' small columns (one row per block).
+    Reads only the blocks' small columns (one row per block). Several runs
+    come from a merge (each input's rows keep their ids where free) or from
+    a block dropped by a trigger; the ids between them are read as rows.
     """
     try:
         meta = conn.execute(
@@ -53,23 +67,28 @@ def block_coverage(conn: sqlite3.Connection) -> Coverage | None:
         arr = np.array(meta, dtype=np.int64).reshape(len(meta), 4)
     except (TypeError, ValueError, OverflowError):
         return None  # values gpuscope never writes: read rows
-    if bool((arr[:, 1] <= 0).any()):
-        return None
     ends = arr[:, 0] + arr[:, 1]
-    # The run ends at the newest block; it starts after the last break in contiguity.
-    breaks = np.flatnonzero(arr[1:, 0] != ends[:-1])
-    run = arr[int(breaks[-1]) + 1 if len(breaks) else 0 :]
-    first, last = int(run[0, 0]), int(ends[-1]) - 1
+    if bool((arr[:, 1] <= 0).any()) or bool((arr[1:, 0] < ends[:-1]).any()):
+        return None  # empty or overlapping blocks: not as gpuscope writes them
     (bottom,) = conn.execute("SELECT min(rowid) FROM event_log").fetchone()
     (top,) = conn.execute("SELECT max(rowid) FROM event_log").fetchone()
-    if top is None or last > int(top) or first < int(bottom):
+    if top is None or int(ends[-1]) - 1 > int(top) or int(arr[0, 0]) < int(bottom):
         return None  # blocks of rows that are gone (a file changed without its triggers)
-    return Coverage(first, last, run, first > int(bottom), last < int(top))
+    breaks = np.flatnonzero(arr[1:, 0] != ends[:-1]) + 1
+    return Coverage(tuple(np.split(arr, breaks)), int(bottom), int(top))
+
+
+def rows_between(conn: sqlite3.Connection, first_id: int, last_id: int) -> bool:
+    """Whether any row has an id in [first_id, last_id] (one search of the rowid b-tree)."""
+    return (
+        conn.execute("SELECT 1 FROM event_log WHERE id BETWEEN ? AND ? LIMIT 1", (first_id, last_id)).fetchone()
+        is not None
+    )
 
 
 def frame_block_chunks(
     conn: sqlite3.Connection,
-    coverage: Coverage,
+    run: np.ndarray,
     start_ns: int,
     end_ns: int,
     *,
@@ -78,7 +97,7 @@ def frame_block_chunks(
     pids: tuple[int, ...] = (),
     thin: Mapping[tuple[int, int], int] | None = None,
 ) -> Iterator[BlockPart]:
-    """Yield the covered rows that overlap [start_ns, end_ns], a group of blocks at a time, in id order.
+    """Yield the rows of a run of blocks (``Coverage.runs``) that overlap [start_ns, end_ns], a group of blocks at a time.
 
     Each part writes its rows' frame columns (``events_read`` layout) where
     the caller says. Only the columns the filters test are widened for every
@@ -86,8 +105,7 @@ def frame_block_chunks(
     BlockError for a block gpuscope did not write; the caller reads rows instead.
     """
     floor = window_floor(conn, start_ns)
-    meta = coverage.blocks
-    chosen = meta[(meta[:, 3] >= start_ns) & (meta[:, 2] <= end_ns)]
+    chosen = run[(run[:, 3] >= start_ns) & (run[:, 2] <= end_ns)]
     detail = _lookup(detail_ops)
     thin_ops = _lookup({o for _, o in thin}) if thin else None
     pid_set = np.asarray(pids, dtype=np.int64)

@@ -33,16 +33,18 @@ from pathlib import Path
 from gpuscope.config import check_node_name
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
+from gpuscope.store.blocks import build_blocks
 from gpuscope.store.build import build_database, ensure_op
 from gpuscope.store.connect import connect_reader, read_uri
 from gpuscope.store.liveness import recording_holders
+from gpuscope.store.retention import build_indexes
 
 Progress = Callable[[str], None]
 
 _CHUNK = 200_000  # event rows per INSERT ... SELECT, between progress reports
 # Handled by dedicated code below, or bookkeeping that belongs to the output.
-# Column blocks are not copied: their op ids and row ids are the input's, and the output's
-# rows are read as rows (gpuscope.store.blocks).
+# Column blocks are not copied (their op ids and row ids are the input's): the output's are built
+# from its rows (gpuscope.store.blocks).
 _SPECIAL = {
     "sessions", "event_log", "comms", "ops", "sources", "imported_events", "schema_migrations", "imports",
     "event_blocks",
@@ -165,6 +167,10 @@ def merge_files(
                 report.inputs.append(inp)
             for off in clock_offsets:
                 set_clock_offset(out, off)
+            if progress:
+                progress("building the time index")
+            # As a trace's session end does: without it, every reader of the output scans for a time range.
+            build_indexes(out)
     except sqlite3.Error as exc:
         failure = database_write_failure(exc, dest)
         if failure is None:
@@ -210,6 +216,9 @@ def _merge_one(
             offset = _id_offset(out)
             _copy_events(out, offset, inp, progress)
             _copy_side_tables(out, offset, rename, force_node)
+            if progress:
+                progress(f"  {inp.path}: building the column blocks explain reads")
+            build_blocks(out)  # the output's own, of its ids and ops: explain reads them as from a trace's file
         out.execute("COMMIT")
     except BaseException:
         # SQLite has already rolled back after a full disk or an I/O error; a second

@@ -58,14 +58,15 @@ def test_every_window_gets_the_same_report_from_blocks_and_from_rows(recordings:
 
 @pytest.mark.parametrize("name", INGERO_NODE_FILES)
 def test_an_imported_recording_gets_blocks_and_the_same_report(tmp_path: Path, name: str) -> None:
-    # given a reference recording imported (the import builds blocks for its rows) and a copy without blocks
+    # given a reference recording imported (the import builds blocks and the time index) and a copy without blocks
     imported = tmp_path / "imported.db"
     import_file(ingero_fixture(name), imported)
     conn = sqlite3.connect(imported)
     (covered,) = conn.execute("SELECT coalesce(sum(rows), 0) FROM event_blocks").fetchone()
     (rows,) = conn.execute("SELECT count(*) FROM event_log").fetchone()
+    index = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_log_ts'").fetchone()
     conn.close()
-    assert covered == rows > 0
+    assert covered == rows > 0 and index is not None  # and the time index, as a closed recording has
     rows_only = tmp_path / "rows.db"
     shutil.copy(imported, rows_only)
     conn = sqlite3.connect(rows_only)

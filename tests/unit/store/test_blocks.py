@@ -52,7 +52,8 @@ def _batch(rng: np.random.Generator, n: int, t0: int) -> np.ndarray:
 def _record(path: Path, batches: int = 40, seed: int = 1, durability: Durability | None = None) -> Path:
     rng = np.random.default_rng(seed)
     conn = connect_writer(path)
-    sid = create_session(conn, SessionInfo("u-1", "node-a", "host", "6.8", "0.1", "1.4", 10**18, 1_000, [], {}))
+    info = SessionInfo(f"u-{seed}", f"node-{seed}", "host", "6.8", "0.1", "1.4", 10**18, 1_000, [], {})
+    sid = create_session(conn, info)
     w = EventWriter(conn, sid, durability=durability)
     for b in range(batches):
         w.put(_batch(rng, int(rng.integers(1, 1500)), 1_000 + b * 10_000_000))
@@ -233,7 +234,7 @@ def test_rows_before_and_after_the_blocks_are_read_as_rows(tmp_path: Path) -> No
     conn.commit()
     coverage = block_coverage(conn)
     conn.close()
-    assert coverage is not None and coverage.rows_before and coverage.rows_after
+    assert coverage is not None and [run is None for _, _, run in coverage.spans()] == [True, False, True]
     # then every row is in the frame, each read once
     assert _same(_frame(path, thin=_THIN), _frame(_rows_only(path), thin=_THIN))
 
@@ -264,11 +265,32 @@ def test_blocks_built_for_rows_written_without_them_give_the_same_frame(tmp_path
     assert _same(_frame(built, thin=_THIN), _frame(rows, thin=_THIN))
 
 
-def test_a_merged_recording_is_read_from_its_rows(tmp_path: Path) -> None:
-    # given a recording with blocks merged into a new file (its ops and ids may be renumbered there)
-    path = _record(tmp_path / "r.db")
+def test_a_merged_recording_has_blocks_of_its_own(tmp_path: Path) -> None:
+    # given two recordings with blocks merged into a new file, where the second one's ids are renumbered
+    first = _record(tmp_path / "a.db", seed=1)
+    second = _record(tmp_path / "b.db", seed=2)
     merged = tmp_path / "m.db"
-    merge_recordings([path], merged)
-    # then the output has no blocks, and the frame has every row as in the input
-    assert _blocks(merged) == []
-    assert _same(_frame(merged, thin=_THIN), _frame(path, thin=_THIN))
+    merge_recordings([first, second], merged)
+    # then the output's blocks hold every row of it, and the frame is the one its rows give
+    assert _tiles(_blocks(merged), *_ids(merged))
+    assert _same(_frame(merged, thin=_THIN), _frame(_rows_only(merged), thin=_THIN))
+    # and it has both inputs' rows, and the time index a closed recording has
+    assert len(_frame(merged)) == len(_frame(first)) + len(_frame(second))
+    conn = sqlite3.connect(merged)
+    assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_log_ts'").fetchone() is not None
+    conn.close()
+
+
+def test_runs_of_blocks_apart_read_the_rows_between_them(tmp_path: Path) -> None:
+    # given blocks in three runs (two blocks dropped by hand edits) with rows between them
+    path = _record(tmp_path / "r.db", durability=Durability(rows_per_commit=1_500))
+    conn = sqlite3.connect(path)
+    blocks = _blocks(path)
+    for first, _rows in (blocks[2], blocks[len(blocks) // 2]):
+        conn.execute("DELETE FROM event_blocks WHERE first_id = ?", (first,))
+    conn.commit()
+    coverage = block_coverage(conn)
+    conn.close()
+    assert coverage is not None and len(coverage.runs) == 3
+    # then every row is in the frame once, as the rows give it
+    assert _same(_frame(path, thin=_THIN), _frame(_rows_only(path), thin=_THIN))
