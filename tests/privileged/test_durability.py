@@ -91,13 +91,18 @@ class ReaderLoop:
     """Run one reading command over and over on a thread until stopped; keep every outcome.
 
     ``stop`` kills a run still in flight (by its pid): what it would have
-    printed after the trace ended says nothing about the trace.
+    printed after the trace ended says nothing about the trace. Nor does a run
+    that ended after it (``failures(until=...)``): once the agent's connection
+    has closed, the last reader to close holds SQLite's exclusive lock while it
+    cleans up the WAL, and a ``sqlite3`` shell opening then, with no busy
+    timeout, fails with "database is locked" (SQLite's wal.html, "Sometimes
+    queries return SQLITE_BUSY in WAL mode").
     """
 
     def __init__(self, name: str, argv: list[str]) -> None:
         self.name = name
         self.argv = argv
-        self.outcomes: list[tuple[int, str]] = []
+        self.outcomes: list[tuple[int, str, float]] = []  # exit status, stderr, when it ended (monotonic)
         self.succeeded = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -121,7 +126,7 @@ class ReaderLoop:
                 err = f"still running after 60 s: {err}"
             if self._stop.is_set() and proc.returncode == -signal.SIGKILL:
                 return  # ended by stop()
-            self.outcomes.append((proc.returncode, err.strip()[-400:]))
+            self.outcomes.append((proc.returncode, err.strip()[-400:], time.monotonic()))
             if proc.returncode == 0:
                 self.succeeded.set()
 
@@ -132,8 +137,13 @@ class ReaderLoop:
                 self._proc.kill()
         self._thread.join(timeout=90)
 
-    def failures(self) -> list[str]:
-        return [f"{self.name} exit {rc}: {err}" for rc, err in self.outcomes if rc != 0]
+    def failures(self, until: float | None = None) -> list[str]:
+        """The runs that failed (of those that ended by ``until``, a monotonic time, when given)."""
+        return [
+            f"{self.name} exit {rc}: {err}"
+            for rc, err, ended in self.outcomes
+            if rc != 0 and (until is None or ended <= until)
+        ]
 
 
 class SizeSampler:
@@ -233,6 +243,7 @@ def test_readers_in_loops_never_hurt_the_agent_and_every_call_is_stored_or_count
             with open(gate, "w") as go:
                 go.write("go\n")
             trace.wait(timeout=120)
+            traced_until = time.monotonic()
         finally:
             for r in readers:
                 r.stop()
@@ -249,7 +260,7 @@ def test_readers_in_loops_never_hurt_the_agent_and_every_call_is_stored_or_count
     assert isinstance(drops, dict)
     assert stored_launches(db) + drops["drop_cuda"] == made, (stored_launches(db), drops)
     # and the readers were not hurt either, nor was the file
-    assert [f for r in readers for f in r.failures()] == []
+    assert [f for r in readers for f in r.failures(until=traced_until)] == []
     assert read(db, "PRAGMA integrity_check") == [("ok",)]
 
 
