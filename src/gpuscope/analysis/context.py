@@ -208,16 +208,12 @@ class Context:
         out = np.zeros(n, dtype=bool)
         if n == 0:
             return out
-        # The first call of each (pid, op), and of each kernel (handle) for launches: positions are in time order.
         first = np.zeros(n, dtype=bool)
-        for _gpid, gop, pos in self._call_groups:
-            if gop in LAUNCH_OPS:
-                first[pos[np.unique(f.handle[c[pos]], return_index=True)[1]]] = True
-            else:
-                first[pos[0]] = True
-        # Steady state per (pid, op): p50 of the calls that are not first calls. Durations are read per
-        # group, for the calls looked at: all of them at once would be another copy of the calls.
+        # Per (pid, op), positions in time order. Durations are read per group, for the calls looked at:
+        # all of them at once would be another copy of the calls.
         for gpid, gop, pos in self._call_groups:
+            # Its first call, and the first of each kernel (handle) for launches.
+            first[pos[np.unique(f.handle[c[pos]], return_index=True)[1]] if gop in LAUNCH_OPS else pos[0]] = True
             cand = pos[first[pos]]
             summary = self.op_summary(gpid, gop)
             if summary is not None and summary[0] >= 3:
@@ -227,6 +223,7 @@ class Context:
                     # Rows were read selectively: the first one read is a first call only in the op's first second.
                     cand = cand[f.ts[c[cand]] < self.aggregates.first_bucket(gpid, gop) + BUCKET_NS]  # type: ignore[union-attr]
             else:
+                # Steady state: p50 of the calls that are not first calls.
                 steady = f.dur[c[pos[~first[pos]]]]
                 if len(steady) < 3:
                     continue

@@ -11,7 +11,6 @@ The SQL behind both lives in ``gpuscope.store``; decoding the rows is done here.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import sqlite3
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import numpy as np
 
 from gpuscope.analysis.intervals import distinct
 from gpuscope.model.latency import NBUCKETS
+from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import OPS, Op, OpKind, Source
 from gpuscope.model.policy import SAMPLE_EVERY
 from gpuscope.store.aggregates_read import aggregate_rows, aggregates_cover_recording
@@ -127,9 +127,8 @@ class EventFrame:
 
 
 def op_mask(op: np.ndarray, ops: frozenset[int]) -> np.ndarray:
-    """``np.isin(op, ops)`` for a frame's op column (ids < 256, as packed): one table lookup per row."""
-    mask: np.ndarray = _op_table(ops)[op]
-    return mask
+    """``np.isin(op, ops)`` for a frame's op column: one table lookup per row."""
+    return in_ops(op, ops)
 
 
 def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -143,13 +142,6 @@ def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
     found: np.ndarray = ordered[at] == values
     return found
-
-
-@functools.lru_cache(maxsize=64)
-def _op_table(ops: frozenset[int]) -> np.ndarray:
-    table = np.zeros(256, dtype=bool)
-    table[[o for o in ops if 0 <= o < 256]] = True
-    return table
 
 
 _FIELDS = ("ts", "dur", "pid", "tid", "op", "cgroup", "bytes", "handle", "stream", "arg0", "arg1")
@@ -272,11 +264,10 @@ def _frame_parts(
     """
 
     def rows(ids: tuple[int, int] | None = None) -> Iterator[_RowPart]:
-        return _row_parts(
-            frame_row_chunks(
-                conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin, ids=ids
-            )
+        chunks = frame_row_chunks(
+            conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin, ids=ids
         )
+        return (_RowPart(chunk) for chunk in chunks)
 
     coverage = block_coverage(conn) if blocks else None
     if coverage is None:
@@ -289,11 +280,6 @@ def _frame_parts(
             )
         elif rows_between(conn, first, last):
             yield from rows((-(2**63) if first == coverage.bottom else first, last))
-
-
-def _row_parts(chunks: Iterator[list[tuple[int, ...]]]) -> Iterator[_RowPart]:
-    for rows in chunks:
-        yield _RowPart(rows)
 
 
 def _process_names(conn: sqlite3.Connection, pids: list[int]) -> tuple[dict[int, str], dict[int, int]]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# Queries per pass of ``overlap_ns``, and keys ``distinct`` puts through a set.
 _QUERY_CHUNK = 1 << 18
+_SET_KEYS = 4096
 
 
 def distinct(keys: np.ndarray) -> np.ndarray:
@@ -23,9 +25,6 @@ def distinct(keys: np.ndarray) -> np.ndarray:
         found: np.ndarray = np.flatnonzero(counts) + lo
         return found
     return np.unique(keys)
-
-
-_SET_KEYS = 4096
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

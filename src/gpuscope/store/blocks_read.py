@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.blocks import BLOCK_COLUMNS, BlockError, parse_block, widen
 from gpuscope.store.events_read import DETAIL_OP_FLOOR, PACKED_PID_SHIFT, PACKED_TID_SHIFT, window_floor
@@ -106,8 +107,7 @@ def frame_block_chunks(
     """
     floor = window_floor(conn, start_ns)
     chosen = run[(run[:, 3] >= start_ns) & (run[:, 2] <= end_ns)]
-    detail = _lookup(detail_ops)
-    thin_ops = _lookup({o for _, o in thin}) if thin else None
+    thin_ops = frozenset(o for _, o in thin) if thin else None
     pid_set = np.asarray(pids, dtype=np.int64)
     carried = (-1, _NO_OP)  # the id after the last row read and its op, for the first row of the next group
     i = 0
@@ -131,7 +131,7 @@ def frame_block_chunks(
         carried = (int(group.meta[-1, 0] + group.meta[-1, 1]), int(op[-1]))
         kept = np.flatnonzero(mask)
         del mask
-        yield BlockPart(group, kept, (ts, dur, op, pid), detail)
+        yield BlockPart(group, kept, (ts, dur, op, pid), detail_ops)
 
 
 class _Group:
@@ -173,23 +173,6 @@ class _Group:
             widen(base, None if offsets is None else offsets[kept[a:z] - self.starts[b]], out[a:z])
 
 
-def _is_in(table: np.ndarray, op: np.ndarray) -> np.ndarray:
-    """``table[op]`` for a ``_lookup`` table: ids outside it read its ends, which are never set."""
-    found: np.ndarray = np.take(table, op, mode="clip")
-    return found
-
-
-def _lookup(ops: frozenset[int] | set[int]) -> np.ndarray:
-    """A table of op ids: True for ``ops``; ``_is_in(table, op)`` is isin at one gather.
-
-    Op ids are 1 .. 65,534 (the writer stores 16 bits; 0 is none), so the
-    first and last entries, which clipped ids outside the table read, stay False.
-    """
-    table = np.zeros(1 << 16, dtype=bool)
-    table[[o for o in ops if 0 < o < (1 << 16) - 1]] = True
-    return table
-
-
 def _op_of_row(conn: sqlite3.Connection, row_id: int) -> int:
     row = conn.execute("SELECT op_id FROM event_log WHERE id = ?", (row_id,)).fetchone()
     return _NO_OP if row is None or type(row[0]) is not int else int(row[0])
@@ -202,7 +185,7 @@ def _thin(
     group: _Group,
     carried: tuple[int, int],
     thin: Mapping[tuple[int, int], int],
-    thin_ops: np.ndarray,
+    thin_ops: frozenset[int],
     keep_every: int,
 ) -> None:
     """Clear ``mask`` where the row path's thinning drops a row.
@@ -212,7 +195,7 @@ def _thin(
     before is another op). Only rows still in ``mask`` are looked at.
     """
     op, pid, dur = cols
-    idx = np.flatnonzero(mask & _is_in(thin_ops, op))
+    idx = np.flatnonzero(mask & in_ops(op, thin_ops))
     if not len(idx):
         return
     starts, first_ids = group.starts[:-1], group.meta[:, 0]
@@ -237,7 +220,7 @@ def _thin(
         before[at] = carried_op if first == carried_end else _op_of_row(conn, first - 1)
     kept = ids % keep_every == 0
     kept |= dur[idx] > threshold
-    kept |= (before != _NO_OP) & ~_is_in(thin_ops, before)
+    kept |= (before != _NO_OP) & ~in_ops(before, thin_ops)
     mask[idx[~kept]] = False
 
 
@@ -249,10 +232,10 @@ class BlockPart:
         group: _Group,
         kept: np.ndarray,
         widened: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
-        detail: np.ndarray,
+        detail_ops: frozenset[int],
     ) -> None:
         """``widened``: the group's ts, duration, op and (when read) pid columns, every row."""
-        self._group, self._kept, self._detail = group, kept, detail
+        self._group, self._kept, self._detail_ops = group, kept, detail_ops
         self._ts, self._dur, self._op, self._pid = widened
         self.rows = len(kept)
 
@@ -265,7 +248,7 @@ class BlockPart:
         kept = self._kept[: len(dest[0])]
         op = self._op[kept]
         host = op >= DETAIL_OP_FLOOR
-        detail = host | _is_in(self._detail, op)
+        detail = host | in_ops(op, self._detail_ops)
         np.take(self._ts, kept, out=dest[0])
         np.take(self._dur, kept, out=dest[1])
         packed = dest[2]

@@ -25,17 +25,18 @@ from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
-from gpuscope.store.blocks import BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
+from gpuscope.store.blocks import BLOCK_COLUMNS, BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
 
 __all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
 
 P = ParamSpec("P")
 
-_INSERT_INTO = (
-    "INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, "
-    "bytes, handle, stream, arg0, arg1, cgroup_v1_id, stack_hash) VALUES "
-)
-_NCOLS = 17
+_COLUMNS = (
+    "session_id", "ts_ns", "duration_ns", "pid", "tid", "comm_id", "cgroup_id", "op_id", "flags", "ret",
+    "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id", "stack_hash",
+)  # fmt: skip
+_INSERT_INTO = f"INSERT INTO event_log({', '.join(_COLUMNS)}) VALUES "
+_NCOLS = len(_COLUMNS)
 _ROW = "(" + ", ".join("?" * _NCOLS) + ")"
 _INSERT = _INSERT_INTO + _ROW
 # Rows per statement for the bulk of a batch: one statement step per 32 rows
@@ -46,7 +47,7 @@ _ROWS_PER_INSERT = 32
 _INSERT_MANY = _INSERT_INTO + ", ".join([_ROW] * _ROWS_PER_INSERT)
 _U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
 # Where each of gpuscope.store.blocks.BLOCK_COLUMNS is among the inserted columns.
-_BLOCK_INDEX = [1, 2, 3, 4, 7, 6, 10, 11, 12, 13, 14]
+_BLOCK_INDEX = [_COLUMNS.index(c) for c in BLOCK_COLUMNS]
 
 
 def events_end_ns(conn: sqlite3.Connection) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.cli import main
 from gpuscope.importers import import_file
 from tests.shared_fixtures import INGERO_NODE_FILES, ingero_fixture
+from tests.unit.store.recordings import without_blocks
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +20,10 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("blocks")
     with_blocks = folder / "demo.db"
     assert main(["demo", "--synthetic", "--db", str(with_blocks)]) == 0
-    rows_only = folder / "rows.db"
-    shutil.copy(with_blocks, rows_only)
-    conn = sqlite3.connect(rows_only)
+    conn = sqlite3.connect(with_blocks)
     assert conn.execute("SELECT count(*) FROM event_blocks").fetchone()[0] > 0
-    conn.execute("DELETE FROM event_blocks")
-    conn.commit()
     conn.close()
-    return with_blocks, rows_only
+    return with_blocks, without_blocks(with_blocks)
 
 
 def _options(path: Path) -> list[ExplainOptions]:
@@ -67,12 +63,7 @@ def test_an_imported_recording_gets_blocks_and_the_same_report(tmp_path: Path, n
     index = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_log_ts'").fetchone()
     conn.close()
     assert covered == rows > 0 and index is not None  # and the time index, as a closed recording has
-    rows_only = tmp_path / "rows.db"
-    shutil.copy(imported, rows_only)
-    conn = sqlite3.connect(rows_only)
-    conn.execute("DELETE FROM event_blocks")
-    conn.commit()
-    conn.close()
+    rows_only = without_blocks(imported)
     # then explain says the same from either
     a = explain_db(imported, ExplainOptions()).as_dict(per_process=True)
     assert a == explain_db(rows_only, ExplainOptions()).as_dict(per_process=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,17 @@ from tests.unit.analysis.builder import Events
 # The session ``Events.to_db`` writes: id 1, node "n", wall clock 1700000000 s at monotonic 0.
 FIRST_SESSION = 1
 FIRST_SESSION_WALL_NS = 1_700_000_000_000_000_000
+
+
+def without_blocks(path: Path) -> Path:
+    """A copy of a recording beside it, without its column blocks: explain reads every row of it as a row."""
+    copy = path.with_name(path.stem + "-rows.db")
+    shutil.copy(path, copy)
+    conn = sqlite3.connect(copy)
+    conn.execute("DELETE FROM event_blocks")
+    conn.commit()
+    conn.close()
+    return copy
 
 
 def record(ev: Events, path: Path) -> Path:

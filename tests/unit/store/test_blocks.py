@@ -21,6 +21,7 @@ from gpuscope.store.connect import connect_writer
 from gpuscope.store.retention import Usage, delete_oldest, usage
 from gpuscope.store.sessions_write import SessionInfo, create_session
 from gpuscope.store.writer import Durability, EventWriter
+from tests.unit.store.recordings import without_blocks
 
 _OPS = np.array(
     [int(o) for o in (Op.cudaLaunchKernel, Op.cuLaunchKernel, Op.cudaMemcpyAsync, Op.cudaStreamSynchronize)]
@@ -60,17 +61,6 @@ def _record(path: Path, batches: int = 40, seed: int = 1, durability: Durability
     w.close()
     conn.close()
     return path
-
-
-def _rows_only(path: Path) -> Path:
-    """A copy of the recording without its blocks: every row is read as a row."""
-    copy = path.with_name(path.stem + "-rows.db")
-    shutil.copy(path, copy)
-    conn = sqlite3.connect(copy)
-    conn.execute("DELETE FROM event_blocks")
-    conn.commit()
-    conn.close()
-    return copy
 
 
 def _frame(path: Path, window: tuple[int, int] = _EVERYTHING, **kw: object) -> EventFrame:
@@ -184,7 +174,7 @@ def test_the_frame_from_blocks_is_the_frame_from_rows(
     path = _record(tmp_path / "r.db")
     assert block_coverage(sqlite3.connect(path)) is not None
     # then explain's frame is the same, value for value, read from blocks or from rows
-    a, b = _frame(path, **kw), _frame(_rows_only(path), **kw)
+    a, b = _frame(path, **kw), _frame(without_blocks(path), **kw)
     assert len(a) > 100 and _same(a, b)
 
 
@@ -200,7 +190,7 @@ def test_retention_trims_the_block_it_cuts_through(tmp_path: Path) -> None:
     assert deleted > 0 and blocks[0][0] not in written  # the cut fell inside a block, which was rewritten
     # then the blocks still hold exactly the rows left, and the frame is the rows' frame
     assert _tiles(blocks, *_ids(path))
-    assert _same(_frame(path, thin=_THIN), _frame(_rows_only(path), thin=_THIN))
+    assert _same(_frame(path, thin=_THIN), _frame(without_blocks(path), thin=_THIN))
 
 
 @pytest.mark.parametrize(
@@ -221,7 +211,7 @@ def test_rows_edited_by_hand_are_read_as_rows(tmp_path: Path, edit: str) -> None
     conn.close()
     # then that row's block is gone, and the frame reads what the rows now say
     assert len(_blocks(path)) == before - 1
-    assert _same(_frame(path, thin=_THIN), _frame(_rows_only(path), thin=_THIN))
+    assert _same(_frame(path, thin=_THIN), _frame(without_blocks(path), thin=_THIN))
 
 
 def test_rows_before_and_after_the_blocks_are_read_as_rows(tmp_path: Path) -> None:
@@ -236,7 +226,7 @@ def test_rows_before_and_after_the_blocks_are_read_as_rows(tmp_path: Path) -> No
     conn.close()
     assert coverage is not None and [run is None for _, _, run in coverage.spans()] == [True, False, True]
     # then every row is in the frame, each read once
-    assert _same(_frame(path, thin=_THIN), _frame(_rows_only(path), thin=_THIN))
+    assert _same(_frame(path, thin=_THIN), _frame(without_blocks(path), thin=_THIN))
 
 
 def test_a_damaged_block_makes_the_frame_read_rows(tmp_path: Path) -> None:
@@ -247,12 +237,12 @@ def test_a_damaged_block_makes_the_frame_read_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     # then the frame is read from the rows, whole
-    assert _same(_frame(path), _frame(_rows_only(path)))
+    assert _same(_frame(path), _frame(without_blocks(path)))
 
 
 def test_blocks_built_for_rows_written_without_them_give_the_same_frame(tmp_path: Path) -> None:
     # given a recording whose rows have no blocks, and blocks built for it afterwards
-    rows = _rows_only(_record(tmp_path / "r.db"))
+    rows = without_blocks(_record(tmp_path / "r.db"))
     built = tmp_path / "built.db"
     shutil.copy(rows, built)
     conn = connect_writer(built)
@@ -273,7 +263,7 @@ def test_a_merged_recording_has_blocks_of_its_own(tmp_path: Path) -> None:
     merge_recordings([first, second], merged)
     # then the output's blocks hold every row of it, and the frame is the one its rows give
     assert _tiles(_blocks(merged), *_ids(merged))
-    assert _same(_frame(merged, thin=_THIN), _frame(_rows_only(merged), thin=_THIN))
+    assert _same(_frame(merged, thin=_THIN), _frame(without_blocks(merged), thin=_THIN))
     # and it has both inputs' rows, and the time index a closed recording has
     assert len(_frame(merged)) == len(_frame(first)) + len(_frame(second))
     conn = sqlite3.connect(merged)
@@ -293,4 +283,4 @@ def test_runs_of_blocks_apart_read_the_rows_between_them(tmp_path: Path) -> None
     conn.close()
     assert coverage is not None and len(coverage.runs) == 3
     # then every row is in the frame once, as the rows give it
-    assert _same(_frame(path, thin=_THIN), _frame(_rows_only(path), thin=_THIN))
+    assert _same(_frame(path, thin=_THIN), _frame(without_blocks(path), thin=_THIN))
