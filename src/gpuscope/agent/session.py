@@ -195,6 +195,7 @@ class TraceSession:
             on_commit=self._on_commit,
             after_commit=self._after_commit,
             on_failure=self.reserve.release,
+            blocks=self.cap.blocks,
         )
         self.stacks = StackCollector(self.session_id, self.tracer, python=opts.stacks >= 2) if opts.stacks else None
         self.max_db_bytes = max_db_bytes

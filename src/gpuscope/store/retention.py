@@ -43,8 +43,16 @@ TARGET = 0.65
 # Bytes one row costs in the time index (an 8-byte key and the row id, with
 # cell and page overhead); it passes through the WAL while it is built.
 INDEX_BYTES_PER_ROW = 24
-# What one row and its share of a column block put in the WAL (see SizeCap.rows_per_commit).
-_TXN_BYTES_PER_ROW = 96
+# What one row puts in the WAL, and one row with its share of a column block (see SizeCap.rows_per_commit).
+_TXN_BYTES_PER_ROW = 64
+_TXN_BYTES_PER_BLOCK_ROW = 96
+# Below this cap a recording keeps no column blocks (``gpuscope.store.blocks``).
+# It then holds under about 500k rows, which explain reads as rows in a second
+# or two. Blocks there would take about a quarter of the history the cap keeps,
+# and the smaller transactions and extra deletions they bring cut the writer's
+# rate under a 2 MiB cap from ~155k to ~95k rows a second (measured): about
+# what one busy traced process makes, so the ring overflowed.
+BLOCKS_MIN_CAP = 32 << 20
 
 
 def _size(path: str) -> int:
@@ -234,15 +242,21 @@ class SizeCap:
         conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.execute(f"PRAGMA journal_size_limit={self.wal_bytes}")
 
+    @property
+    def blocks(self) -> bool:
+        """Whether the writer keeps column blocks: with no cap, or one of ``BLOCKS_MIN_CAP`` or more."""
+        return self.max_bytes <= 0 or self.max_bytes >= BLOCKS_MIN_CAP
+
     def rows_per_commit(self, default: int) -> int:
         """Rows in one transaction: its WAL frames stay under 1/40 of the cap.
 
-        About 96 bytes a row: 64 in ``event_log``, and up to 32 in the column
-        block that a transaction may carry for as many rows (``gpuscope.store.blocks``).
+        About 64 bytes a row in ``event_log``; 96 where a transaction may also
+        carry the column block of as many rows (``gpuscope.store.blocks``).
         """
         if self.max_bytes <= 0:
             return default
-        return max(500, min(default, self.max_bytes // 40 // _TXN_BYTES_PER_ROW))
+        per_row = _TXN_BYTES_PER_BLOCK_ROW if self.blocks else _TXN_BYTES_PER_ROW
+        return max(500, min(default, self.max_bytes // 40 // per_row))
 
     def check(self, conn: sqlite3.Connection) -> bool:
         """Checkpoint and hold the cap after a commit; return True while it can be held only by shedding rows.

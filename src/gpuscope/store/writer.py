@@ -164,12 +164,15 @@ class EventWriter:
         on_commit: Callable[[sqlite3.Connection, int, int], None] | None = None,
         after_commit: Callable[[sqlite3.Connection], None] | None = None,
         on_failure: Callable[[], None] | None = None,
+        blocks: bool = True,
     ) -> None:
         """``on_commit(conn, read_wall_ns, read_mono_ns)`` runs inside each transaction just before it commits
         (the moment the newest batch in it was read); ``after_commit(conn)`` runs after each commit (size caps);
-        ``on_failure()`` runs once when SQLite fails, before the queued writes that follow (it frees reserved space).
+        ``on_failure()`` runs once when SQLite fails, before the queued writes that follow (it frees reserved space);
+        ``blocks``: also write the rows' column blocks (``gpuscope.store.blocks``; ``SizeCap.blocks`` decides).
         """
         self._conn = conn
+        self._blocks = blocks
         self._session_id = session_id
         self._durability = durability or Durability()
         self._on_commit = on_commit
@@ -418,6 +421,8 @@ class EventWriter:
             self._conn.executemany(_INSERT, cols[bulk:].tolist())
         self.rows_written += n
         self._txn_rows += n
+        if not self._blocks:
+            return
         first = last_row_id(self._conn) - n + 1
         if self._block.rows and first != self._block.next_id:
             self._flush_block()  # ids not contiguous with the pending ones (rows inserted by other means)

@@ -11,8 +11,9 @@ import pytest
 
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.drops import drop_advice
+from gpuscope.store import retention
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.retention import Reserve, SizeCap, db_bytes
+from gpuscope.store.retention import BLOCKS_MIN_CAP, Reserve, SizeCap, db_bytes
 from gpuscope.store.sessions_read import session_states
 from gpuscope.store.sessions_write import SessionInfo, close_session, create_session, mark_committed
 from gpuscope.store.writer import Durability, EventWriter
@@ -170,6 +171,7 @@ def _capped_writer(path: Path, cap: int) -> tuple[EventWriter, SizeCap, list[int
         _session(conn),
         durability=Durability(rows_per_commit=size_cap.rows_per_commit(50_000)),
         after_commit=after,
+        blocks=size_cap.blocks,
     )
     box.append(writer)
     return writer, size_cap, sizes
@@ -188,6 +190,58 @@ def test_the_cap_holds_for_the_file_and_its_wal_after_every_commit(tmp_path: Pat
     conn = sqlite3.connect(path)
     first, last = conn.execute("SELECT min(id), max(id) FROM event_log").fetchone()
     assert last == 240_000 and first > 100_000
+
+
+def _block_rows(path: Path) -> tuple[int, int, int]:
+    """(rows the blocks hold, the first id they start at, rows in event_log)."""
+    conn = sqlite3.connect(path)
+    try:
+        held, first = conn.execute("SELECT coalesce(sum(rows), 0), min(first_id) FROM event_blocks").fetchone()
+        return int(held), first, int(conn.execute("SELECT count(*) FROM event_log").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_small_cap_keeps_no_column_blocks_and_sizes_its_transactions_without_them(tmp_path: Path) -> None:
+    # given caps below, at and without the size from which column blocks are kept
+    small, large, none = (
+        SizeCap(tmp_path / "a.db", 2 << 20),
+        SizeCap(tmp_path / "b.db", BLOCKS_MIN_CAP),
+        SizeCap(tmp_path / "c.db", 0),
+    )
+    # then only the small one keeps none, and its transactions carry rows alone: more of them in 1/40 of the cap
+    assert (small.blocks, large.blocks, none.blocks) == (False, True, True)
+    assert small.rows_per_commit(50_000) * 64 * 40 <= 2 << 20 < (small.rows_per_commit(50_000) + 1) * 64 * 40
+    per_block_row = BLOCKS_MIN_CAP // 40 // large.rows_per_commit(50_000)
+    assert 96 <= per_block_row < 97
+    # and a writer under the small cap stores every row it keeps without a block
+    path = tmp_path / "a.db"
+    writer, cap, _ = _capped_writer(path, 2 << 20)
+    for i in range(20):
+        writer.put(_events(4_000, start_ns=i * 10**9))
+    writer.close()
+    held, _, rows = _block_rows(path)
+    assert cap.rows_deleted > 0 and rows > 0 and held == 0
+
+
+def test_the_cap_holds_with_column_blocks_and_they_hold_the_rows_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a 1 MiB cap that keeps column blocks (as one of BLOCKS_MIN_CAP or more does), and about 6 MiB of rows
+    monkeypatch.setattr(retention, "BLOCKS_MIN_CAP", 1 << 20)
+    path = tmp_path / "r.db"
+    writer, cap, sizes = _capped_writer(path, 1 << 20)
+    assert cap.blocks
+    for i in range(25):
+        writer.put(_events(4_000, start_ns=i * 10**9))
+    writer.close()
+    # then the cap held after every commit, rows were deleted, and the blocks hold exactly the rows left
+    assert max(sizes) <= 1 << 20, max(sizes)
+    held, first, rows = _block_rows(path)
+    conn = sqlite3.connect(path)
+    (lowest,) = conn.execute("SELECT min(id) FROM event_log").fetchone()
+    conn.close()
+    assert cap.rows_deleted > 50_000 and held == rows and first == lowest
 
 
 def _pin_wal(path: Path) -> sqlite3.Connection:
