@@ -31,6 +31,7 @@ from gpuscope.store.events_read import (
     FRAME_ROW_WIDTH,
     PACKED_PID_SHIFT,
     PACKED_TID_SHIFT,
+    FrameFilter,
     event_id_span,
     event_span,
     frame_row_chunks,
@@ -263,11 +264,10 @@ def _frame_parts(
     Raises BlockError for a block gpuscope did not write.
     """
 
+    filt = FrameFilter(start_ns, end_ns, _DETAIL_OPS, THIN_SAMPLE, pids, thin)
+
     def rows(ids: tuple[int, int] | None = None) -> Iterator[_RowPart]:
-        chunks = frame_row_chunks(
-            conn, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin, ids=ids
-        )
-        return (_RowPart(chunk) for chunk in chunks)
+        return (_RowPart(chunk) for chunk in frame_row_chunks(conn, filt, ids=ids))
 
     coverage = block_coverage(conn) if blocks else None
     if coverage is None:
@@ -275,9 +275,7 @@ def _frame_parts(
         return
     for first, last, run in coverage.spans():
         if run is not None:
-            yield from frame_block_chunks(
-                conn, run, start_ns, end_ns, detail_ops=_DETAIL_OPS, keep_every=THIN_SAMPLE, pids=pids, thin=thin
-            )
+            yield from frame_block_chunks(conn, run, filt)
         elif rows_between(conn, first, last):
             yield from rows((-(2**63) if first == coverage.bottom else first, last))
 

@@ -1,9 +1,9 @@
 """Read the analysis frame from column blocks (``gpuscope.store.blocks``), with the row path's filters in numpy.
 
 ``frame_block_chunks`` yields exactly the rows ``events_read.frame_row_chunks``
-would for the same ids (the same window, process and thinning filters, and
-the same zeroed columns), written as columns straight into the frame instead
-of fetched as row tuples.
+would for the same ids and the same ``FrameFilter`` (window, process and
+thinning filters, and the same zeroed columns), written as columns straight
+into the frame instead of fetched as row tuples.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import numpy as np
 from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.blocks import BLOCK_COLUMNS, BlockError, parse_block, widen
-from gpuscope.store.events_read import DETAIL_OP_FLOOR, PACKED_PID_SHIFT, PACKED_TID_SHIFT, window_floor
+from gpuscope.store.events_read import (
+    DETAIL_OP_FLOOR,
+    PACKED_PID_SHIFT,
+    PACKED_TID_SHIFT,
+    FrameFilter,
+    window_floor,
+)
 
 # Rows decoded at a time: four columns of them widened at once (32 MB), beside what the frame keeps.
 GROUP_ROWS = 1 << 20
@@ -87,24 +93,15 @@ def rows_between(conn: sqlite3.Connection, first_id: int, last_id: int) -> bool:
     )
 
 
-def frame_block_chunks(
-    conn: sqlite3.Connection,
-    run: np.ndarray,
-    start_ns: int,
-    end_ns: int,
-    *,
-    detail_ops: frozenset[int],
-    keep_every: int,
-    pids: tuple[int, ...] = (),
-    thin: Mapping[tuple[int, int], int] | None = None,
-) -> Iterator[BlockPart]:
-    """Yield the rows of a run of blocks (``Coverage.runs``) that overlap [start_ns, end_ns], a group of blocks at a time.
+def frame_block_chunks(conn: sqlite3.Connection, run: np.ndarray, filt: FrameFilter) -> Iterator[BlockPart]:
+    """Yield the rows ``filt`` keeps of a run of blocks (``Coverage.runs``), a group of blocks at a time.
 
     Each part writes its rows' frame columns (``events_read`` layout) where
     the caller says. Only the columns the filters test are widened for every
     row; the others only for the rows kept, straight into the frame. Raises
     BlockError for a block gpuscope did not write; the caller reads rows instead.
     """
+    start_ns, end_ns, pids, thin = filt.start_ns, filt.end_ns, filt.pids, filt.thin
     floor = window_floor(conn, start_ns)
     chosen = run[(run[:, 3] >= start_ns) & (run[:, 2] <= end_ns)]
     thin_ops = frozenset(o for _, o in thin) if thin else None
@@ -127,11 +124,11 @@ def frame_block_chunks(
         if pids and pid is not None:
             mask &= np.isin(pid, pid_set) | (op >= FIRST_HOST_OP_ID)
         if thin and thin_ops is not None and pid is not None:
-            _thin(conn, mask, (op, pid, dur), group, carried, thin, thin_ops, keep_every)
+            _thin(conn, mask, (op, pid, dur), group, carried, thin, thin_ops, filt.keep_every)
         carried = (int(group.meta[-1, 0] + group.meta[-1, 1]), int(op[-1]))
         kept = np.flatnonzero(mask)
         del mask
-        yield BlockPart(group, kept, (ts, dur, op, pid), detail_ops)
+        yield BlockPart(group, kept, (ts, dur, op, pid), filt.detail_ops)
 
 
 class _Group:

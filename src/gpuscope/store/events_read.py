@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuscope.model.ops import FIRST_HOST_OP_ID
@@ -136,28 +137,42 @@ def event_id_span(conn: sqlite3.Connection) -> int:
     return int(hi_id) - int(lo_id) + 1
 
 
+@dataclass(frozen=True, slots=True)
+class FrameFilter:
+    """Which rows the analysis frame reads, and which of their columns.
+
+    Both readers apply it alike: ``frame_row_chunks`` in SQL,
+    ``gpuscope.store.blocks_read.frame_block_chunks`` in numpy, row for row.
+
+    The events that overlap [``start_ns``, ``end_ns``]. ``detail_ops``: GPU
+    ops whose detail columns are read (others read 0). ``pids``: keep only
+    these processes' GPU events (host events of every process are kept).
+    ``thin`` maps (pid, op) of high-rate ops to a duration threshold: of
+    those only calls slower than it, one row in ``keep_every`` (by id), and
+    the first of each run of them are read.
+    """
+
+    start_ns: int
+    end_ns: int
+    detail_ops: frozenset[int]
+    keep_every: int = 1
+    pids: tuple[int, ...] = ()
+    thin: Mapping[tuple[int, int], int] | None = None
+
+
 def frame_row_chunks(
     conn: sqlite3.Connection,
-    start_ns: int,
-    end_ns: int,
+    filt: FrameFilter,
     *,
-    detail_ops: frozenset[int],
-    keep_every: int,
-    pids: tuple[int, ...] = (),
-    thin: Mapping[tuple[int, int], int] | None = None,
     chunk_rows: int = FRAME_CHUNK_ROWS,
     ids: tuple[int, int] | None = None,
 ) -> Iterator[list[tuple[int, ...]]]:
-    """Yield frame rows (layout above) of the events that overlap [start_ns, end_ns], in storage order, in chunks.
+    """Yield frame rows (layout above) of the events ``filt`` keeps, in storage order, in chunks.
 
-    ``detail_ops``: GPU ops whose detail columns are read (others read 0).
-    ``pids``: keep only these processes' GPU events (host events of every
-    process are kept). ``thin`` maps (pid, op) of high-rate ops to a duration
-    threshold: of those only calls slower than it, one row in ``keep_every``,
-    and the first of each run of them are read. ``ids``: only rows with ids in
-    this range (the others are read from column blocks).
+    ``ids``: only rows with ids in this range (the others are read from column blocks).
     """
-    detail = f"op_id >= {DETAIL_OP_FLOOR} OR op_id IN ({','.join(map(str, sorted(detail_ops)))})"
+    start_ns, end_ns, pids, thin, keep_every = filt.start_ns, filt.end_ns, filt.pids, filt.thin, filt.keep_every
+    detail = f"op_id >= {DETAIL_OP_FLOOR} OR op_id IN ({','.join(map(str, sorted(filt.detail_ops)))})"
     where = "ts_ns <= ? AND ts_ns + duration_ns >= ?"
     params: list[int] = [end_ns, start_ns]
     # A lower bound on the start that the index can use: nothing lasts longer than the longest event.

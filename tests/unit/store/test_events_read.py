@@ -10,6 +10,7 @@ from gpuscope.store.events_read import (
     COUNT_BY_OP,
     PACKED_PID_SHIFT,
     PACKED_TID_SHIFT,
+    FrameFilter,
     call_chunks,
     count_events,
     event_id_span,
@@ -46,9 +47,7 @@ def _frame_rows(
     pids: tuple[int, ...] = (),
     thin: dict[tuple[int, int], int] | None = None,
 ) -> list[tuple[int, ...]]:
-    chunks = frame_row_chunks(
-        conn, start_ns, end_ns, detail_ops=detail_ops, keep_every=keep_every, pids=pids, thin=thin
-    )
+    chunks = frame_row_chunks(conn, FrameFilter(start_ns, end_ns, detail_ops, keep_every, pids, thin))
     return [_unpacked(row) for chunk in chunks for row in chunk]
 
 
@@ -175,7 +174,7 @@ def test_frame_rows_come_in_chunks_of_at_most_the_asked_size(tmp_path: Path) -> 
     ev = Events()
     ev.loop(Op.cudaLaunchKernel, 5, MS, 5 * US)
     with reading(record(ev, tmp_path / "rec.db")) as conn:
-        chunks = list(frame_row_chunks(conn, 0, 10 * MS, detail_ops=frozenset(), keep_every=1, chunk_rows=2))
+        chunks = list(frame_row_chunks(conn, FrameFilter(0, 10 * MS, frozenset()), chunk_rows=2))
     assert [len(c) for c in chunks] == [2, 2, 1]
 
 
