@@ -175,6 +175,19 @@ def use_source_bpf() -> str:
     return "BPF objects built from bpf/ sources"
 
 
+def cached_bytecode_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with bytecode cached as an installed wheel has it.
+
+    The .pyc files go to bench/.build/pycache (PYTHONPYCACHEPREFIX), not into
+    src/, even where PYTHONDONTWRITEBYTECODE is set: start-up times then
+    measure imports as users pay them, not compiling every module.
+    """
+    out = dict(os.environ if env is None else env)
+    out.pop("PYTHONDONTWRITEBYTECODE", None)
+    out["PYTHONPYCACHEPREFIX"] = str(BUILD_DIR / "pycache")
+    return out
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchlib import cached_bytecode_env
 
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.ops import Op
@@ -186,9 +187,7 @@ def _command_s(db: Path) -> float:
     Bytecode is cached like an installed wheel's (bench/.build/pycache), even
     where PYTHONDONTWRITEBYTECODE is set; the report goes to /dev/null.
     """
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(Path(__file__).resolve().parent / ".build" / "pycache")
+    env = cached_bytecode_env()
     t0 = time.perf_counter()
     p = subprocess.run(
         [sys.executable, "-m", "gpuscope", "explain", "--db", str(db)],

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 from benchlib import (
-    BUILD_DIR,
     PRODUCER_CPU,
     PYTHON,
     REAL_CUDART,
@@ -36,6 +35,7 @@ from benchlib import (
     STANDIN_CUDART,
     Result,
     build_c,
+    cached_bytecode_env,
     median,
     use_source_bpf,
 )
@@ -72,16 +72,8 @@ def _in_process(lib_path: Path) -> tuple[float, float, int]:
 
 
 def _env(cached_bytecode: bool) -> dict[str, str]:
-    """The environment as given, or with bytecode cached like an installed wheel.
-
-    Cached: .pyc files go to bench/.build/pycache (PYTHONPYCACHEPREFIX), not
-    into src/, even where PYTHONDONTWRITEBYTECODE is set.
-    """
-    env = dict(os.environ)
-    if cached_bytecode:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(BUILD_DIR / "pycache")
-    return env
+    """The environment as given, or with bytecode cached like an installed wheel (``cached_bytecode_env``)."""
+    return cached_bytecode_env() if cached_bytecode else dict(os.environ)
 
 
 def _trace(command: list[str], lib_dir: Path, db: Path, env: dict[str, str]) -> tuple[float, int, str, str]:

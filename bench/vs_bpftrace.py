@@ -41,7 +41,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import BUILD_DIR, PYTHON, ROOT, STANDIN_CUDART, Result, build_c, median, use_source_bpf
+from benchlib import (
+    BUILD_DIR,
+    PYTHON,
+    ROOT,
+    STANDIN_CUDART,
+    Result,
+    build_c,
+    cached_bytecode_env,
+    median,
+    use_source_bpf,
+)
 
 from gpuscope.agent.discovery import probe_plan
 
@@ -119,9 +129,7 @@ def _gpuscope_env(baseline: Path | None = None) -> dict[str, str]:
         env["PYTHONPATH"] = str(baseline / "src")
         env["GPUSCOPE_BPF_DIR"] = str(baseline / "bpf_obj")
     # Bytecode cached as an installed wheel has it (only the end-to-end wall depends on it).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(BUILD_DIR / "pycache")
-    return env
+    return cached_bytecode_env(env)
 
 
 def _run_gpuscope(exe: Path, lib: Path, flags: list[str], db: Path, baseline: Path | None = None) -> Run:
