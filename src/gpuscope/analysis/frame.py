@@ -112,7 +112,7 @@ class EventFrame:
         return end
 
     def mask_ops(self, ops: frozenset[int]) -> np.ndarray:
-        return op_mask(self.op, ops)
+        return in_ops(self.op, ops)
 
     @classmethod
     def from_columns(cls, cols: list[np.ndarray], comms: dict[int, str], cgroups: dict[int, int]) -> EventFrame:
@@ -125,11 +125,6 @@ class EventFrame:
 
     def comm(self, pid: int | None) -> str | None:
         return self.comms.get(int(pid)) if pid is not None else None
-
-
-def op_mask(op: np.ndarray, ops: frozenset[int]) -> np.ndarray:
-    """``np.isin(op, ops)`` for a frame's op column: one table lookup per row."""
-    return in_ops(op, ops)
 
 
 def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:

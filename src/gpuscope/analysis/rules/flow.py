@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS, op_mask
+from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS
 from gpuscope.analysis.intervals import distinct, merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import symptom_for
 from gpuscope.analysis.stats import severity_for
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
+from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
@@ -21,10 +22,6 @@ HOST_EXPLAINED_MAX = 0.25
 DROP = 0.4
 
 
-def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
-    return op_mask(a, ops)
-
-
 class DataStarvationRule:
     """Long gaps with no GPU work while the feeding thread computes on the CPU or waits for data."""
 
@@ -34,8 +31,8 @@ class DataStarvationRule:
         f, c = ctx.frame, ctx.calls
         out = []
         for p in ctx.call_pids:
-            w = c[(f.pid[c] == p) & _isin(f.op[c], GPU_WORK)]
-            is_sync = _isin(f.op[w], SYNC_OPS)
+            w = c[(f.pid[c] == p) & in_ops(f.op[c], GPU_WORK)]
+            is_sync = in_ops(f.op[w], SYNC_OPS)
             if int(is_sync.sum()) < 10:
                 continue
             # Waits that saw real GPU work make the GPU's idleness meaningful by themselves; after quick
@@ -48,7 +45,7 @@ class DataStarvationRule:
             gap_e = f.ts[w[after + 1]]
             gap = np.maximum(gap_e - gap_s, 0)
             # A GPU shared with other processes is not idle while they use it.
-            peers = c[(f.pid[c] != p) & _isin(f.op[c], GPU_WORK)]
+            peers = c[(f.pid[c] != p) & in_ops(f.op[c], GPU_WORK)]
             ps, pe = merge(f.ts[peers], f.ts[peers] + f.dur[peers])
             gap = gap - overlap_ns(gap_s, np.maximum(gap_e, gap_s), ps, pe)
             long = gap >= STARVE_GAP_NS
@@ -165,7 +162,7 @@ class SyncStallRule:
             if total < SYNC_SHARE * wall or host > HOST_EXPLAINED_MAX * total:
                 continue
             # Waiting while another process's work holds the GPU is gpu-contention, not this process's own load.
-            peers = c[(f.pid[c] != p) & _isin(f.op[c], GPU_WORK)]
+            peers = c[(f.pid[c] != p) & in_ops(f.op[c], GPU_WORK)]
             ps, pe = merge(f.ts[peers], f.ts[peers] + f.dur[peers])
             if int(overlap_ns(s, e, ps, pe).sum()) > HOST_EXPLAINED_MAX * total:
                 continue

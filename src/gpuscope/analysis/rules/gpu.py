@@ -5,17 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS, is_member, op_mask
+from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS, is_member
 from gpuscope.analysis.intervals import distinct, merge, overlap_ns
 from gpuscope.analysis.rules.base import effect_line, per_op_effects, symptom_for
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity
+from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_bytes, fmt_ns
-
-
-def _isin(a: np.ndarray, ops: frozenset[int]) -> np.ndarray:
-    return op_mask(a, ops)
 
 
 class GpuContentionRule:
@@ -25,7 +22,7 @@ class GpuContentionRule:
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
-        work = _isin(f.op[c], GPU_WORK)
+        work = in_ops(f.op[c], GPU_WORK)
         pids = distinct(f.pid[c[work]])
         if len(pids) < 2:
             return []
@@ -40,7 +37,7 @@ class GpuContentionRule:
             s, e = merge(np.concatenate([x[0] for x in peers]), np.concatenate([x[1] for x in peers]))
             other[mine] = overlap_ns(f.ts[c[mine]], f.ts[c[mine]] + f.dur[c[mine]], s, e)
         affected = other >= 0.1 * np.maximum(f.dur[c], 1)
-        effects = [o for o in per_op_effects(ctx, other, affected) if _isin(np.array([o.op]), SYNC_OPS | COPY_OPS)[0]]
+        effects = [o for o in per_op_effects(ctx, other, affected) if in_ops(np.array([o.op]), SYNC_OPS | COPY_OPS)[0]]
         peers_of = {
             p: tuple(Culprit("peer", q, None, f.comm(q)) for q in pids.tolist() if q != p) for p in pids.tolist()
         }
@@ -87,7 +84,7 @@ class ColdStartRule:
             pos = np.flatnonzero(cold & (f.pid[c] == p))
             lost = int(f.dur[c[pos]].sum())
             wall = ctx.pid_span_ns(p)
-            launches = _isin(f.op[c[pos]], LAUNCH_OPS)
+            launches = in_ops(f.op[c[pos]], LAUNCH_OPS)
             kernels = len(set(f.handle[c[pos[launches]]].tolist()))
             ops = distinct(f.op[c[pos]]).tolist()
             worst = pos[np.argmax(f.dur[c[pos]])]
@@ -129,8 +126,8 @@ class MemcpyBoundRule:
         out = []
         for p in ctx.call_pids:
             mine = c[f.pid[c] == p]
-            cp = mine[_isin(f.op[mine], COPY_OPS)]
-            other = mine[_isin(f.op[mine], SYNC_OPS | LAUNCH_OPS)]
+            cp = mine[in_ops(f.op[mine], COPY_OPS)]
+            other = mine[in_ops(f.op[mine], SYNC_OPS | LAUNCH_OPS)]
             a = ctx.aggregates
             wall = ctx.pid_span_ns(p)
             if a is not None:
@@ -194,10 +191,10 @@ def _alloc_layer(idx: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """(allocations, frees) among ``idx`` at one layer: the runtime's when the process used it, else the
     driver's. Never both: a runtime allocation is also a driver one, and would count twice."""
     for alloc_ops, free_ops in _ALLOC_LAYERS:
-        al = idx[_isin(ops, alloc_ops)]
+        al = idx[in_ops(ops, alloc_ops)]
         if len(al):
-            return al, idx[_isin(ops, free_ops)]
-    return al, idx[_isin(ops, _ALLOC_LAYERS[-1][1])]
+            return al, idx[in_ops(ops, free_ops)]
+    return al, idx[in_ops(ops, _ALLOC_LAYERS[-1][1])]
 
 
 _FIX_CHURN = (
