@@ -118,8 +118,8 @@ class Context:
     def sched(self) -> np.ndarray:
         return np.flatnonzero(self.frame.op == SCHED)
 
-    def _offcpu(self, s: np.ndarray) -> np.ndarray:
-        """Per call: the time the off-CPU intervals ``s`` of its own thread cover."""
+    def own_thread_overlap(self, s: np.ndarray) -> np.ndarray:
+        """Per call: the time the intervals ``s`` (frame rows: off-CPU spans) of its own thread cover."""
         f = self.frame
         return overlap_by_key(self.call_tid, self.call_start, self.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
 
@@ -186,19 +186,19 @@ class Context:
     @cached_property
     def preempted_ns(self) -> np.ndarray:
         """Per call: time its thread was runnable but off CPU (another task, not the tracer, had it)."""
-        return self._offcpu(self.preempting)
+        return self.own_thread_overlap(self.preempting)
 
     @cached_property
     def tracer_preempted_ns(self) -> np.ndarray:
         """Per call: time its thread was runnable but the tracer had its CPU (tracing overhead)."""
-        return self._offcpu(self.tracer_preempting)
+        return self.own_thread_overlap(self.tracer_preempting)
 
     @cached_property
     def voluntary_ns(self) -> np.ndarray:
         """Per call: time its thread was blocked by its own choice (sleep, wait, I/O)."""
         f, s = self.frame, self.sched
         # Not preempted, less the rows without task state (``stateless_sched``: arg0 and arg1 both 0).
-        return self._offcpu(s[(f.arg0[s] == 0) & (f.arg1[s] != 0)])
+        return self.own_thread_overlap(s[(f.arg0[s] == 0) & (f.arg1[s] != 0)])
 
     @cached_property
     def cold(self) -> np.ndarray:

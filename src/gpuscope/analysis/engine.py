@@ -32,7 +32,7 @@ from gpuscope.analysis.frame import (
     recording_bounds,
 )
 from gpuscope.analysis.imported_rates import ImportedRates, load_imported_rates
-from gpuscope.analysis.intervals import distinct, overlap_by_key
+from gpuscope.analysis.intervals import distinct
 from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
 from gpuscope.analysis.recording_state import RecordingState, read_recording_state
 from gpuscope.analysis.rules import RULES, Rule
@@ -374,8 +374,7 @@ def _stateless_note(ctx: Context) -> tuple[str, ...]:
     s = ctx.stateless_sched
     if len(s) == 0 or len(ctx.calls) == 0:
         return ()
-    f = ctx.frame
-    inside = overlap_by_key(ctx.call_tid, ctx.call_start, ctx.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+    inside = ctx.own_thread_overlap(s)
     total = int(inside.sum())
     if total == 0:
         return ()

@@ -90,7 +90,7 @@ class NoisyNeighbourRule:
         s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
         if len(s) == 0:
             return []
-        cause = overlap_by_key(ctx.call_tid, ctx.call_start, ctx.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+        cause = ctx.own_thread_overlap(s)
         affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
