@@ -127,19 +127,6 @@ class EventFrame:
         return self.comms.get(int(pid)) if pid is not None else None
 
 
-def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """``np.isin(values, pool)`` for large int64 arrays: one sort of ``pool`` and a binary search per value.
-
-    ``np.isin`` sorts both arrays together (several times slower with millions on each side).
-    """
-    if len(pool) == 0:
-        return np.zeros(len(values), dtype=bool)
-    ordered = np.sort(pool)
-    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
-    found: np.ndarray = ordered[at] == values
-    return found
-
-
 _FIELDS = ("ts", "dur", "pid", "tid", "op", "cgroup", "bytes", "handle", "stream", "arg0", "arg1")
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS, is_member
-from gpuscope.analysis.intervals import distinct, merge, overlap_ns
+from gpuscope.analysis.frame import ALLOC_OPS, COPY_OPS, GPU_WORK, LAUNCH_OPS, SYNC_OPS
+from gpuscope.analysis.intervals import distinct, is_member, merge, overlap_ns
 from gpuscope.analysis.rules.base import effect_line, per_op_effects, symptom_for
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity
