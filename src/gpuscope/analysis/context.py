@@ -7,9 +7,9 @@ from functools import cached_property
 import numpy as np
 
 from gpuscope.analysis.attribution import EMPTY, Attribution
-from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, LAUNCH_OPS, Aggregates, EventFrame, Window
+from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.imported_rates import ImportedRates
-from gpuscope.analysis.intervals import distinct, overlap_by_key
+from gpuscope.analysis.intervals import KeyGroups, distinct, merge, overlap_by_key
 from gpuscope.analysis.stats import hist_pct, pct
 from gpuscope.model.ops import Op
 
@@ -19,6 +19,7 @@ TIMER_PERIODS_NS = np.array([1, 2, 5, 10, 20, 50, 100, 200, 250, 500, 1000], dty
 # costs at least COLD_MIN_EXCESS_NS more.
 COLD_RATIO = 10.0
 COLD_MIN_EXCESS_NS = 100_000
+AFFECTED_FRACTION = 0.1  # a call is affected by a cause that covers >= 10% of it
 
 
 class Context:
@@ -68,6 +69,9 @@ class Context:
         self.imported_rates = imported_rates
         # Written by the rules: groups a cause touched too few times to compare, where no finding stands.
         self.too_small: list[str] = []
+        self._pid_calls: dict[int, np.ndarray] = {}
+        self._work_spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._thread_spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def op_summary(self, pid: int, op: int) -> tuple[int, int, int, int, int] | None:
         """(count, p50, p99, max, total ns) of every call of an op of a process, from aggregates; None without."""
@@ -99,6 +103,11 @@ class Context:
         return tid
 
     @cached_property
+    def call_threads(self) -> KeyGroups:
+        """The calls grouped by thread (positions into ``calls``), for the per-thread overlaps of many rules."""
+        return KeyGroups.of(self.call_tid)
+
+    @cached_property
     def call_start(self) -> np.ndarray:
         """Per call: its start (``frame.ts[calls]``)."""
         start: np.ndarray = self.frame.ts[self.calls]
@@ -112,16 +121,86 @@ class Context:
 
     @cached_property
     def call_pids(self) -> list[int]:
-        return [int(p) for p in distinct(self.frame.pid[self.calls]).tolist()]
+        """The processes that made calls, ascending (``_call_groups`` found them)."""
+        return sorted({pid for pid, _op, _pos in self._call_groups})
+
+    def pid_calls(self, pid: int) -> np.ndarray:
+        """Positions into ``calls`` of one process's calls, ascending (time order); computed once per process."""
+        found = self._pid_calls.get(pid)
+        if found is None:
+            groups = [pos for gpid, _op, pos in self._call_groups if gpid == pid]
+            n = sum(len(pos) for pos in groups)
+            if n * 16 < len(self.calls):
+                # A small process among many calls: its groups merged (each is in time order; a stable sort
+                # merges sorted runs), not a pass over every call.
+                found = np.sort(np.concatenate(groups or [np.zeros(0, dtype=np.int32)]), kind="stable")
+            else:
+                found = np.flatnonzero(self.frame.pid[self.calls] == pid)
+                if len(found) < 1 << 31:
+                    found = found.astype(np.int32)
+            self._pid_calls[pid] = found
+        return found
+
+    def pid_calls_of(self, pid: int, ops: frozenset[int]) -> np.ndarray:
+        """Positions into ``calls`` of one process's calls of ``ops``, ascending (time order)."""
+        return _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops])
+
+    def calls_of_ops(self, ops: frozenset[int]) -> np.ndarray:
+        """Positions into ``calls`` of every process's calls of ``ops``, ascending (time order)."""
+        return _merged([pos for _pid, op, pos in self._call_groups if op in ops])
+
+    def thread_call_spans(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The union of one thread's calls (of process ``pid``) as disjoint [start, end] spans; kept."""
+        found = self._thread_spans.get((pid, tid))
+        if found is None:
+            threads = self.call_threads
+            g = int(np.searchsorted(threads.keys, tid))
+            if g == len(threads.keys) or threads.keys[g] != tid:
+                pos = np.zeros(0, dtype=np.int64)  # a thread that made no call
+            else:
+                pos = threads.positions(g)
+                pos = pos[self.frame.pid[self.calls[pos]] == pid]  # the same tid elsewhere is another thread
+            found = self._thread_spans[(pid, tid)] = merge(self.call_start[pos], self.call_end[pos])
+        return found
+
+    def work_spans(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The union of one process's GPU work calls (``GPU_WORK``) as disjoint [start, end) spans; kept."""
+        found = self._work_spans.get(pid)
+        if found is None:
+            w = self.calls[self.pid_calls_of(pid, GPU_WORK)]
+            found = self._work_spans[pid] = merge(self.frame.ts[w], self.frame.ts[w] + self.frame.dur[w])
+        return found
+
+    def peer_work_spans(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The union of every other process's GPU work calls: the time a GPU shared with them was busy."""
+        peers = [self.work_spans(p) for p in self.call_pids if p != pid]
+        if not peers:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if len(peers) == 1:
+            return peers[0]
+        # The union of unions is the union: merging each process's spans again gives what merging every call would.
+        return merge(np.concatenate([s for s, _ in peers]), np.concatenate([e for _, e in peers]))
+
+    def affected(self, cause: np.ndarray) -> np.ndarray:
+        """Per call: whether ``cause`` (ns per call, never negative) covers at least AFFECTED_FRACTION of it."""
+        out = np.zeros(len(cause), dtype=bool)
+        at = np.flatnonzero(cause)  # only these can be: with millions of calls, most are untouched
+        out[at] = cause[at] >= AFFECTED_FRACTION * np.maximum(self.frame.dur[self.calls[at]], 1)
+        return out
 
     @cached_property
     def sched(self) -> np.ndarray:
         return np.flatnonzero(self.frame.op == SCHED)
 
     def own_thread_overlap(self, s: np.ndarray) -> np.ndarray:
-        """Per call: the time the intervals ``s`` (frame rows: off-CPU spans) of its own thread cover."""
+        """Per call: the time the intervals ``s`` (frame rows: off-CPU spans) of its own thread cover.
+
+        Read-only: with no interval, one zero seen by every call (no memory per call).
+        """
         f = self.frame
-        return overlap_by_key(self.call_tid, self.call_start, self.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+        if len(s) == 0:
+            return np.broadcast_to(np.zeros(1, dtype=np.int64), (len(self.calls),))
+        return overlap_by_key(self.call_threads, self.call_start, self.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
 
     @cached_property
     def _by_tracer(self) -> np.ndarray:
@@ -288,3 +367,12 @@ class Context:
         """``_call_groups`` without cold first calls: one copy of the positions, whatever the minimum count."""
         keep = ~self.cold
         return [(pid, op, pos[keep[pos]]) for pid, op, pos in self._call_groups]
+
+
+def _merged(groups: list[np.ndarray]) -> np.ndarray:
+    """Groups of positions, each ascending, as one ascending array."""
+    if len(groups) == 1:
+        return groups[0]
+    # A stable sort merges the sorted runs.
+    found: np.ndarray = np.sort(np.concatenate(groups or [np.zeros(0, dtype=np.int32)]), kind="stable")
+    return found

@@ -228,7 +228,7 @@ def analyse(
         spans = {p: ctx.pid_span_ns(p) for p in ctx.call_pids}
         stats = op_stats(frame.op[c], frame.dur[c], wall, time_ns=sum(spans.values()) or wall)
         for p in ctx.call_pids:
-            m = c[frame.pid[c] == p]
+            m = c[ctx.pid_calls(p)]
             per_process.extend(op_stats(frame.op[m], frame.dur[m], spans[p], pid=p))
         if imported_rates is not None and imported_rates.totals:
             stats, per_process = _with_imported_counts(stats, per_process, imported_rates, wall, spans)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -223,13 +224,44 @@ def _gather(parts: Iterator[_Part], cap: int) -> list[np.ndarray]:
     """
     raw = [np.empty(cap, dtype=np.int64) for _ in range(FRAME_ROW_WIDTH)]
     n = 0
-    for part in parts:
-        k = min(part.rows, cap - n)
-        part.write([r[n : n + k] for r in raw])
-        n += k
-        if n >= cap:
-            break
+    # A part writes its rows on a second thread while this one reads and filters the next: both are mostly
+    # numpy, which lets go of the interpreter lock. One write at a time, so at most two parts are alive.
+    writing: _Writer | None = None
+    try:
+        for part in parts:
+            k = min(part.rows, cap - n)
+            if writing is not None:
+                writing.finish()
+            writing = _Writer(part, [r[n : n + k] for r in raw])
+            n += k
+            if n >= cap:
+                break
+    finally:
+        if writing is not None:
+            writing.finish()
     return [r[:n] for r in raw]
+
+
+class _Writer:
+    """``part.write(dest)`` on a thread of its own; ``finish`` waits for it and raises what it raised."""
+
+    def __init__(self, part: _Part, dest: list[np.ndarray]) -> None:
+        self._error: BaseException | None = None
+        # A plain thread: concurrent.futures would cost every command 30 ms of imports (it loads logging).
+        self._thread = threading.Thread(target=self._run, args=(part, dest), name="gpuscope-frame", daemon=True)
+        self._thread.start()
+
+    def _run(self, part: _Part, dest: list[np.ndarray]) -> None:
+        try:
+            part.write(dest)
+        except BaseException as exc:  # handed to the reading thread by finish()
+            self._error = exc
+
+    def finish(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def _frame_parts(

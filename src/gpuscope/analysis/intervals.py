@@ -7,6 +7,13 @@ import numpy as np
 # Queries per pass of ``overlap_ns``, and keys ``distinct`` puts through a set.
 _QUERY_CHUNK = 1 << 18
 _SET_KEYS = 4096
+# ``overlap_ns`` first screens this many queries or more by time bins, about this many bins per interval.
+_SCREEN_QUERIES = 1 << 15
+_SCREEN_BINS_PER_INTERVAL = 16
+_SCREEN_MAX_BINS = 1 << 24
+_SCREEN_LOOP = 256  # long intervals marked one by one up to this many, else by a running sum
+# Up to this many keys, ``KeyGroups`` finds each key's positions by a pass over the keys instead of a sort.
+_SCAN_KEYS = 8
 
 
 def distinct(keys: np.ndarray) -> np.ndarray:
@@ -63,6 +70,58 @@ def overlap_ns(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_en
         return np.zeros(len(q_start), dtype=np.int64)
     length = i_end - i_start
     cum = np.concatenate(([0], np.cumsum(length)))
+    near = _may_meet(q_start, q_end, i_start, i_end) if len(q_start) >= _SCREEN_QUERIES else None
+    if near is None:
+        return _covered_in_chunks(q_start, q_end, i_start, i_end, cum)
+    out = np.zeros(len(q_start), dtype=np.int64)
+    out[near] = _covered_in_chunks(q_start[near], q_end[near], i_start, i_end, cum)
+    return out
+
+
+def _may_meet(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_end: np.ndarray) -> np.ndarray | None:
+    """Positions of the queries that may overlap an interval: every other one overlaps none.
+
+    Time is cut in bins, and the bins an interval touches are marked. A query that
+    lies within two bins and touches no marked bin meets no interval. Two binary
+    searches per query cost about 30 ns each with millions of calls, while most
+    calls meet no off-CPU interval or I/O and two bin lookups say so for a few ns.
+    None when most queries would be searched anyway.
+    """
+    lo = min(int(q_start.min()), int(i_start[0]))
+    hi = max(int(q_end.max()), int(i_end[-1]))
+    bins = min(_SCREEN_BINS_PER_INTERVAL * len(i_start), _SCREEN_MAX_BINS)
+    shift = ((hi - lo) // bins).bit_length()  # bins of 2**shift ns: about ``bins`` of them
+    n = ((hi - lo) >> shift) + 1
+    # Each interval marks the bins it touches: its first and last, and those between for the long ones.
+    a = i_start - lo
+    a >>= shift
+    b = i_end - lo
+    b >>= shift
+    marked = np.zeros(n, dtype=bool)
+    marked[a] = True
+    marked[b] = True
+    long = np.flatnonzero(b - a >= 2)
+    if len(long) <= _SCREEN_LOOP:
+        for k in long.tolist():
+            marked[a[k] : b[k] + 1] = True
+    else:  # +1 at a long interval's first bin, -1 after its last
+        edges = np.bincount(a[long], minlength=n + 1) - np.bincount(b[long] + 1, minlength=n + 1)
+        marked |= np.cumsum(edges[:n]) > 0
+    first = q_start - lo
+    first >>= shift
+    last = q_end - lo
+    last >>= shift
+    meet = marked[first]
+    meet |= marked[last]
+    last -= first
+    meet |= (last & ~1) != 0  # a query over more than two bins (or not a span) is searched exactly
+    near = np.flatnonzero(meet)
+    return near if len(near) <= len(q_start) // 2 else None
+
+
+def _covered_in_chunks(
+    q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_end: np.ndarray, cum: np.ndarray
+) -> np.ndarray:
     if len(q_start) <= _QUERY_CHUNK:
         return _covered(q_start, q_end, i_start, i_end, cum)
     # In chunks: a dozen temporaries per query, which for millions of calls is hundreds of MB at once.
@@ -78,19 +137,59 @@ def _covered(
 ) -> np.ndarray:
     lo = np.searchsorted(i_end, q_start, side="right")  # first interval ending after q_start
     hi = np.searchsorted(i_start, q_end, side="left")  # intervals starting before q_end
-    hi = np.maximum(hi, lo)
+    covered = np.zeros(len(q_start), dtype=np.int64)
+    # Only the queries that meet an interval: off-CPU time and I/O cover a few percent of most calls.
+    at = np.flatnonzero(hi > lo)
+    lo, hi = lo[at], hi[at]
+    head_cut = q_start[at] - i_start[lo]
+    np.maximum(head_cut, 0, out=head_cut)
+    tail_cut = i_end[hi - 1] - q_end[at]
+    np.maximum(tail_cut, 0, out=tail_cut)
     total = cum[hi] - cum[lo]
-    has = hi > lo
-    first = np.minimum(lo, len(i_start) - 1)
-    last = np.maximum(hi - 1, 0)
-    head_cut = np.where(has, np.maximum(0, q_start - i_start[first]), 0)
-    tail_cut = np.where(has, np.maximum(0, i_end[last] - q_end), 0)
-    covered: np.ndarray = np.maximum(total - head_cut - tail_cut, 0)
+    total -= head_cut
+    total -= tail_cut
+    covered[at] = np.maximum(total, 0)
     return covered
 
 
+class KeyGroups:
+    """Positions of an array grouped by its values (threads, processes): one grouping, reused by every overlap.
+
+    ``keys``: the distinct values, sorted; ``members``: per key, its positions
+    (ascending; int32 below 2**31 elements). A plain class: a dataclass costs
+    every command a millisecond or two of start-up.
+    """
+
+    __slots__ = ("keys", "members")
+
+    def __init__(self, keys: np.ndarray, members: tuple[np.ndarray, ...]) -> None:
+        self.keys = keys
+        self.members = members
+
+    @classmethod
+    def of(cls, key: np.ndarray) -> KeyGroups:
+        """Group ``key``'s positions by value."""
+        keys = distinct(key)
+        small = len(key) < 1 << 31  # positions as int32: callers keep the grouping for a whole analysis
+        if len(keys) <= _SCAN_KEYS:
+            # A pass per key: for a handful of threads, cheaper than any sort.
+            found = [np.flatnonzero(key == k) for k in keys.tolist()]
+            return cls(keys, tuple(f.astype(np.int32) if small else f for f in found))
+        # Many keys: a stable sort of their small numbers (a radix sort), cut where the number changes.
+        rank = np.searchsorted(keys, key).astype(np.uint16 if len(keys) <= 1 << 16 else np.int64)
+        order = np.argsort(rank, kind="stable")
+        if small:
+            order = order.astype(np.int32)
+        bounds = np.cumsum(np.bincount(rank, minlength=len(keys)))[:-1]
+        return cls(keys, tuple(np.split(order, bounds)))
+
+    def positions(self, g: int) -> np.ndarray:
+        """Positions of the ``g``-th key (ascending)."""
+        return self.members[g]
+
+
 def overlap_by_key(
-    q_key: np.ndarray,
+    q_key: np.ndarray | KeyGroups,
     q_start: np.ndarray,
     q_end: np.ndarray,
     i_key: np.ndarray,
@@ -99,13 +198,20 @@ def overlap_by_key(
 ) -> np.ndarray:
     """Like ``overlap_ns`` but only between queries and intervals with the same key (tid, pid).
 
-    One vectorised pass per distinct key (threads or processes, not events).
+    ``q_key``: the queries' keys, or their ``KeyGroups`` when the caller keeps
+    one for many calls. One vectorised pass per distinct key (threads or
+    processes, not events).
     """
     out = np.zeros(len(q_start), dtype=np.int64)
     if len(i_start) == 0 or len(q_start) == 0:
         return out
-    for key in np.intersect1d(distinct(q_key), distinct(i_key), assume_unique=True):
-        qm = q_key == key
+    groups = q_key if isinstance(q_key, KeyGroups) else KeyGroups.of(q_key)
+    present = distinct(i_key)
+    for g, key in enumerate(groups.keys.tolist()):
+        j = int(np.searchsorted(present, key))
+        if j == len(present) or present[j] != key:
+            continue
+        qm = groups.positions(g)
         im = i_key == key
         s, e = merge(i_start[im], i_end[im])
         out[qm] = overlap_ns(q_start[qm], q_end[qm], s, e)
@@ -130,12 +236,46 @@ def attribute(
     """
     if len(i_start) == 0 or len(q_start) == 0:
         return {}
-    qs, qe = merge(q_start, q_end)
+    return attribute_merged(*merge(q_start, q_end), i_start, i_end, i_label)
+
+
+def attribute_merged(
+    qs: np.ndarray, qe: np.ndarray, i_start: np.ndarray, i_end: np.ndarray, i_label: np.ndarray
+) -> dict[int, int]:
+    """``attribute`` of queries already merged (disjoint and sorted, as from ``merge``)."""
+    if len(i_start) == 0 or len(qs) == 0:
+        return {}
     got = overlap_ns(i_start, i_end, qs, qe)
-    out: dict[int, int] = {}
     keep = got > 0
-    labels, inv = np.unique(i_label[keep], return_inverse=True)
-    sums = np.bincount(inv, weights=got[keep].astype(np.float64), minlength=len(labels))
-    for lab, s in zip(labels.tolist(), sums.tolist(), strict=True):
-        out[int(lab)] = int(s)
-    return out
+    return sum_by_label(i_label[keep], got[keep])
+
+
+def sum_by_label(labels: np.ndarray, weights: np.ndarray) -> dict[int, int]:
+    """The sum of the (integer) ``weights`` of each distinct label, in label order.
+
+    A pass per label while they are few (a thread's preemptors usually are),
+    then one sort for the rest.
+    """
+    out: dict[int, int] = {}
+    while len(labels) and len(out) < _SCAN_KEYS:
+        mine = labels == labels[0]
+        out[int(labels[0])] = int(weights[mine].sum())
+        labels, weights = labels[~mine], weights[~mine]
+    if len(labels):
+        found, inv = np.unique(labels, return_inverse=True)
+        sums = np.zeros(len(found), dtype=np.int64)
+        np.add.at(sums, inv, weights)
+        out.update(zip(found.tolist(), sums.tolist(), strict=True))
+    return dict(sorted(out.items()))
+
+
+def first_of_each(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_index=True)``: the distinct keys, sorted, and where each first occurs.
+
+    Without a sort of every key while the distinct ones are few.
+    """
+    found = distinct(keys)
+    if len(found) > _SCAN_KEYS:
+        values, first = np.unique(keys, return_index=True)
+        return values, first
+    return found, np.array([int(np.argmax(keys == k)) for k in found.tolist()], dtype=np.int64)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from urllib.parse import urlencode
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
+from gpuscope.bpf.libbpf import keep_freed_memory
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import add_db_option, add_filter_options, db_from_args, filter_from_args
 from gpuscope.errors import UsageError
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return _fleet(args, min_sev)
     opts = explain_options(filter_from_args(args), min_sev)
     db = db_from_args(args)
+    keep_freed_memory()  # a command that exits when done: its numpy temporaries are reused, not faulted in again
     report = explain_db(db, opts)
     if args.save_findings and report.findings:
         w = report.window

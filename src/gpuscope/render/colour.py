@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import TextIO
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from gpuscope.model.findings import Severity
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 Styles = Sequence[tuple[str, str]]
 """(regular expression, rich style) pairs, applied in order: a later match restyles an earlier one."""
@@ -46,6 +46,8 @@ def is_terminal(out: TextIO) -> bool:
 
 def styled(text: str, styles: Styles) -> Text:
     """``text`` with every match of each pattern in ``styles`` given its style (``^`` and ``$`` match at lines)."""
+    from rich.text import Text  # only on a terminal: rich costs a command 40 ms of imports
+
     t = Text(text)
     for pattern, style in styles:
         t.highlight_regex(re.compile(pattern, re.MULTILINE), style)
@@ -61,6 +63,8 @@ def write_styled(text: str, out: TextIO, styles: Styles) -> None:
     if not is_terminal(out):
         out.write(text + "\n")
         return
+    from rich.console import Console  # only on a terminal, as in ``styled``
+
     # force_terminal: our own isatty() decided, not FORCE_COLOR or a guess; soft_wrap: the text is laid
     # out already (aligned columns), rich must not wrap or crop it; markup and highlight off: brackets
     # and numbers in the report are text, not rich markup.

@@ -31,7 +31,7 @@ class DataStarvationRule:
         f, c = ctx.frame, ctx.calls
         out = []
         for p in ctx.call_pids:
-            w = c[(f.pid[c] == p) & in_ops(f.op[c], GPU_WORK)]
+            w = c[ctx.pid_calls_of(p, GPU_WORK)]
             is_sync = in_ops(f.op[w], SYNC_OPS)
             if int(is_sync.sum()) < 10:
                 continue
@@ -45,8 +45,7 @@ class DataStarvationRule:
             gap_e = f.ts[w[after + 1]]
             gap = np.maximum(gap_e - gap_s, 0)
             # A GPU shared with other processes is not idle while they use it.
-            peers = c[(f.pid[c] != p) & in_ops(f.op[c], GPU_WORK)]
-            ps, pe = merge(f.ts[peers], f.ts[peers] + f.dur[peers])
+            ps, pe = ctx.peer_work_spans(p)
             gap = gap - overlap_ns(gap_s, np.maximum(gap_e, gap_s), ps, pe)
             long = gap >= STARVE_GAP_NS
             wall = ctx.pid_span_ns(p)
@@ -162,8 +161,7 @@ class SyncStallRule:
             if total < SYNC_SHARE * wall or host > HOST_EXPLAINED_MAX * total:
                 continue
             # Waiting while another process's work holds the GPU is gpu-contention, not this process's own load.
-            peers = c[(f.pid[c] != p) & in_ops(f.op[c], GPU_WORK)]
-            ps, pe = merge(f.ts[peers], f.ts[peers] + f.dur[peers])
+            ps, pe = ctx.peer_work_spans(p)
             if int(overlap_ns(s, e, ps, pe).sum()) > HOST_EXPLAINED_MAX * total:
                 continue
             lines = (

@@ -22,21 +22,15 @@ class GpuContentionRule:
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
-        work = in_ops(f.op[c], GPU_WORK)
-        pids = distinct(f.pid[c[work]])
+        pids = np.array([p for p in ctx.call_pids if len(ctx.pid_calls_of(p, GPU_WORK))], dtype=np.int64)
         if len(pids) < 2:
             return []
         other = np.zeros(len(c), dtype=np.int64)
-        spans = {}
         for p in pids.tolist():
-            m = work & (f.pid[c] == p)
-            spans[p] = merge(f.ts[c[m]], f.ts[c[m]] + f.dur[c[m]])
-        for p in pids.tolist():
-            mine = f.pid[c] == p
-            peers = [spans[q] for q in pids.tolist() if q != p]
-            s, e = merge(np.concatenate([x[0] for x in peers]), np.concatenate([x[1] for x in peers]))
-            other[mine] = overlap_ns(f.ts[c[mine]], f.ts[c[mine]] + f.dur[c[mine]], s, e)
-        affected = other >= 0.1 * np.maximum(f.dur[c], 1)
+            own = ctx.pid_calls(p)
+            s, e = ctx.peer_work_spans(p)
+            other[own] = overlap_ns(ctx.call_start[own], ctx.call_end[own], s, e)
+        affected = ctx.affected(other)
         effects = [o for o in per_op_effects(ctx, other, affected) if in_ops(np.array([o.op]), SYNC_OPS | COPY_OPS)[0]]
         peers_of = {
             p: tuple(Culprit("peer", q, None, f.comm(q)) for q in pids.tolist() if q != p) for p in pids.tolist()
@@ -78,10 +72,11 @@ class ColdStartRule:
     id = "cold-start"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c, cold = ctx.frame, ctx.calls, ctx.cold
+        f, c = ctx.frame, ctx.calls
+        cold = np.flatnonzero(ctx.cold)
         out = []
         for p in distinct(f.pid[c[cold]]).tolist():
-            pos = np.flatnonzero(cold & (f.pid[c] == p))
+            pos = cold[f.pid[c[cold]] == p]
             lost = int(f.dur[c[pos]].sum())
             wall = ctx.pid_span_ns(p)
             launches = in_ops(f.op[c[pos]], LAUNCH_OPS)
@@ -125,9 +120,8 @@ class MemcpyBoundRule:
         f, c = ctx.frame, ctx.calls
         out = []
         for p in ctx.call_pids:
-            mine = c[f.pid[c] == p]
-            cp = mine[in_ops(f.op[mine], COPY_OPS)]
-            other = mine[in_ops(f.op[mine], SYNC_OPS | LAUNCH_OPS)]
+            cp = c[ctx.pid_calls_of(p, COPY_OPS)]
+            other = c[ctx.pid_calls_of(p, SYNC_OPS | LAUNCH_OPS)]
             a = ctx.aggregates
             wall = ctx.pid_span_ns(p)
             if a is not None:
@@ -182,6 +176,7 @@ _ALLOC_LAYERS = (
     (frozenset({int(Op.cudaMalloc), int(Op.cudaMallocManaged)}), frozenset({int(Op.cudaFree)})),
     (frozenset({int(Op.cuMemAlloc), int(Op.cuMemAllocManaged)}), frozenset({int(Op.cuMemFree)})),
 )
+_ALLOC_FREE_OPS = frozenset().union(*(a | f for a, f in _ALLOC_LAYERS))
 MIN_REACQUIRES = 3
 MIN_CALLS_PER_CYCLE = 20  # the process's calls between two re-acquisitions, at the median
 MIN_REACQUIRE_NS = 10_000  # median duration of the allocations that take memory again
@@ -227,8 +222,9 @@ class AllocatorChurnRule:
 
     def _reacquisitions(self, ctx: Context, p: int) -> Finding | None:
         f, c = ctx.frame, ctx.calls
-        mine = np.flatnonzero(f.pid[c] == p)
-        al, fr = _alloc_layer(mine, f.op[c[mine]])
+        mine = ctx.pid_calls(p)
+        sub = ctx.pid_calls_of(p, _ALLOC_FREE_OPS)
+        al, fr = _alloc_layer(sub, f.op[c[sub]])
         if len(al) < MIN_REACQUIRES or len(fr) == 0:
             return None
         al = al[np.argsort(f.ts[c[al]], kind="stable")]
@@ -335,8 +331,8 @@ class MemoryLeakRule:
         for p in ctx.call_pids:
             if p in ctx.pids_without_frees:
                 continue
-            mine = c[f.pid[c] == p]
-            al, fr = _alloc_layer(mine, f.op[mine])
+            sub = c[ctx.pid_calls_of(p, _ALLOC_FREE_OPS)]
+            al, fr = _alloc_layer(sub, f.op[sub])
             if len(al) < 10:
                 continue
             freed = is_member(f.handle[al], f.handle[fr])
@@ -345,7 +341,8 @@ class MemoryLeakRule:
             # Growth through the process's work: live bytes at its middle call against the end. A caching
             # allocator fills up in the first steps and then stays flat however long the run: that is warm-up,
             # and measured by allocations alone (all of them early) it would look like growth.
-            mid_ts = f.ts[mine][len(mine) // 2]  # calls are in time order
+            mine = ctx.pid_calls(p)
+            mid_ts = f.ts[c[mine[len(mine) // 2]]]  # calls are in time order
             before = int(np.searchsorted(f.ts[al], mid_ts, side="right"))
             live_mid = int(live[before - 1]) if before else 0
             if unfreed < 10 or live_mid <= 0 or live[-1] < 1.8 * live_mid:

@@ -28,9 +28,7 @@ MIN_RECAPTURES = 3
 
 
 def _ops(ctx: Context, pid: int, ops: tuple[int, ...]) -> np.ndarray:
-    f, c = ctx.frame, ctx.calls
-    mine = c[f.pid[c] == pid]
-    rows: np.ndarray = mine[np.isin(f.op[mine], np.array(ops, dtype=np.int64))]
+    rows: np.ndarray = ctx.calls[ctx.pid_calls_of(pid, frozenset(ops))]
     return rows
 
 

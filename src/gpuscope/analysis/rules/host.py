@@ -7,13 +7,12 @@ from dataclasses import replace
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.intervals import attribute, count_in, distinct, overlap_by_key
+from gpuscope.analysis.intervals import attribute_merged, count_in, distinct, first_of_each, overlap_by_key
 from gpuscope.analysis.rules.base import host_cause_findings
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
 from gpuscope.model.units import fmt_bytes, fmt_ns
 
-AFFECTED_FRACTION = 0.1  # a call is affected when the cause covers >= 10% of it
 BURST_BYTES = 64 << 20
 BURST_MAX_NS = 100_000_000
 
@@ -24,24 +23,22 @@ def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tupl
     The tracer is never one of them (``Context.preempting``): its CPU time is
     the measured overhead of recording, reported apart, not a task to move.
     """
-    f, c, s = ctx.frame, ctx.calls, ctx.preempting
+    f, s = ctx.frame, ctx.preempting
     s = s[f.pid[s] == pid]
-    mine = f.pid[c] == pid  # a mask over the calls: with millions of calls, positions and gathers cost hundreds of MB
     if other_cgroup_only:
         s = s[f.stream[s] != f.cgroup[s]]
     by_task: dict[int, int] = {}
     for tid in distinct(f.tid[s]).tolist():
         st = s[f.tid[s] == tid]
-        ct = np.flatnonzero(mine & (ctx.call_tid == tid))
-        q_start, q_end = ctx.call_start[ct], ctx.call_end[ct]
-        for label, t in attribute(q_start, q_end, f.ts[st], f.ts[st] + f.dur[st], f.handle[st]).items():
+        qs, qe = ctx.thread_call_spans(pid, tid)
+        for label, t in attribute_merged(qs, qe, f.ts[st], f.ts[st] + f.dur[st], f.handle[st]).items():
             by_task[label] = by_task.get(label, 0) + t
     total = sum(by_task.values()) or 1
     by_pid: dict[int, int] = {}
     for h, t in by_task.items():
         by_pid[h >> 32] = by_pid.get(h >> 32, 0) + t
     # Each preemptor's cgroup as its first row names it.
-    preemptor, first = np.unique(f.handle[s] >> 32, return_index=True)
+    preemptor, first = first_of_each(f.handle[s] >> 32)
     cg_of = dict(zip(preemptor.tolist(), f.stream[s[first]].tolist(), strict=True))
     culprits = tuple(
         Culprit(
@@ -67,9 +64,8 @@ class CpuPreemptionRule:
     id = "cpu-preemption"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c = ctx.frame, ctx.calls
         cause = ctx.preempted_ns
-        affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        affected = ctx.affected(cause)
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
             evidence[pid], culprits[pid] = _preemptors(ctx, pid)
@@ -86,12 +82,13 @@ class NoisyNeighbourRule:
     id = "noisy-neighbour"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c, s = ctx.frame, ctx.calls, ctx.preempting
+        f, s = ctx.frame, ctx.preempting
         s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
         if len(s) == 0:
             return []
-        cause = ctx.own_thread_overlap(s)
-        affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        # Every preemption from another cgroup (a subset of ctx.preempting): the overlap cpu-preemption computed.
+        cause = ctx.preempted_ns if len(s) == len(ctx.preempting) else ctx.own_thread_overlap(s)
+        affected = ctx.affected(cause)
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
             evidence[pid], culprits[pid] = _preemptors(ctx, pid, other_cgroup_only=True)
@@ -124,13 +121,13 @@ class BlockIoRule:
     id = "block-io"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c = ctx.frame, ctx.calls
+        f = ctx.frame
         io, inflight = _same_pid_interval_cause(ctx, Op.block_io)
         if len(io) == 0:
             return []
         # Time the thread itself was blocked while I/O was in flight is what the I/O cost the call.
         cause = np.minimum(inflight, np.maximum(ctx.voluntary_ns, inflight // 2))
-        affected = inflight >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        affected = ctx.affected(inflight)
         evidence = {}
         for pid in ctx.call_pids:
             m = io[f.pid[io] == pid]
@@ -164,7 +161,7 @@ class MemoryPressureRule:
             return []
         src_end = f.ts[src] + np.maximum(f.dur[src], 1)
         cause = overlap_by_key(f.pid[c], ctx.call_start, ctx.call_end, f.pid[src], f.ts[src], src_end)
-        affected = cause >= AFFECTED_FRACTION * np.maximum(f.dur[c], 1)
+        affected = ctx.affected(cause)
         evidence = {}
         for pid in ctx.call_pids:
             r = rec[f.pid[rec] == pid]
@@ -192,9 +189,9 @@ class TcpRetransmitRule:
             return []
         hits = np.zeros(len(c), dtype=np.int64)
         for pid in distinct(f.pid[rt]).tolist():
-            cm = f.pid[c] == pid
+            cm = ctx.pid_calls(pid)
             pts = np.sort(f.ts[rt[f.pid[rt] == pid]])
-            hits[cm] = count_in(f.ts[c[cm]], f.ts[c[cm]] + f.dur[c[cm]], pts)
+            hits[cm] = count_in(ctx.call_start[cm], ctx.call_end[cm], pts)
         affected = hits > 0
         cause = np.where(affected, f.dur[c], 0)  # a retransmit timeout stalls the whole call
         evidence = {

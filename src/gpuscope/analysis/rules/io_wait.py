@@ -53,7 +53,7 @@ class BlockingIoRule:
         waited = overlap_by_key(
             f.tid[off], f.ts[off], f.ts[off] + f.dur[off], f.tid[io], f.ts[io], f.ts[io] + np.maximum(f.dur[io], 1)
         )
-        callers = distinct(f.tid[ctx.calls[f.pid[ctx.calls] == pid]])
+        callers = distinct(f.tid[ctx.calls[ctx.pid_calls(pid)]])
         tids = distinct(f.tid[off])
         if len(callers):
             tids = tids[np.isin(tids, callers)]

@@ -90,7 +90,7 @@ def communicators(ctx: Context, att: Attribution) -> dict[int, list[Member]]:
     """comm hash -> members: the pids that join or use a communicator (hash 0: no communicator known)."""
     f = ctx.frame
     c = ctx.calls
-    coll = c[np.isin(f.op[c], np.fromiter(COLLECTIVES | INIT_OPS, dtype=np.int64))]
+    coll = c[ctx.calls_of_ops(COLLECTIVES | INIT_OPS)]
     groups: dict[int, dict[int, Member]] = {}
     for pid, handle in {(int(p), int(h)) for p, h in zip(f.pid[coll].tolist(), f.handle[coll].tolist(), strict=True)}:
         comm = att.communicators.get((pid, handle))
@@ -108,9 +108,7 @@ def communicators(ctx: Context, att: Attribution) -> dict[int, list[Member]]:
 
 def calls_of(ctx: Context, pid: int, ops: frozenset[int]) -> np.ndarray:
     """Rows of a process's calls of any of ``ops``."""
-    f, c = ctx.frame, ctx.calls
-    mine = c[f.pid[c] == pid]
-    rows: np.ndarray = mine[np.isin(f.op[mine], np.fromiter(ops, dtype=np.int64))]
+    rows: np.ndarray = ctx.calls[ctx.pid_calls_of(pid, ops)]
     return rows
 
 
