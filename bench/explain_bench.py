@@ -160,6 +160,8 @@ def aggregate_scan_s(path: Path) -> float:
 _MEASURE = """
 import json, resource, sys, time
 from gpuscope.analysis.engine import ExplainOptions, explain_db
+from gpuscope.bpf.libbpf import keep_freed_memory
+keep_freed_memory()  # as the explain command does
 t0 = time.perf_counter()
 report = explain_db(sys.argv[1], ExplainOptions())
 dt = time.perf_counter() - t0

@@ -70,6 +70,7 @@ class Context:
         # Written by the rules: groups a cause touched too few times to compare, where no finding stands.
         self.too_small: list[str] = []
         self._pid_calls: dict[int, np.ndarray] = {}
+        self._pid_calls_of: dict[tuple[int, frozenset[int]], np.ndarray] = {}
         self._work_spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._thread_spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -142,8 +143,12 @@ class Context:
         return found
 
     def pid_calls_of(self, pid: int, ops: frozenset[int]) -> np.ndarray:
-        """Positions into ``calls`` of one process's calls of ``ops``, ascending (time order)."""
-        return _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops])
+        """Positions into ``calls`` of one process's calls of ``ops``, ascending (time order); kept."""
+        found = self._pid_calls_of.get((pid, ops))
+        if found is None:
+            found = _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops])
+            self._pid_calls_of[(pid, ops)] = found
+        return found
 
     def calls_of_ops(self, ops: frozenset[int]) -> np.ndarray:
         """Positions into ``calls`` of every process's calls of ``ops``, ascending (time order)."""
@@ -324,11 +329,9 @@ class Context:
     @cached_property
     def _call_spans(self) -> dict[int, tuple[int, int]]:
         """Per process: its first call's start and its last call's end."""
-        f, c = self.frame, self.calls
         out: dict[int, tuple[int, int]] = {}
         for pid, _op, pos in self._call_groups:
-            rows = c[pos]
-            lo, hi = int(f.ts[rows[0]]), int((f.ts[rows] + f.dur[rows]).max())  # positions are in time order
+            lo, hi = int(self.call_start[pos[0]]), int(self.call_end[pos].max())  # positions are in time order
             was = out.get(pid, (lo, hi))
             out[pid] = (min(was[0], lo), max(was[1], hi))
         return out

@@ -117,10 +117,14 @@ def frame_block_chunks(conn: sqlite3.Connection, run: np.ndarray, filt: FrameFil
         i = j
         ts, dur, op = group.full(_TS), group.full(_DUR), group.full(_OP)
         pid = group.full(_PID) if pids or thin else None
-        mask = ts <= end_ns
-        mask &= ts + dur >= start_ns
-        if floor is not None:
-            mask &= ts >= floor
+        low = max(start_ns, floor) if floor is not None else start_ns
+        if int(ts.min()) >= low and int(dur.min()) >= 0 and int(ts.max()) + int(dur.max()) <= end_ns:
+            mask = np.ones(len(ts), dtype=bool)  # every row inside the window (four reductions): no test per row
+        else:
+            mask = ts <= end_ns
+            mask &= ts + dur >= start_ns
+            if floor is not None:
+                mask &= ts >= floor
         if pids and pid is not None:
             mask &= np.isin(pid, pid_set) | (op >= FIRST_HOST_OP_ID)
         if thin and thin_ops is not None and pid is not None:
@@ -196,27 +200,36 @@ def _thin(
     if not len(idx):
         return
     starts, first_ids = group.starts[:-1], group.meta[:, 0]
-    block = np.searchsorted(starts, idx, side="right") - 1
-    ids = first_ids[block] + (idx - starts[block])
+    if bool(np.all(first_ids[1:] == first_ids[:-1] + group.meta[:-1, 1])):
+        ids = idx + int(first_ids[0])  # the group's blocks hold consecutive ids: no search for a row's block
+    else:
+        block = np.searchsorted(starts, idx, side="right") - 1
+        ids = first_ids[block] + (idx - starts[block])
+    kept = ids % keep_every == 0
+    del ids
     # Each row's threshold: found among the few thinned (pid, op) keys by one binary search (-1: none).
     keys = np.array(sorted((p << 16) | o for p, o in thin), dtype=np.int64)
     values = np.array([int(thin[(int(k) >> 16, int(k) & 0xFFFF)]) for k in keys] + [-1], dtype=np.int64)
-    key = (pid[idx] << 16) | op[idx]
+    key = pid[idx]
+    key <<= 16
+    key |= op[idx]
     at = np.searchsorted(keys, key)
     at[keys[np.minimum(at, len(keys) - 1)] != key] = len(keys)
-    threshold = values[at]
-    before = op[np.maximum(idx - 1, 0)]
+    del key
+    kept |= dur[idx] > values[at]
+    previous = idx - 1
+    np.maximum(previous, 0, out=previous)
+    before = op[previous]
+    del previous
     # A block's first row: its previous row is the block before's last only when their ids meet.
     carried_end, carried_op = carried
     for k, first in enumerate(first_ids.tolist()):
-        at = int(np.searchsorted(idx, starts[k]))
-        if at == len(idx) or idx[at] != starts[k]:
+        row = int(np.searchsorted(idx, starts[k]))
+        if row == len(idx) or idx[row] != starts[k]:
             continue
         if k > 0 and first == int(first_ids[k - 1] + group.meta[k - 1, 1]):
             continue
-        before[at] = carried_op if first == carried_end else _op_of_row(conn, first - 1)
-    kept = ids % keep_every == 0
-    kept |= dur[idx] > threshold
+        before[row] = carried_op if first == carried_end else _op_of_row(conn, first - 1)
     kept |= (before != _NO_OP) & ~in_ops(before, thin_ops)
     mask[idx[~kept]] = False
 

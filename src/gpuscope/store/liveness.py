@@ -22,12 +22,29 @@ def lock_holders(path: str | os.PathLike[str], *, proc_locks: Path = PROC_LOCKS)
 
     ``proc_locks`` is for tests: the text of another ``/proc/locks``.
     """
+    return _holders([path], proc_locks)
+
+
+def recording_holders(path: str | os.PathLike[str], *, proc_locks: Path = PROC_LOCKS) -> set[int]:
+    """Return the pids that have the recording open through SQLite (its file or its ``-shm``)."""
+    return _holders([path, f"{os.fspath(path)}-shm"], proc_locks)
+
+
+def _holders(paths: list[str | os.PathLike[str]], proc_locks: Path) -> set[int]:
+    """The pids holding a lock on any of ``paths``; ``/proc/locks`` is read once (a few ms on a busy host)."""
+    want = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        want.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    if not want:
+        return set()
     try:
-        st = os.stat(path)
         text = proc_locks.read_text()
     except OSError:
         return set()
-    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     holders: set[int] = set()
     for line in text.splitlines():
         fields = line.split()
@@ -42,15 +59,9 @@ def lock_holders(path: str | os.PathLike[str], *, proc_locks: Path = PROC_LOCKS)
             pid = int(fields[4])
         except ValueError:
             continue
-        if key == want:
+        if key in want:
             holders.add(pid)
     return holders
-
-
-def recording_holders(path: str | os.PathLike[str], *, proc_locks: Path = PROC_LOCKS) -> set[int]:
-    """Return the pids that have the recording open through SQLite (its file or its ``-shm``)."""
-    shm = f"{os.fspath(path)}-shm"
-    return lock_holders(path, proc_locks=proc_locks) | lock_holders(shm, proc_locks=proc_locks)
 
 
 def wal_has_frames(path: str | os.PathLike[str]) -> bool:
