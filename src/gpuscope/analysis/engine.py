@@ -472,16 +472,15 @@ def _with_call_sites(conn: sqlite3.Connection, report: Report) -> Report:
     "78% of the slow cudaMalloc calls come from allocate_kv_cache (kv_cache.py:211)"
     is added to the symptom as ``call_sites``.
     """
-    from dataclasses import replace
-
-    from gpuscope.stacks.report import describe_call_sites, top_call_sites
-
     if not report.findings:
         return report
     out = []
     try:
         if not any_call_stacks(conn):
             return report
+        # Imported only for a recording with stacks: the start-up of every other explain is spared it.
+        from gpuscope.stacks.report import describe_call_sites, top_call_sites
+
         for f in report.findings:
             s = f.symptom
             if s.op and s.pid is not None and s.count:
