@@ -4,12 +4,19 @@ Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir DIR] [--k
                                     [--repeat N] [--compare-rows]
 
 Events are generated inside SQLite with a recursive CTE (no Python loop per
-row): one traced process with four threads making a realistic mix of CUDA
-calls (launch, copy, sync, malloc/free) plus voluntary and involuntary
-sched_switch intervals, and a second process sharing the GPU. Each size is
-analysed in a fresh subprocess so peak RSS (ru_maxrss) is that run's own; the
-time is explain_db's, from its call to the report. `gpuscope explain --db FILE`
-as typed (interpreter start-up and imports included) is timed beside it.
+row): one traced process with four threads and a second process sharing the
+GPU, cycling through ten events: three launches and a cuLaunchKernel, an
+async copy, a synchronous copy, a sync, a malloc, a free, and a voluntary or
+involuntary sched_switch. That is a hard mix for explain, not a typical one:
+60% of the rows are of kinds it reads one by one (syncs, copies, allocations,
+off-CPU intervals), where a PyTorch training step is mostly launches (see
+docs/gpu-validation.md: 33 syncs and 66 cudaMalloc among 30k calls). Each size
+is analysed in a fresh subprocess so peak RSS (ru_maxrss) is that run's own;
+the time is explain_db's, from its call to the report, with freed memory kept
+as the command keeps it. `gpuscope explain --db FILE` as typed (interpreter
+start-up and imports included) is timed beside it; the three measures rotate
+every repetition. The kernel time of each run is printed too: on a VM it is
+what moves most from run to run.
 Every row is stored (as with ``--record-all``) and, like a real recording,
 ``event_aggregates`` counts every event (computed with numpy from the same
 formulas); ``--no-aggregates`` leaves them out, as in files older than them.
@@ -18,12 +25,14 @@ Like trace's writer, the generator writes the column blocks explain reads
 older than them, which are read row by row.
 Prints numbers; asserts nothing.
 
-Measured on a 2-CPU VM, 2026-11-26 (history and what is left: docs/explain.md, Performance):
+Measured on a 2-CPU VM, 2026-11-26, late evening; medians of four runs (history and what is left:
+docs/explain.md, Performance):
 
-    events   explain (explain_db)     one aggregate scan
-    1M       0.47-0.55 s, 168 MiB     0.47-0.66 s            (rows one by one: 2.5-3.5 s)
-             as typed: 0.78-1.00 s   (start-up and imports: 0.25-0.31 s)
-    10M      5.9-7.1 s, 907 MiB       5.6-5.7 s (the 847 MiB file is read from disk here)
+    events   explain (explain_db)       one aggregate scan
+    1M       0.27-0.42 s, 191-205 MiB   0.46-0.63 s            (rows one by one: 3.1-3.4 s)
+             as typed: 0.58-0.69 s     (start-up and imports: about 0.25 s)
+    10M      1.98-2.18 s, 852-865 MiB   5.5-6.3 s              (as typed: 4.1-4.5 s, 1.9-2.4 s
+                                                                when page faults are quick)
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -165,8 +175,9 @@ keep_freed_memory()  # as the explain command does
 t0 = time.perf_counter()
 report = explain_db(sys.argv[1], ExplainOptions())
 dt = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.events,
+ru = resource.getrusage(resource.RUSAGE_SELF)
+rss = ru.ru_maxrss * 1024
+print(json.dumps({"seconds": dt, "peak_rss_bytes": rss, "events": report.window.events, "sys_s": ru.ru_stime,
                   "stats_from": report.stats_from, "report": report.as_dict(per_process=True),
                   "findings": [f.kind for f in report.findings]}, default=str))
 """
@@ -183,13 +194,14 @@ def _explain(db: Path) -> dict[str, Any]:
     return out
 
 
-def _command_s(db: Path) -> float:
+def _command_s(db: Path) -> tuple[float, float]:
     """Wall seconds of `gpuscope explain --db DB` as typed: interpreter start, imports, analysis, the report.
 
     Bytecode is cached like an installed wheel's (bench/.build/pycache), even
     where PYTHONDONTWRITEBYTECODE is set; the report goes to /dev/null.
     """
     env = cached_bytecode_env()
+    sys0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
     t0 = time.perf_counter()
     p = subprocess.run(
         [sys.executable, "-m", "gpuscope", "explain", "--db", str(db)],
@@ -202,7 +214,7 @@ def _command_s(db: Path) -> float:
     elapsed = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(p.stderr)
-    return elapsed
+    return elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime - sys0
 
 
 def _without_blocks(db: Path) -> Path:
@@ -260,10 +272,20 @@ def main() -> int:
             f"explain/scan {statistics.median(secs) / scan:.2f}x (target <= 1.0x)",
             flush=True,
         )
-        command = statistics.median(commands)
+        command = statistics.median(c for c, _ in commands)
         print(
             f"  `gpuscope explain` as typed (start-up, imports, report): median {command:.2f} s "
-            f"(min {min(commands):.2f}, max {max(commands):.2f}): command/scan {command / scan:.2f}x",
+            f"(min {min(c for c, _ in commands):.2f}, max {max(c for c, _ in commands):.2f}): "
+            f"command/scan {command / scan:.2f}x",
+            flush=True,
+        )
+        # Time in the kernel (mostly page faults of fresh memory) is what moves most from run to run on a VM.
+        print(
+            "  kernel time per run, explain: "
+            + ", ".join(f"{x['sys_s']:.2f}" for x in runs)
+            + " s; command: "
+            + ", ".join(f"{k:.2f}" for _, k in commands)
+            + " s",
             flush=True,
         )
         if args.compare_rows:
