@@ -90,8 +90,9 @@ class Window:
 class EventFrame:
     """Columns of the events in a window, sorted by ts_ns.
 
-    int64, except the ids read from a recording: pid and tid int32, op int16
-    (``load_frame``; frames built otherwise may hold int64 there too).
+    int64, except the ids read from a recording: pid int32, op int16, and tid
+    int32 where every tid fits (``load_frame``; frames built otherwise may
+    hold int64 there too).
     """
 
     ts: np.ndarray
@@ -196,7 +197,7 @@ def load_frame(
     # gathered and compared by id in every rule, and these three columns are a sixth of its memory.
     pid_of = ((packed >> PACKED_PID_SHIFT) & 0x3FFFFF).astype(np.int32)
     tid = packed >> PACKED_TID_SHIFT
-    if n == 0 or int(tid.max()) < 2**31:
+    if n == 0 or -(2**31) <= int(tid.min()) <= int(tid.max()) < 2**31:
         tid = tid.astype(np.int32)
     cols = [raw[0], raw[1], pid_of, tid, (packed & 0xFF).astype(np.int16), *raw[3:]]
     del raw, packed, tid

@@ -1,16 +1,22 @@
-"""The frame's parts are written on a second thread: in order, completely, and their errors are the caller's."""
+"""The frame: its parts written on a second thread (in order, completely, their errors the caller's), its ids narrow."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpuscope.analysis import frame
+from gpuscope.analysis.frame import load_frame
+from gpuscope.model.ops import Op
+from gpuscope.store.blocks import build_blocks
 from gpuscope.store.events_read import FRAME_ROW_WIDTH
+from tests.unit.analysis.builder import Events
 
 
 class _Part:
@@ -53,3 +59,28 @@ def test_a_reading_error_waits_for_the_write_in_flight() -> None:
     with pytest.raises(ValueError, match="does not decode"):
         frame._gather(parts(), cap=20)
     assert written.done  # finished before the error reached the caller (who reads rows instead, into new arrays)
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_ids_are_kept_narrow_and_a_tid_too_wide_for_int32_keeps_its_value(tmp_path: Path, blocks: bool) -> None:
+    ev = Events()
+    ev.add(Op.cudaStreamSynchronize, 1000, 50, pid=100, tid=100)
+    ev.add(Op.cudaStreamSynchronize, 2000, 50, pid=100, tid=101)
+    narrow = ev.to_db(tmp_path / "narrow.db")
+    ev.add(Op.cudaStreamSynchronize, 3000, 50, pid=100, tid=(1 << 32) + 5)  # not a Linux tid: a file's value
+    wide = ev.to_db(tmp_path / "wide.db")
+    for path in (narrow, wide):
+        if blocks:
+            conn = sqlite3.connect(path)
+            build_blocks(conn)
+            conn.commit()
+            conn.close()
+    conn = sqlite3.connect(f"file:{narrow}?mode=ro", uri=True)
+    f = load_frame(conn, 0, 10_000)
+    conn.close()
+    assert (f.pid.dtype, f.tid.dtype, f.op.dtype) == (np.int32, np.int32, np.int16)
+    assert f.tid.tolist() == [100, 101] and f.op.tolist() == [int(Op.cudaStreamSynchronize)] * 2
+    conn = sqlite3.connect(f"file:{wide}?mode=ro", uri=True)
+    f = load_frame(conn, 0, 10_000)
+    conn.close()
+    assert f.tid.dtype == np.int64 and f.tid.tolist() == [100, 101, (1 << 32) + 5]
