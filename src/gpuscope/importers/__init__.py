@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuscope.errors import DatabaseError
-from gpuscope.importers.ingero import REPAIR, ImportReport, Progress, import_ingero, open_source
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database
 from gpuscope.store.connect import connect_probe
 from gpuscope.store.liveness import recording_holders
 
-__all__ = ["ImportReport", "every_event_has_a_node", "import_file"]
+if TYPE_CHECKING:
+    from gpuscope.importers.ingero import ImportReport, Progress
+
+__all__ = ["every_event_has_a_node", "import_file"]
 
 
 def import_file(
@@ -36,6 +39,9 @@ def import_file(
     missing, corrupt or non-Ingero source, OutputError when ``dest`` cannot be
     written, and UsageError when rows have no node and ``node`` is not given.
     """
+    # Loaded here, not at import: every command that opens a recording imports this package.
+    from gpuscope.importers.ingero import REPAIR, import_ingero, open_source
+
     refuse_same_file(dest, [source])
     # realpath, not Path.resolve: a symlink loop must reach open_source's "no such file", not raise RuntimeError.
     path = Path(os.path.realpath(Path(source).expanduser()))

@@ -32,6 +32,7 @@ from typing import Any
 
 from gpuscope.config import check_node_name
 from gpuscope.errors import DatabaseError, UsageError
+from gpuscope.importers.detect import is_ingero
 from gpuscope.importers.ingero_history import columns, count_rows, import_history, op_lookup, rows, table_names, version
 from gpuscope.importers.ingero_ops import COLUMNS, Rule, convert_args, ingero_op_name, rule_for
 from gpuscope.store.blocks import build_blocks
@@ -98,14 +99,6 @@ def open_source(path: str | Path) -> sqlite3.Connection:
             remedy="pass a file written by `ingero trace` (default ~/.ingero/ingero.db)",
         )
     return conn
-
-
-def is_ingero(conn: sqlite3.Connection) -> bool:
-    """True when the schema is Ingero's: ``events`` with timestamp/source/op, no ``event_log``."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "events" not in tables or "event_log" in tables:
-        return False
-    return {"timestamp", "source", "op", "pid"} <= columns(conn, "events")
 
 
 def import_ingero(

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from gpuscope.errors import DatabaseError
-from gpuscope.importers.ingero import is_ingero
+from gpuscope.importers.detect import is_ingero
 from gpuscope.store.connect import connect_probe, table_names
 
 

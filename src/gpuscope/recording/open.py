@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from gpuscope.importers import every_event_has_a_node, import_file
-from gpuscope.importers.ingero import is_ingero
+from gpuscope.importers.detect import is_ingero
 from gpuscope.recording.formats import Format, detect_format
 from gpuscope.store.connect import PendingCheck, connect_reader, open_read_only, verify_reader, verify_reader_meanwhile
 from gpuscope.store.snapshot import user_cache_dir
