@@ -1,7 +1,7 @@
 """Benchmark `gpuscope explain` over generated databases of 1M and 10M events.
 
-Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--dir DIR] [--keep] [--no-aggregates] [--no-blocks]
-                                    [--repeat N] [--compare-rows]
+Usage: python bench/explain_bench.py [--sizes 1000000,10000000] [--mix hard|training] [--dir DIR] [--keep] [--no-aggregates]
+                                    [--no-blocks] [--repeat N] [--compare-rows]
 
 Events are generated inside SQLite with a recursive CTE (no Python loop per
 row): one traced process with four threads and a second process sharing the
@@ -10,7 +10,8 @@ async copy, a synchronous copy, a sync, a malloc, a free, and a voluntary or
 involuntary sched_switch. That is a hard mix for explain, not a typical one:
 60% of the rows are of kinds it reads one by one (syncs, copies, allocations,
 off-CPU intervals), where a PyTorch training step is mostly launches (see
-docs/gpu-validation.md: 33 syncs and 66 cudaMalloc among 30k calls). Each size
+docs/gpu-validation.md: 33 syncs and 66 cudaMalloc among 30k calls); ``--mix
+training`` generates that shape instead (_STEP). Each size
 is analysed in a fresh subprocess so peak RSS (ru_maxrss) is that run's own;
 the time is explain_db's, from its call to the report, with freed memory kept
 as the command keeps it. `gpuscope explain --db FILE` as typed (interpreter
@@ -33,6 +34,9 @@ docs/explain.md, Performance):
              as typed: 0.58-0.69 s     (start-up and imports: about 0.25 s)
     10M      1.98-2.18 s, 852-865 MiB   5.5-6.3 s              (as typed: 4.1-4.5 s, 1.9-2.4 s
                                                                 when page faults are quick)
+    --mix training (a PyTorch step's shares: 3% of the rows read one by one), one run:
+    1M       0.18 s, 230 MiB            0.55 s                 (as typed: 0.47 s)
+    10M      0.79 s, 243 MiB            5.19 s                 (as typed: 1.16 s)
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +96,66 @@ FROM seq
 """
 
 
-def _aggregate(conn: sqlite3.Connection, sid: int, n: int) -> None:
-    """Write the exact aggregates of the generated events: the _GEN formulas, in numpy."""
+# A training step of 1000 events (5 ms), in the shares of a real PyTorch run (docs/gpu-validation.md: launches
+# through both layers, cuBLAS's cuLaunchKernelEx, memsets, async copies, one sync a step), plus one off-CPU
+# interval a step; one step in 50 is a second process's. Per kind: the step's events below ``upto``, the op,
+# duration = base + (i * mult) % mod, bytes.
+_STEP = (
+    (390, Op.cudaLaunchKernel, (2000, 13, 1000), 0),
+    (780, Op.cuLaunchKernel, (2000, 13, 1000), 0),
+    (880, Op.cuLaunchKernelEx, (2500, 17, 1000), 0),
+    (902, Op.cudaMemcpyAsync, (3000, 7, 2000), 65536),
+    (938, Op.cudaMemsetAsync, (2500, 11, 500), 4096),
+    (998, Op.cuMemsetD8Async, (2000, 11, 500), 4096),
+    (999, Op.cudaStreamSynchronize, (2_000_000, 104729, 300_000), 0),
+    (1000, Op.sched_switch, (2000, 13, 1000), 0),
+)
+
+
+def _step_case(value: Callable[[tuple[int, Op, tuple[int, int, int], int]], str]) -> str:
+    """A SQL CASE over the step's kinds, each giving ``value(kind)``."""
+    return "CASE " + " ".join(f"WHEN i % 1000 < {kind[0]} THEN {value(kind)}" for kind in _STEP) + " END"
+
+
+_GEN_TRAINING = f"""
+WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < :n - 1)
+INSERT INTO event_log(session_id, ts_ns, duration_ns, pid, tid, comm_id, cgroup_id, op_id, flags, ret, bytes,
+                      handle, stream, arg0, arg1)
+SELECT :sid, 1000000000 + i * 5000, {_step_case(lambda k: f"{k[2][0]} + (i * {k[2][1]}) % {k[2][2]}")},
+       CASE WHEN (i / 1000) % 50 = 7 THEN 4243 ELSE 4242 END, CASE WHEN (i / 1000) % 50 = 7 THEN 4243 ELSE 4242 END,
+       1, 77, {_step_case(lambda k: str(int(k[1])))}, 0, 0, {_step_case(lambda k: str(k[3]))},
+       CASE WHEN i % 1000 = 999 THEN (99 << 32) | 99 WHEN i % 1000 < 780 THEN 4096 + i % 97
+            WHEN i % 1000 < 880 THEN 8192 + i % 31 ELSE 0 END,
+       CASE WHEN i % 1000 = 999 THEN 88 ELSE 20817 END,
+       CASE WHEN i % 1000 = 999 THEN (i / 1000) % 2 WHEN i % 1000 >= 880 AND i % 1000 < 902 THEN 1 ELSE 0 END,
+       CASE WHEN i % 1000 = 999 THEN 1 - (i / 1000) % 2 ELSE 0 END
+FROM seq
+"""
+
+
+def _training_columns(i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(op, duration, pid, bytes) of events ``i`` of the training mix: _GEN_TRAINING's formulas, in numpy."""
+    kind = np.searchsorted(np.array([k[0] for k in _STEP]), i % 1000, side="right")
+    op = np.array([int(k[1]) for k in _STEP], dtype=np.uint16)[kind]
+    base, mult, mod = (np.array([k[2][j] for k in _STEP], dtype=np.int64)[kind] for j in range(3))
+    dur = base + (i * mult) % mod
+    nbytes = np.array([k[3] for k in _STEP], dtype=np.int64)[kind]
+    pid = np.where((i // 1000) % 50 == 7, 4243, 4242)
+    return op, dur, pid, nbytes
+
+
+def _aggregate(conn: sqlite3.Connection, sid: int, n: int, mix: str) -> None:
+    """Write the exact aggregates of the generated events: the _GEN (or _GEN_TRAINING) formulas, in numpy."""
     agg = Aggregator(sid)
     for lo in range(0, n, 1_000_000):
         i = np.arange(lo, min(n, lo + 1_000_000), dtype=np.int64)
-        k = i % 10
         ev = np.zeros(len(i), dtype=EVENT_DTYPE)
         ev["ts_ns"] = 1_000_000_000 + i * 5000
+        if mix == "training":
+            ev["op"], ev["duration_ns"], ev["pid"], ev["bytes"] = _training_columns(i)
+            agg.add(ev, np.ones(len(i), dtype=bool))
+            continue
+        k = i % 10
         dur = 2000 + (i * 13) % 1000
         dur = np.where(k == 0, 3000 + (i * 7919) % 2000, dur)
         dur = np.where(k == 9, 1_500_000 + (i * 104729) % 300_000 + np.where(i % 997 == 9, 20_000_000, 0), dur)
@@ -123,8 +180,8 @@ def _aggregate(conn: sqlite3.Connection, sid: int, n: int) -> None:
     insert_aggregates(conn, agg.take())
 
 
-def generate(path: Path, n: int, aggregates: bool = True, blocks: bool = True) -> float:
-    """Create a database with n generated events; return seconds taken."""
+def generate(path: Path, n: int, aggregates: bool = True, blocks: bool = True, mix: str = "hard") -> float:
+    """Create a database with n generated events of ``mix`` (hard, training); return seconds taken."""
     if path.exists():
         path.unlink()
     t0 = time.perf_counter()
@@ -143,9 +200,9 @@ def generate(path: Path, n: int, aggregates: bool = True, blocks: bool = True) -
         [(sid, 4242, "train.py"), (sid, 4243, "infer.py"), (sid, 99, "stress")],
     )
     conn.execute("BEGIN")
-    conn.execute(_GEN, {"n": n, "sid": sid})
+    conn.execute(_GEN_TRAINING if mix == "training" else _GEN, {"n": n, "sid": sid})
     if aggregates:
-        _aggregate(conn, sid, n)
+        _aggregate(conn, sid, n, mix)
     if blocks:
         build_blocks(conn)  # what trace's writer writes beside its rows
     conn.execute("COMMIT")
@@ -237,6 +294,12 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="reuse existing databases of the same size")
     ap.add_argument("--no-aggregates", action="store_true", help="rows only, as in files recorded before aggregates")
     ap.add_argument("--no-blocks", action="store_true", help="no column blocks, as in files older than them")
+    ap.add_argument(
+        "--mix",
+        choices=("hard", "training"),
+        default="hard",
+        help="hard: 60%% of rows read one by one (the default); training: a PyTorch step's shares, mostly launches",
+    )
     ap.add_argument("--repeat", type=int, default=5, help="runs of explain and of the scan, interleaved (medians)")
     ap.add_argument(
         "--compare-rows", action="store_true", help="also explain a copy without blocks: the same report, and its time"
@@ -245,9 +308,10 @@ def main() -> int:
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     for n in (int(s) for s in args.sizes.split(",")):
-        db = out / f"explain_{n}{'_rows' if args.no_aggregates else ''}{'_noblocks' if args.no_blocks else ''}.db"
+        mix = "" if args.mix == "hard" else f"_{args.mix}"
+        db = out / f"explain_{n}{mix}{'_rows' if args.no_aggregates else ''}{'_noblocks' if args.no_blocks else ''}.db"
         if not (args.keep and db.exists()):
-            gen_s = generate(db, n, not args.no_aggregates, not args.no_blocks)
+            gen_s = generate(db, n, not args.no_aggregates, not args.no_blocks, args.mix)
             print(f"generated {n:,} events in {gen_s:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)", flush=True)
         runs, scans, commands = [], [], []
         _command_s(db)  # caches the bytecode
