@@ -90,9 +90,10 @@ class Window:
 class EventFrame:
     """Columns of the events in a window, sorted by ts_ns.
 
-    int64, except the ids read from a recording: pid int32, op int16, and tid
-    int32 where every tid fits (``load_frame``; frames built otherwise may
-    hold int64 there too).
+    int64, except as ``load_frame`` reads a recording: pid int32, op int16, and
+    tid, cgroup, bytes, stream, arg0 and arg1 int32 where every value of the
+    window fits (frames built otherwise may hold int64 there too). The handle
+    is always int64: it is shifted (a preemptor's pid and tid in one).
     """
 
     ts: np.ndarray
@@ -197,12 +198,22 @@ def load_frame(
     # gathered and compared by id in every rule, and these three columns are a sixth of its memory.
     pid_of = ((packed >> PACKED_PID_SHIFT) & 0x3FFFFF).astype(np.int32)
     tid = packed >> PACKED_TID_SHIFT
-    if n == 0 or -(2**31) <= int(tid.min()) <= int(tid.max()) < 2**31:
-        tid = tid.astype(np.int32)
-    cols = [raw[0], raw[1], pid_of, tid, (packed & 0xFF).astype(np.int16), *raw[3:]]
-    del raw, packed, tid
+    tid = _narrow(tid)
+    # The detail columns never shifted (not the handle: a pointer, or a pid and tid in one): narrow too
+    # where this window's values fit, which they mostly do (cgroup ids, sizes, flags).
+    cgroup, nbytes, handle, stream, arg0, arg1 = raw[3:]
+    detail = [_narrow(c) for c in (cgroup, nbytes)] + [handle] + [_narrow(c) for c in (stream, arg0, arg1)]
+    cols = [raw[0], raw[1], pid_of, tid, (packed & 0xFF).astype(np.int16), *detail]
+    del raw, packed, tid, cgroup, nbytes, handle, stream, arg0, arg1, detail
     comms, cgroups = _process_names(conn, distinct(cols[2]).tolist())
     return EventFrame.from_columns(cols, comms, cgroups)
+
+
+def _narrow(col: np.ndarray) -> np.ndarray:
+    """``col`` as int32 where every value fits, else as it is."""
+    if len(col) == 0 or -(2**31) <= int(col.min()) <= int(col.max()) < 2**31:
+        return col.astype(np.int32)
+    return col
 
 
 class _Part(Protocol):

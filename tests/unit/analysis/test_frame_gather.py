@@ -62,12 +62,13 @@ def test_a_reading_error_waits_for_the_write_in_flight() -> None:
 
 
 @pytest.mark.parametrize("blocks", [True, False])
-def test_ids_are_kept_narrow_and_a_tid_too_wide_for_int32_keeps_its_value(tmp_path: Path, blocks: bool) -> None:
+def test_columns_are_kept_narrow_and_a_value_too_wide_for_int32_keeps_its_own(tmp_path: Path, blocks: bool) -> None:
     ev = Events()
     ev.add(Op.cudaStreamSynchronize, 1000, 50, pid=100, tid=100)
     ev.add(Op.cudaStreamSynchronize, 2000, 50, pid=100, tid=101)
     narrow = ev.to_db(tmp_path / "narrow.db")
     ev.add(Op.cudaStreamSynchronize, 3000, 50, pid=100, tid=(1 << 32) + 5)  # not a Linux tid: a file's value
+    ev.add(Op.cudaMalloc, 4000, 50, pid=100, nbytes=1 << 40, handle=7)  # a 1 TiB allocation
     wide = ev.to_db(tmp_path / "wide.db")
     for path in (narrow, wide):
         if blocks:
@@ -79,8 +80,10 @@ def test_ids_are_kept_narrow_and_a_tid_too_wide_for_int32_keeps_its_value(tmp_pa
     f = load_frame(conn, 0, 10_000)
     conn.close()
     assert (f.pid.dtype, f.tid.dtype, f.op.dtype) == (np.int32, np.int32, np.int16)
+    assert (f.bytes.dtype, f.cgroup.dtype, f.handle.dtype) == (np.int32, np.int32, np.int64)
     assert f.tid.tolist() == [100, 101] and f.op.tolist() == [int(Op.cudaStreamSynchronize)] * 2
     conn = sqlite3.connect(f"file:{wide}?mode=ro", uri=True)
     f = load_frame(conn, 0, 10_000)
     conn.close()
-    assert f.tid.dtype == np.int64 and f.tid.tolist() == [100, 101, (1 << 32) + 5]
+    assert f.tid.dtype == np.int64 and f.tid.tolist() == [100, 101, (1 << 32) + 5, 100]
+    assert f.bytes.dtype == np.int64 and f.bytes.tolist()[-1] == 1 << 40
