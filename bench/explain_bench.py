@@ -42,6 +42,7 @@ docs/explain.md, Performance):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -274,6 +275,13 @@ def _command_s(db: Path) -> tuple[float, float]:
     return elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime - sys0
 
 
+def _listed(runs: list[tuple[float, float]], after_scan: list[bool]) -> str:
+    """Each run's seconds, its kernel seconds, and whether the full-file scan ran just before it."""
+    return ", ".join(
+        f"{t:.2f} ({k:.2f}{', after the scan' if a else ''})" for (t, k), a in zip(runs, after_scan, strict=True)
+    )
+
+
 def _without_blocks(db: Path) -> Path:
     """A copy of ``db`` without its column blocks: explain reads its rows, as for a file older than them."""
     copy = db.with_name(db.stem + "_rowpath.db")
@@ -315,16 +323,23 @@ def main() -> int:
             print(f"generated {n:,} events in {gen_s:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)", flush=True)
         runs, scans, commands = [], [], []
         _command_s(db)  # caches the bytecode
-        # Rotated every repetition: what ran just before (the scan reads the whole file) is never the same.
+        # Each repetition in another of the six orders, so that each measure follows each of the others
+        # as often: what ran just before matters on a VM (a run after the scan, which reads the whole file
+        # through the page cache, pays seconds of page faults that a run after an explain does not).
+        orders = list(itertools.permutations(range(3)))
+        after_scan: dict[int, list[bool]] = {0: [], 2: []}  # per explain and command run: did the scan run just before
+        last = -1
         for rep in range(max(1, args.repeat)):
-            for k in range(3):
-                which = (rep + k) % 3
+            for which in orders[rep % len(orders)]:
                 if which == 0:
                     runs.append(_explain(db))
                 elif which == 1:
                     scans.append(aggregate_scan_s(db))
                 else:
                     commands.append(_command_s(db))
+                if which != 1:
+                    after_scan[which].append(last == 1)
+                last = which
         r = runs[0]
         secs = sorted(x["seconds"] for x in runs)
         scan = statistics.median(scans)
@@ -343,15 +358,10 @@ def main() -> int:
             f"command/scan {command / scan:.2f}x",
             flush=True,
         )
+
         # Time in the kernel (mostly page faults of fresh memory) is what moves most from run to run on a VM.
-        print(
-            "  kernel time per run, explain: "
-            + ", ".join(f"{x['sys_s']:.2f}" for x in runs)
-            + " s; command: "
-            + ", ".join(f"{k:.2f}" for _, k in commands)
-            + " s",
-            flush=True,
-        )
+        print(f"  each run, s (kernel s): explain {_listed([(x['seconds'], x['sys_s']) for x in runs], after_scan[0])}")
+        print(f"  command {_listed(commands, after_scan[2])}", flush=True)
         if args.compare_rows:
             rows = _explain(_without_blocks(db))
             same = "the same report" if rows["report"] == r["report"] else "A DIFFERENT REPORT"
