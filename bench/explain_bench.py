@@ -26,17 +26,15 @@ Like trace's writer, the generator writes the column blocks explain reads
 older than them, which are read row by row.
 Prints numbers; asserts nothing.
 
-Measured on a 2-CPU VM, 2026-11-26, late evening; medians of four runs (history and what is left:
+Measured on a 2-CPU VM, 2026-11-26, late evening (the full table and what is left:
 docs/explain.md, Performance):
 
-    events   explain (explain_db)       one aggregate scan
-    1M       0.27-0.42 s, 191-205 MiB   0.46-0.63 s            (rows one by one: 3.1-3.4 s)
-             as typed: 0.58-0.69 s     (start-up and imports: about 0.25 s)
-    10M      1.98-2.18 s, 852-865 MiB   5.5-6.3 s              (as typed: 4.1-4.5 s, 1.9-2.4 s
-                                                                when page faults are quick)
-    --mix training (a PyTorch step's shares: 3% of the rows read one by one), one run:
-    1M       0.18 s, 230 MiB            0.55 s                 (as typed: 0.47 s)
-    10M      0.79 s, 243 MiB            5.19 s                 (as typed: 1.16 s)
+    file          explain (explain_db)               as typed             one aggregate scan
+    hard 1M       0.32 s, 200 MiB                    0.47-0.58 s          0.46-0.55 s
+    hard 10M      1.89-2.16 s, 833 MiB (4.1-4.3 s    1.98-2.36 s          6.0-6.1 s
+                  right after the scan: page faults)
+    training 1M   0.18 s, 230 MiB                    0.47 s               0.55 s
+    training 10M  0.79 s, 243 MiB                    1.16 s               5.19 s
 """
 
 from __future__ import annotations
