@@ -18,9 +18,9 @@ from typing import TextIO
 
 import pytest
 
-from gpuscope import importers
 from gpuscope.cli import main
 from gpuscope.export import EXPORTERS, ExportOptions, ExportStats
+from gpuscope.importers import ingero as ingero_importer
 from gpuscope.platform import files
 from gpuscope.query.engine import GuardedReader
 from gpuscope.recording import as_gpuscope_file, conversion_cache_dir
@@ -244,7 +244,8 @@ def test_an_import_or_merge_interrupted_half_way_leaves_the_previous_output_unto
     out.parent.mkdir()
     out.write_bytes(b"an earlier output")
     if command == "import":
-        monkeypatch.setattr(importers, "import_ingero", _interrupt_after(importers.import_ingero))
+        # Where import_file finds it when it converts (it loads the importer then, not at import).
+        monkeypatch.setattr(ingero_importer, "import_ingero", _interrupt_after(ingero_importer.import_ingero))
         argv = ["import", str(ingero), "-o", str(out)]
     else:
         monkeypatch.setattr(store_merge, "_merge_one", _interrupt_after(store_merge._merge_one))
@@ -286,14 +287,14 @@ def test_an_interrupted_conversion_leaves_nothing_the_conversion_cache_would_tru
 ) -> None:
     # given an empty conversion cache, and a conversion killed after its rows are written
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    real = importers.import_ingero
-    monkeypatch.setattr(importers, "import_ingero", _interrupt_after(real))
+    real = ingero_importer.import_ingero
+    monkeypatch.setattr(ingero_importer, "import_ingero", _interrupt_after(real))
     with pytest.raises(KeyboardInterrupt):
         as_gpuscope_file(ingero)
     cache = conversion_cache_dir()
     assert list(cache.iterdir()) == []
     # when the file is read again
-    monkeypatch.setattr(importers, "import_ingero", real)
+    monkeypatch.setattr(ingero_importer, "import_ingero", real)
     converted = as_gpuscope_file(ingero)
     # then it is converted afresh, whole
     assert converted.parent == cache and _events(converted) > 0
