@@ -151,7 +151,9 @@ def _dispatch(argv: list[str] | None) -> int:
         _complete()
     words = sys.argv[1:] if argv is None else argv
     only = next((w for w in words if not w.startswith("-")), None)
-    parser = build_parser(only if only in COMMANDS else None)
+    if only is None and "--version" in words and not {"-h", "--help"} & set(words):
+        only = ""  # the version needs no command's module (loading them all took half a second)
+    parser = build_parser(only if only in COMMANDS or only == "" else None)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
