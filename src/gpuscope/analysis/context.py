@@ -132,9 +132,7 @@ class Context:
             groups = [pos for gpid, _op, pos in self._call_groups if gpid == pid]
             n = sum(len(pos) for pos in groups)
             if n * 16 < len(self.calls):
-                # A small process among many calls: its groups merged (each is in time order; a stable sort
-                # merges sorted runs), not a pass over every call.
-                found = np.sort(np.concatenate(groups or [np.zeros(0, dtype=np.int32)]), kind="stable")
+                found = _merged(groups)  # a small process among many calls: not a pass over every call
             else:
                 found = np.flatnonzero(self.frame.pid[self.calls] == pid)
                 if len(found) < 1 << 31:

@@ -87,8 +87,9 @@ def _may_meet(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_end
     calls meet no off-CPU interval or I/O and two bin lookups say so for a few ns.
     None when most queries would be searched anyway.
     """
-    lo = min(int(q_start.min()), int(i_start[0]))
-    hi = max(int(q_end.max()), int(i_end[-1]))
+    # Both ends of every query inside the bins, even of a query that ends before it starts (a hand-edited file).
+    lo = min(int(q_start.min()), int(q_end.min()), int(i_start[0]))
+    hi = max(int(q_start.max()), int(q_end.max()), int(i_end[-1]))
     bins = min(_SCREEN_BINS_PER_INTERVAL * len(i_start), _SCREEN_MAX_BINS)
     shift = ((hi - lo) // bins).bit_length()  # bins of 2**shift ns: about ``bins`` of them
     n = ((hi - lo) >> shift) + 1

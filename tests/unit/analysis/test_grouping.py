@@ -154,3 +154,18 @@ def test_screened_overlaps_equal_the_exact_search_for_every_query(long_intervals
         a, b = int(q_start[j]), int(q_end[j])
         want = int(np.maximum(0, np.minimum(i_end, b) - np.maximum(i_start, a)).sum()) if b >= a else 0
         assert int(exact[j]) == want
+
+
+def test_queries_far_outside_the_intervals_and_reversed_are_answered_exactly() -> None:
+    # A hand-edited file can hold a call that ends long before it starts: both its ends must fall in the bins
+    # (the screen, which looks them up, then finds most bins marked and leaves every query to the exact search).
+    starts = np.arange(0, 100_000_000, 10_000, dtype=np.int64)
+    i_start, i_end = starts, starts + 100
+    q_start = np.arange(0, 100_000_000, 1000, dtype=np.int64)
+    q_end = q_start + 50
+    q_end[7], q_start[-7] = -(10**9), 10**9  # reversed, far below and far above everything else
+    cum = np.concatenate(([0], np.cumsum(i_end - i_start)))
+    exact = intervals._covered_in_chunks(q_start, q_end, i_start, i_end, cum)
+    assert len(q_start) >= intervals._SCREEN_QUERIES  # overlap_ns screens them first
+    assert overlap_ns(q_start, q_end, i_start, i_end).tolist() == exact.tolist()
+    assert int(exact[7]) == 0 and int(exact[-7]) == 0
