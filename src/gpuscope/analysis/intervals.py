@@ -105,9 +105,13 @@ def _may_meet(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_end
     if len(long) <= _SCREEN_LOOP:
         for k in long.tolist():
             marked[a[k] : b[k] + 1] = True
-    else:  # +1 at a long interval's first bin, -1 after its last
-        edges = np.bincount(a[long], minlength=n + 1) - np.bincount(b[long] + 1, minlength=n + 1)
-        marked |= np.cumsum(edges[:n]) > 0
+    else:
+        # +1 at a long interval's first bin, -1 after its last. The intervals are disjoint, so neither index
+        # repeats and at most two are open in one bin: a byte per bin (up to 16 MB), not a count.
+        edges = np.zeros(n + 1, dtype=np.int8)
+        edges[a[long]] += 1
+        edges[b[long] + 1] -= 1
+        marked |= np.cumsum(edges[:n], dtype=np.int8) > 0
     first = q_start - lo
     first >>= shift
     last = q_end - lo
