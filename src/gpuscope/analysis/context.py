@@ -338,25 +338,17 @@ class Context:
     def _call_groups(self) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls`` in time order) of every op of every process."""
         f, c = self.frame, self.calls
-        # Few groups: number them by counting (processes, then ops, each a small range), then a stable sort of
-        # the small numbers (a radix sort). np.unique and argsort of the keys themselves cost many times that,
-        # and with millions of calls every temporary here is tens of MB: few are alive at once.
+        # One key per (process, op): processes numbered, then ops (below 256). With millions of calls every
+        # temporary here is tens of MB: few are alive at once.
         pid = f.pid[c]
         pids = distinct(pid)
         key = np.searchsorted(pids, pid)
         del pid
         key *= 256
         key += f.op[c]
-        present = np.flatnonzero(np.bincount(key, minlength=len(pids) * 256))
-        number = np.zeros(len(pids) * 256, dtype=np.uint16 if len(present) < 1 << 16 else np.int64)
-        number[present] = np.arange(len(present))
-        rank = number[key]
+        groups = KeyGroups.of(key)
         del key
-        order = np.argsort(rank, kind="stable")
-        if len(order) < 1 << 31:
-            order = order.astype(np.int32)  # positions into the calls: half the memory, kept for the whole analysis
-        bounds = np.searchsorted(rank[order], np.arange(len(present) + 1))
-        return [(int(pids[k >> 8]), k & 0xFF, order[bounds[g] : bounds[g + 1]]) for g, k in enumerate(present.tolist())]
+        return [(int(pids[k >> 8]), k & 0xFF, pos) for k, pos in zip(groups.keys.tolist(), groups.members, strict=True)]
 
     def groups(self, min_count: int = 10, warm_only: bool = True) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls``) for every op of every process with enough calls."""

@@ -197,14 +197,12 @@ def load_frame(
     # Ids in the fewest bytes that hold them (pids have 22 bits, ops 8): a frame of millions of rows is
     # gathered and compared by id in every rule, and these three columns are a sixth of its memory.
     pid_of = ((packed >> PACKED_PID_SHIFT) & 0x3FFFFF).astype(np.int32)
-    tid = packed >> PACKED_TID_SHIFT
-    tid = _narrow(tid)
     # The detail columns never shifted (not the handle: a pointer, or a pid and tid in one): narrow too
     # where this window's values fit, which they mostly do (cgroup ids, sizes, flags).
     cgroup, nbytes, handle, stream, arg0, arg1 = raw[3:]
-    detail = [_narrow(c) for c in (cgroup, nbytes)] + [handle] + [_narrow(c) for c in (stream, arg0, arg1)]
-    cols = [raw[0], raw[1], pid_of, tid, (packed & 0xFF).astype(np.int16), *detail]
-    del raw, packed, tid, cgroup, nbytes, handle, stream, arg0, arg1, detail
+    cols = [raw[0], raw[1], pid_of, _narrow(packed >> PACKED_TID_SHIFT), (packed & 0xFF).astype(np.int16)]
+    cols += [_narrow(cgroup), _narrow(nbytes), handle, _narrow(stream), _narrow(arg0), _narrow(arg1)]
+    del raw, packed, cgroup, nbytes, handle, stream, arg0, arg1
     comms, cgroups = _process_names(conn, distinct(cols[2]).tolist())
     return EventFrame.from_columns(cols, comms, cgroups)
 

@@ -180,8 +180,16 @@ class KeyGroups:
             # A pass per key: for a handful of threads, cheaper than any sort.
             found = [np.flatnonzero(key == k) for k in keys.tolist()]
             return cls(keys, tuple(f.astype(np.int32) if small else f for f in found))
-        # Many keys: a stable sort of their small numbers (a radix sort), cut where the number changes.
-        rank = np.searchsorted(keys, key).astype(np.uint16 if len(keys) <= 1 << 16 else np.int64)
+        # Many keys: number them (by a table where they span a narrow range, as ``distinct`` counts them),
+        # then a stable sort of the small numbers (a radix sort), cut where the number changes.
+        number_type = np.uint16 if len(keys) <= 1 << 16 else np.int64
+        lo, span = int(keys[0]), int(keys[-1]) - int(keys[0]) + 1
+        if span <= 8 * len(key):
+            number = np.zeros(span, dtype=number_type)
+            number[keys - lo] = np.arange(len(keys))
+            rank = number[key - lo]
+        else:
+            rank = np.searchsorted(keys, key).astype(number_type)
         order = np.argsort(rank, kind="stable")
         if small:
             order = order.astype(np.int32)
