@@ -120,4 +120,5 @@ def test_ranks_that_keep_pace_on_separate_nodes_give_no_cross_node_straggler(  #
         )  # fmt: skip
     # then
     assert got.returncode == 0, got.stderr
-    assert [f for f in json.loads(got.stdout)["findings"] if f["kind"] == KIND] == []
+    stragglers = [f for f in json.loads(got.stdout)["findings"] if f["kind"] == KIND]
+    assert stragglers == [], [(f["symptom"], [c["evidence"] for c in f["causes"]]) for f in stragglers]

@@ -12,7 +12,13 @@ Per collective: the rank that entered last, its lateness (its entry minus
 the median entry of the others) and the time the others waited for it (the
 sum of its entry minus theirs). A rank is a persistent straggler when it is
 last, by at least ``MIN_LATE_NS``, in at least ``MIN_SHARE`` of the
-collectives and at least twice as often as any other rank. Its cause comes
+collectives and at least twice as often as any other rank, by more than
+the clocks' uncertainty (its node's plus a peer's: each offset may be off
+by its own, in opposite directions). An offset measured that far off makes
+a rank look late in every call, so a smaller lateness is left out with a
+note. Measures on one clock cannot confirm it: the others' longer waits in
+the collective, and their shorter gaps after it, also hold their wake-up
+delay when it opens, so they only bound the lateness from above. Its cause comes
 from its own node's host events in the gaps before its late entries:
 preempted by named processes, waiting on block I/O, otherwise blocked, or on
 the CPU (host work or a data-loading gap, measured against its peers' gaps).
@@ -87,9 +93,11 @@ def cross_node_stragglers(nodes: list[NodeCalls]) -> tuple[list[Finding], list[s
         seqs, how = matched
         if how:
             notes.append(f"communicator {comm_hash} ({op}): {how}")
-        found = _straggler(comm_hash, op, ranks, seqs)
+        found, withheld = _straggler(comm_hash, op, ranks, seqs)
         if found is not None:
             findings.append(found)
+        if withheld:
+            notes.append(withheld)
     return findings, notes
 
 
@@ -148,12 +156,13 @@ def _align(ranks: list[Rank]) -> tuple[list[int], str] | None:
     return seqs, "no node saw the communicator created: calls matched by time on the corrected clocks"
 
 
-def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> Finding | None:
+def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> tuple[Finding | None, str]:
+    """The persistent straggler of one communicator's collectives, if any, or why one was withheld."""
     lo = max(s for s in seqs)
     hi = min(s + len(r.rows) for s, r in zip(seqs, ranks, strict=True))
     n = hi - lo
     if n < MIN_CALLS:
-        return None
+        return None, ""
     idx = [np.arange(lo - s, hi - s) for s in seqs]  # row of each rank for sequences lo..hi-1
     entry = np.column_stack([r.rows[i, 0] for r, i in zip(ranks, idx, strict=True)])  # (n, ranks)
     last = np.argmax(entry, axis=1)
@@ -168,7 +177,7 @@ def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> F
     order = np.argsort(-times_last)
     s = int(order[0])
     if times_last[s] < MIN_SHARE * n or (len(order) > 1 and times_last[order[1]] >= RUNNER_UP_MAX * times_last[s]):
-        return None
+        return None, ""
     mine = late & (last == s)
     share = float(mine.sum()) / n
     r = ranks[s]
@@ -176,12 +185,19 @@ def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> F
     lost = int(waited[mine].sum())
     span = int(entry.max() - entry.min()) or 1
     lat_p50 = int(np.median(lateness[mine]))
+    # Each node's offset may be off by its uncertainty, the straggler's and a peer's in opposite directions.
+    uncertainty = r.node.uncertainty_ns + max(q.node.uncertainty_ns for j, q in enumerate(ranks) if j != s)
+    if lat_p50 <= uncertainty:
+        return None, (
+            f"communicator {comm_hash} ({op}): {r.name()} looked last by {fmt_ns(lat_p50)} (p50) in {share:.0%} of "
+            f"calls, within the clocks' uncertainty (±{fmt_ns(uncertainty)}): not reported, as offsets measured "
+            "that far off would show the same; measure the clocks over a faster network to compare such lateness"
+        )
     peer_gap = int(
         np.median([np.median(q.rows[i, 2]) for j, (q, i) in enumerate(zip(ranks, idx, strict=True)) if j != s])
     )
     own_gap = int(np.median(rows[mine, 2]))
     cause = _cause(r, rows, mine, lateness, own_gap, peer_gap, idx[s])
-    uncertainty = max(q.node.uncertainty_ns for q in ranks)
     evidence = [
         f"{r.name()} entered {op} last, {fmt_ns(lat_p50)} (p50) after the others, in {int(mine.sum())} of {n} "
         f"calls ({share:.0%}); the other ranks waited {fmt_ns(lost)} in all for it",
@@ -191,11 +207,6 @@ def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> F
                                for q in {q.node.address: q for q in ranks}.values())
         + " (corrected before comparing)",
     ]  # fmt: skip
-    if uncertainty > lat_p50:
-        evidence.append(
-            f"warning: the clock uncertainty (±{fmt_ns(uncertainty)}) is larger than the lateness ({fmt_ns(lat_p50)}): "
-            "which rank is last is not certain; measure again over a faster network or trace longer steps"
-        )
     ratio = own_gap / max(peer_gap, 1)
     extra: dict[str, float | int | str] = {
         "rank": r.rank if r.rank is not None else -1,
@@ -234,7 +245,7 @@ def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> F
         fix=_fix(cause.kind, r.name()),
         lost_ns=lost,
         wall_ns=span,
-    )
+    ), ""
 
 
 def _cause(
