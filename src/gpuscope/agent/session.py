@@ -322,12 +322,16 @@ class TraceSession:
         """Resolve what the stack ring holds (a bounded batch); return the records read."""
         if self.stacks is None:
             return 0
-        # A program's exec record is on the aux ring before its first stack:
-        # read it first, so the stacks name the program's frames.
+        # A program's exec record is on the aux ring before its first stack is
+        # on the stack ring: read the stacks, then the exec records, so every
+        # program these stacks ran is known when they are named. Read the other
+        # way round, a program exec'd between the two reads was not, and once it
+        # has exited nothing names its frames.
+        bodies = self.tracer.read_stacks()
         self._read_aux()
         for att in self.attached:
             self.stacks.note_library(att.library.path)
-        return self.stacks.drain(self.tracer.read_stacks(), self.writer)
+        return self.stacks.drain(bodies, self.writer)
 
     @property
     def failure(self) -> str | None:
