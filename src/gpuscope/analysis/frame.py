@@ -29,10 +29,14 @@ from gpuscope.store.aggregates_read import aggregate_rows, aggregates_cover_reco
 from gpuscope.store.blocks import BlockError
 from gpuscope.store.blocks_read import block_coverage, frame_block_chunks, rows_between
 from gpuscope.store.events_read import (
+    FRAME_FIELDS,
     FRAME_ROW_WIDTH,
+    OP_MASK,
     PACKED_PID_SHIFT,
     PACKED_TID_SHIFT,
+    PID_MASK,
     FrameFilter,
+    FrameSink,
     event_id_span,
     event_span,
     frame_row_chunks,
@@ -134,7 +138,7 @@ class EventFrame:
         return self.comms.get(int(pid)) if pid is not None else None
 
 
-_FIELDS = ("ts", "dur", "pid", "tid", "op", "cgroup", "bytes", "handle", "stream", "arg0", "arg1")
+_FIELDS = FRAME_FIELDS
 
 
 def ops_of(*kinds: OpKind, gpu: bool = True) -> frozenset[int]:
@@ -182,44 +186,38 @@ def load_frame(
     # Upper bound on the rows, from the rowid range (no scan); np.empty only touches the pages it fills.
     cap = event_id_span(conn)
     try:
-        raw = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=True), cap)
+        cols = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=True), cap)
     except BlockError:
-        raw = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=False), cap)  # one gpuscope did not write
-    n = len(raw[0])
-    ts = raw[0]
+        cols = _gather(
+            _frame_parts(conn, start_ns, end_ns, pids, thin, blocks=False), cap
+        )  # one gpuscope did not write
+    n = len(cols[0])
+    ts = cols[0]
     if n > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
         # Rows are stored in arrival order, which is time order except across CPUs' ring-buffer batches.
         order = np.argsort(ts, kind="stable")
         del ts
-        for j in range(FRAME_ROW_WIDTH):
-            raw[j] = raw[j][order]  # one column at a time: the old one is freed before the next is copied
-    packed = raw[2]
-    # Ids in the fewest bytes that hold them (pids have 22 bits, ops 8): a frame of millions of rows is
-    # gathered and compared by id in every rule, and these three columns are a sixth of its memory.
-    pid_of = ((packed >> PACKED_PID_SHIFT) & 0x3FFFFF).astype(np.int32)
-    # The detail columns never shifted (not the handle: a pointer, or a pid and tid in one): narrow too
-    # where this window's values fit, which they mostly do (cgroup ids, sizes, flags).
-    cgroup, nbytes, handle, stream, arg0, arg1 = raw[3:]
-    cols = [raw[0], raw[1], pid_of, _narrow(packed >> PACKED_TID_SHIFT), (packed & 0xFF).astype(np.int16)]
-    cols += [_narrow(cgroup), _narrow(nbytes), handle, _narrow(stream), _narrow(arg0), _narrow(arg1)]
-    del raw, packed, cgroup, nbytes, handle, stream, arg0, arg1
+        for j in range(len(cols)):
+            cols[j] = cols[j][order]  # one column at a time: the old one is freed before the next is copied
     comms, cgroups = _process_names(conn, distinct(cols[2]).tolist())
     return EventFrame.from_columns(cols, comms, cgroups)
 
 
-def _narrow(col: np.ndarray) -> np.ndarray:
-    """``col`` as int32 where every value fits, else as it is."""
-    if len(col) == 0 or -(2**31) <= int(col.min()) <= int(col.max()) < 2**31:
-        return col.astype(np.int32)
-    return col
+# The frame's columns as gathered (FRAME_FIELDS order). Ids in the fewest bytes that hold them (pids have
+# 22 bits, ops 8): a frame of millions of rows is gathered and compared by id in every rule. The detail
+# columns that are never shifted (not the handle: a pointer, or a pid and tid in one) start as int32, which
+# their values mostly fit (tids, cgroup ids, sizes, flags), and are widened when one does not.
+_GATHER_DTYPES = tuple(np.dtype(t) for t in ("i8", "i8", "i4", "i4", "i2", "i4", "i4", "i8", "i4", "i4", "i4"))
+_WIDENED = frozenset(FRAME_FIELDS.index(f) for f in ("tid", "cgroup", "bytes", "stream", "arg0", "arg1"))
+_I32 = np.iinfo(np.int32)
 
 
 class _Part(Protocol):
-    """Rows for the frame: ``rows`` of them; ``write`` puts the first ``len(dest[0])`` into ``dest``'s columns."""
+    """Rows for the frame: ``rows`` of them; ``write`` puts the first ``sink.rows`` into ``sink``."""
 
     rows: int
 
-    def write(self, dest: list[np.ndarray]) -> None: ...
+    def write(self, sink: FrameSink) -> None: ...
 
 
 class _RowPart:
@@ -230,49 +228,90 @@ class _RowPart:
         self._block = flat.reshape(-1, FRAME_ROW_WIDTH)
         self.rows = len(rows)
 
-    def write(self, dest: list[np.ndarray]) -> None:
-        k = len(dest[0])
-        for j in range(FRAME_ROW_WIDTH):
-            dest[j][:] = self._block[:k, j]
+    def write(self, sink: FrameSink) -> None:
+        b = self._block[: sink.rows]
+        packed = b[:, 2]
+        sink.put(0, b[:, 0])
+        sink.put(1, b[:, 1])
+        sink.put(2, (packed >> PACKED_PID_SHIFT) & PID_MASK)
+        sink.put(3, packed >> PACKED_TID_SHIFT)
+        sink.put(4, packed & OP_MASK)
+        for j in range(3, FRAME_ROW_WIDTH):
+            sink.put(j + 2, b[:, j])
+
+
+class _Columns:
+    """The frame's columns as they fill, at most ``cap`` rows: narrow until a value does not fit."""
+
+    def __init__(self, cap: int) -> None:
+        # np.empty only touches the pages that are filled.
+        self.arrays = [np.empty(cap, dtype=d) for d in _GATHER_DTYPES]
+        self.n = 0
+
+    def sink(self, rows: int) -> _Sink:
+        """Where the next ``rows`` rows go (one part, written by one thread at a time)."""
+        out = _Sink(self, self.n, rows)
+        self.n += rows
+        return out
+
+    def widen(self, j: int, upto: int) -> None:
+        wide = np.empty(len(self.arrays[j]), dtype=np.int64)
+        wide[:upto] = self.arrays[j][:upto]
+        self.arrays[j] = wide
+
+
+class _Sink:
+    def __init__(self, columns: _Columns, start: int, rows: int) -> None:
+        self._columns, self._start, self.rows = columns, start, rows
+
+    def put(self, column: int, values: np.ndarray) -> None:
+        arrays, a = self._columns.arrays, self._start
+        if (
+            column in _WIDENED
+            and arrays[column].dtype != np.int64
+            and len(values)
+            and not _I32.min <= int(values.min()) <= int(values.max()) <= _I32.max
+        ):
+            self._columns.widen(column, a)
+        arrays[column][a : a + self.rows] = values
 
 
 def _gather(parts: Iterator[_Part], cap: int) -> list[np.ndarray]:
-    """The parts' rows end to end in one array per column, at most ``cap`` (rows appended after the bound
-    was read wait for the next run). Each part writes straight into them: ``np.empty`` only touches the
-    pages filled, and no part is copied twice.
+    """The parts' rows end to end in one array per column (``FRAME_FIELDS``), at most ``cap`` (rows appended
+    after the bound was read wait for the next run). Each part writes straight into them, in their final
+    types, and no part is copied twice.
     """
-    raw = [np.empty(cap, dtype=np.int64) for _ in range(FRAME_ROW_WIDTH)]
-    n = 0
+    columns = _Columns(cap)
     # A part writes its rows on a second thread while this one reads and filters the next: both are mostly
-    # numpy, which lets go of the interpreter lock. One write at a time, so at most two parts are alive.
+    # numpy, which lets go of the interpreter lock. One write at a time, so at most two parts are alive, and
+    # only the writing thread touches the columns (a column is widened there).
     writing: _Writer | None = None
     try:
         for part in parts:
-            k = min(part.rows, cap - n)
+            k = min(part.rows, cap - columns.n)
             if writing is not None:
                 writing.finish()
-            writing = _Writer(part, [r[n : n + k] for r in raw])
-            n += k
-            if n >= cap:
+            writing = _Writer(part, columns.sink(k))
+            if columns.n >= cap:
                 break
     finally:
         if writing is not None:
             writing.finish()
-    return [r[:n] for r in raw]
+    return [a[: columns.n] for a in columns.arrays]
 
 
 class _Writer:
-    """``part.write(dest)`` on a thread of its own; ``finish`` waits for it and raises what it raised."""
+    """``part.write(sink)`` on a thread of its own; ``finish`` waits for it and raises what it raised."""
 
-    def __init__(self, part: _Part, dest: list[np.ndarray]) -> None:
+    def __init__(self, part: _Part, sink: _Sink) -> None:
         self._error: BaseException | None = None
         # A plain thread: concurrent.futures would cost every command 30 ms of imports (it loads logging).
-        self._thread = threading.Thread(target=self._run, args=(part, dest), name="gpuscope-frame", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(part, sink), name="gpuscope-frame", daemon=True)
         self._thread.start()
 
-    def _run(self, part: _Part, dest: list[np.ndarray]) -> None:
+    def _run(self, part: _Part, sink: _Sink) -> None:
         try:
-            part.write(dest)
+            part.write(sink)
         except BaseException as exc:  # handed to the reading thread by finish()
             self._error = exc
 

@@ -19,9 +19,10 @@ from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.blocks import BLOCK_COLUMNS, BlockError, parse_block, widen
 from gpuscope.store.events_read import (
     DETAIL_OP_FLOOR,
-    PACKED_PID_SHIFT,
-    PACKED_TID_SHIFT,
+    OP_MASK,
+    PID_MASK,
     FrameFilter,
+    FrameSink,
     window_floor,
 )
 
@@ -96,8 +97,8 @@ def rows_between(conn: sqlite3.Connection, first_id: int, last_id: int) -> bool:
 def frame_block_chunks(conn: sqlite3.Connection, run: np.ndarray, filt: FrameFilter) -> Iterator[BlockPart]:
     """Yield the rows ``filt`` keeps of a run of blocks (``Coverage.runs``), a group of blocks at a time.
 
-    Each part writes its rows' frame columns (``events_read`` layout) where
-    the caller says. Only the columns the filters test are widened for every
+    Each part puts its rows' frame columns (``events_read.FRAME_FIELDS``) into
+    the caller's ``FrameSink``. Only the columns the filters test are widened for every
     row; the others only for the rows kept, straight into the frame. Raises
     BlockError for a block gpuscope did not write; the caller reads rows instead.
     """
@@ -249,29 +250,30 @@ class BlockPart:
         self._ts, self._dur, self._op, self._pid = widened
         self.rows = len(kept)
 
-    def write(self, dest: list[np.ndarray]) -> None:
-        """Write the row path's select list of the first ``len(dest[0])`` rows into ``dest`` (one array a column).
+    def write(self, sink: FrameSink) -> None:
+        """Put the row path's select list of the first ``sink.rows`` rows into ``sink``, column by column.
 
-        Packed ids, and columns zeroed that a row's op's rules never read.
+        Columns zeroed that a row's op's rules never read, and ids masked as the packed row path's are.
         """
         group = self._group
-        kept = self._kept[: len(dest[0])]
+        kept = self._kept[: sink.rows]
         op = self._op[kept]
         host = op >= DETAIL_OP_FLOOR
         detail = host | in_ops(op, self._detail_ops)
-        np.take(self._ts, kept, out=dest[0])
-        np.take(self._dur, kept, out=dest[1])
-        packed = dest[2]
-        group.take(_TID, kept, packed)
-        packed <<= PACKED_TID_SHIFT
-        pid = np.empty(len(kept), dtype=np.int64)
+        sink.put(0, self._ts[kept])
+        sink.put(1, self._dur[kept])
+        values = np.empty(len(kept), dtype=np.int64)  # one scratch column: the sink copies what it is given
         if self._pid is None:
-            group.take(_PID, kept, pid)
+            group.take(_PID, kept, values)
         else:
-            np.take(self._pid, kept, out=pid)
-        pid <<= PACKED_PID_SHIFT
-        packed |= pid
-        packed |= op
-        for out, j in zip(dest[3:], (_CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1), strict=True):
-            group.take(j, kept, out)
-            np.multiply(out, host if j in (_STREAM, _ARG1) else detail, out=out)
+            np.take(self._pid, kept, out=values)
+        values &= PID_MASK
+        sink.put(2, values)
+        group.take(_TID, kept, values)
+        sink.put(3, values)
+        op &= OP_MASK
+        sink.put(4, op)
+        for column, j in enumerate((_CGROUP, _BYTES, _HANDLE, _STREAM, _ARG0, _ARG1), start=5):
+            group.take(j, kept, values)
+            np.multiply(values, host if j in (_STREAM, _ARG1) else detail, out=values)
+            sink.put(column, values)

@@ -11,12 +11,15 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuscope.model.ops import FIRST_HOST_OP_ID
 from gpuscope.store.aggregates_read import aggregates_cover_recording
 from gpuscope.store.connect import database_path, file_signature
 from gpuscope.store.statement import Statement
+
+if TYPE_CHECKING:
+    import numpy as np
 
 COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
 """The first query to try on a recording: how many calls of each op (shown in hints)."""
@@ -28,6 +31,10 @@ COUNT_BY_OP = "SELECT op, count(*) FROM events GROUP BY op"
 FRAME_ROW_WIDTH = 9
 PACKED_TID_SHIFT = 30
 PACKED_PID_SHIFT = 8
+PID_MASK = 0x3FFFFF
+OP_MASK = 0xFF
+# The frame's columns, in the order a FrameSink takes them (pid and op as the packed row gives them back).
+FRAME_FIELDS = ("ts", "dur", "pid", "tid", "op", "cgroup", "bytes", "handle", "stream", "arg0", "arg1")
 FRAME_CHUNK_ROWS = 65_536
 # Where aggregates do not bound the longest event: the last end is searched among the final minute's starts.
 _LAST_END_REACH_NS = 60_000_000_000
@@ -135,6 +142,15 @@ def event_id_span(conn: sqlite3.Connection) -> int:
         return 0
     (hi_id,) = conn.execute("SELECT max(rowid) FROM event_log").fetchone()
     return int(hi_id) - int(lo_id) + 1
+
+
+class FrameSink(Protocol):
+    """Where a part of the frame goes: ``rows`` rows, one column at a time (``FRAME_FIELDS`` order)."""
+
+    rows: int
+
+    def put(self, column: int, values: np.ndarray) -> None:
+        """Store ``values`` (``rows`` of them, any integer type) as the part's rows of ``column``."""
 
 
 @dataclass(frozen=True, slots=True)

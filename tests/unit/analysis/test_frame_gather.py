@@ -15,33 +15,47 @@ from gpuscope.analysis import frame
 from gpuscope.analysis.frame import load_frame
 from gpuscope.model.ops import Op
 from gpuscope.store.blocks import build_blocks
-from gpuscope.store.events_read import FRAME_ROW_WIDTH
+from gpuscope.store.events_read import FRAME_FIELDS, FrameSink
 from tests.unit.analysis.builder import Events
 
 
 class _Part:
-    def __init__(self, first: int, rows: int, fail: bool = False, slow: float = 0.0) -> None:
-        self.first, self.rows, self.fail, self.slow = first, rows, fail, slow
+    def __init__(self, first: int, rows: int, fail: bool = False, slow: float = 0.0, big: int = 0) -> None:
+        self.first, self.rows, self.fail, self.slow, self.big = first, rows, fail, slow, big
         self.thread: str | None = None
         self.done = False
 
-    def write(self, dest: list[np.ndarray]) -> None:
+    def write(self, sink: FrameSink) -> None:
         self.thread = threading.current_thread().name
         time.sleep(self.slow)
         if self.fail:
             raise RuntimeError("a part that cannot be written")
-        for j, col in enumerate(dest):
-            col[:] = np.arange(self.first, self.first + len(col)) * (j + 1)
+        for j in range(len(FRAME_FIELDS)):
+            big = 0 if FRAME_FIELDS[j] in ("pid", "op") else self.big  # ids come masked to their bits
+            sink.put(j, np.arange(self.first, self.first + sink.rows) * (j + 1) + big)
         self.done = True
 
 
 def test_parts_are_written_end_to_end_off_the_reading_thread() -> None:
     parts = [_Part(0, 5), _Part(5, 3), _Part(8, 4)]
-    raw = frame._gather(iter(parts), cap=10)  # the last part is cut at the bound
-    assert len(raw) == FRAME_ROW_WIDTH
-    for j, col in enumerate(raw):
+    cols = frame._gather(iter(parts), cap=10)  # the last part is cut at the bound
+    assert len(cols) == len(FRAME_FIELDS)
+    for j, col in enumerate(cols):
         assert col.tolist() == [i * (j + 1) for i in range(10)]
     assert {p.thread for p in parts} == {"gpuscope-frame"}
+    assert [c.dtype.itemsize for c in cols] == [8, 8, 4, 4, 2, 4, 4, 8, 4, 4, 4]
+
+
+def test_a_column_a_later_part_does_not_fit_is_widened_with_the_rows_before_it_kept() -> None:
+    # given a second part whose values need 64 bits
+    parts = [_Part(0, 3), _Part(3, 2, big=1 << 40)]
+    # when
+    cols = frame._gather(iter(parts), cap=10)
+    # then every column but the ids is 64 bits wide, with the first part's rows kept
+    for j, col in enumerate(cols):
+        big = 0 if FRAME_FIELDS[j] in ("pid", "op") else 1 << 40
+        assert col.tolist() == [i * (j + 1) + (big if i >= 3 else 0) for i in range(5)], FRAME_FIELDS[j]
+    assert [c.dtype.itemsize for c in cols] == [8, 8, 4, 8, 2, 8, 8, 8, 8, 8, 8]
 
 
 def test_a_part_that_fails_to_write_fails_the_gather() -> None:
