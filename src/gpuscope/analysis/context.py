@@ -133,6 +133,8 @@ class Context:
             n = sum(len(pos) for pos in groups)
             if n * 16 < len(self.calls):
                 found = _merged(groups)  # a small process among many calls: not a pass over every call
+            elif n == len(self.calls):
+                found = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)  # every call is this process's
             else:
                 found = np.flatnonzero(self.frame.pid[self.calls] == pid)
                 if len(found) < 1 << 31:
@@ -359,7 +361,13 @@ class Context:
     def _warm_groups(self) -> list[tuple[int, int, np.ndarray]]:
         """``_call_groups`` without cold first calls: one copy of the positions, whatever the minimum count."""
         keep = ~self.cold
-        return [(pid, op, pos[keep[pos]]) for pid, op, pos in self._call_groups]
+        out = []
+        for pid, op, pos in self._call_groups:
+            k = keep[pos]
+            # A group's cold calls are mostly its first alone: then the rest is a view, not a copy.
+            first = 0 if len(k) == 0 or k[0] else 1
+            out.append((pid, op, pos[first:] if bool(k[first:].all()) else pos[k]))
+        return out
 
 
 def _merged(groups: list[np.ndarray]) -> np.ndarray:
