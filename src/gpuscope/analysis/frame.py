@@ -187,10 +187,8 @@ def load_frame(
     cap = event_id_span(conn)
     try:
         cols = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=True), cap)
-    except BlockError:
-        cols = _gather(
-            _frame_parts(conn, start_ns, end_ns, pids, thin, blocks=False), cap
-        )  # one gpuscope did not write
+    except BlockError:  # a block gpuscope did not write: every row is read as a row
+        cols = _gather(_frame_parts(conn, start_ns, end_ns, pids, thin, blocks=False), cap)
     n = len(cols[0])
     ts = cols[0]
     if n > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
