@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 
+from gpuscope.store.connect import column_names, table_names
+
 
 def is_ingero(conn: sqlite3.Connection) -> bool:
     """True when the schema is Ingero's: ``events`` with timestamp/source/op, no ``event_log``."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = table_names(conn)
     if "events" not in tables or "event_log" in tables:
         return False
-    return {"timestamp", "source", "op", "pid"} <= {r[1] for r in conn.execute('PRAGMA table_info("events")')}
+    return {"timestamp", "source", "op", "pid"} <= column_names(conn, "events")

@@ -33,12 +33,12 @@ from typing import Any
 from gpuscope.config import check_node_name
 from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.importers.detect import is_ingero
-from gpuscope.importers.ingero_history import columns, count_rows, import_history, op_lookup, rows, table_names, version
+from gpuscope.importers.ingero_history import count_rows, import_history, op_lookup, rows, version
 from gpuscope.importers.ingero_ops import COLUMNS, Rule, convert_args, ingero_op_name, rule_for
 from gpuscope.store.blocks import build_blocks
 from gpuscope.store.build import ensure_op
 from gpuscope.store.conformance import VALUE_LIMIT_NS
-from gpuscope.store.connect import connect_probe
+from gpuscope.store.connect import column_names, connect_probe, table_names
 from gpuscope.store.retention import build_indexes
 
 Progress = Callable[[str], None]
@@ -172,7 +172,7 @@ class _Nodes:
     def resolve(cls, src: sqlite3.Connection, override: str | None, path: str) -> _Nodes:
         found: set[str] = set()
         for table in ("events", "sessions", "causal_chains"):
-            if "node" in columns(src, table):
+            if "node" in column_names(src, table):
                 for (value,) in src.execute(f"SELECT DISTINCT node FROM {table} WHERE node != ''"):
                     if not isinstance(value, str):
                         raise DatabaseError(f"{path}: {table}: a node is {repr(value)[:40]}, not text", remedy=REPAIR)
@@ -332,7 +332,7 @@ def _import_events(
     report: ImportReport,
     progress: Progress | None,
 ) -> None:
-    have = columns(src, "events")
+    have = column_names(src, "events")
     select = ", ".join(c if c in have else f"{d} AS {c}" for c, d in _OPTIONAL.items())
     id_col = "id" if "id" in have else "rowid"
     query = (
@@ -447,7 +447,7 @@ def _flush(out: sqlite3.Connection, events: list[tuple[Any, ...]], raw: list[tup
 
 
 def _process_names(src: sqlite3.Connection) -> dict[int, str]:
-    if not {"pid", "name"} <= columns(src, "process_names"):
+    if not {"pid", "name"} <= column_names(src, "process_names"):
         return {}
     return {int(p): str(n) for p, n in src.execute("SELECT pid, name FROM process_names")}
 
@@ -456,9 +456,9 @@ def _import_processes(
     src: sqlite3.Connection, out: sqlite3.Connection, sessions: _Sessions, report: ImportReport
 ) -> None:
     """Ingero's pid -> name table becomes ``processes`` rows of the session where the pid first appears."""
-    if not {"pid", "name"} <= columns(src, "process_names"):
+    if not {"pid", "name"} <= column_names(src, "process_names"):
         return
-    seen_col = "seen_at" if "seen_at" in columns(src, "process_names") else "0"
+    seen_col = "seen_at" if "seen_at" in column_names(src, "process_names") else "0"
     fallback = next((ids[0] for ids in sessions.ids.values() if ids), None)
     for pid, name, seen in src.execute(f"SELECT pid, name, {seen_col} FROM process_names ORDER BY pid"):
         _require_integers(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.importers.ingero_ops import ingero_op_name, rule_for
+from gpuscope.store.connect import column_names, table_names
 
 # Tables read into dedicated places, or lookups that are rebuilt from code.
 HANDLED = {
@@ -160,14 +161,6 @@ def _upsert_aggregate(out: sqlite3.Connection, node: str, width_ns: int, op: str
 # -- schema helpers -------------------------------------------------------------------------------
 
 
-def table_names(conn: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
-
-
 def count_rows(conn: sqlite3.Connection, table: str) -> int:
     if table not in table_names(conn):
         return 0
@@ -182,7 +175,7 @@ def rows(conn: sqlite3.Connection, sql: str) -> Iterator[dict[str, Any]]:
 
 
 def version(conn: sqlite3.Connection) -> str:
-    if {"key", "value"} <= columns(conn, "schema_info"):
+    if {"key", "value"} <= column_names(conn, "schema_info"):
         row = conn.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchone()
         if row:
             return str(row[0])
@@ -191,6 +184,6 @@ def version(conn: sqlite3.Connection) -> str:
 
 def op_lookup(src: sqlite3.Connection) -> dict[tuple[int, int], str]:
     """The file's own (source, op) -> name table, where it has one."""
-    if not {"source_id", "op_id", "name"} <= columns(src, "ops"):
+    if not {"source_id", "op_id", "name"} <= column_names(src, "ops"):
         return {}
     return {(int(s), int(o)): str(n) for s, o, n in src.execute("SELECT source_id, op_id, name FROM ops")}

@@ -404,6 +404,11 @@ def table_names(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+def column_names(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The columns of a table (none for a table that does not exist)."""
+    return {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply every migration newer than the database, in order, each in a transaction."""
     version = _schema_version(conn)
