@@ -172,8 +172,8 @@ class Context:
         """The union of one process's GPU work calls (``GPU_WORK``) as disjoint [start, end) spans; kept."""
         found = self._work_spans.get(pid)
         if found is None:
-            w = self.calls[self.pid_calls_of(pid, GPU_WORK)]
-            found = self._work_spans[pid] = merge(self.frame.ts[w], self.frame.ts[w] + self.frame.dur[w])
+            pos = self.pid_calls_of(pid, GPU_WORK)
+            found = self._work_spans[pid] = merge(self.call_start[pos], self.call_end[pos])
         return found
 
     def peer_work_spans(self, pid: int) -> tuple[np.ndarray, np.ndarray]:

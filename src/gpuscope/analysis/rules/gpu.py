@@ -227,8 +227,7 @@ class AllocatorChurnRule:
         al, fr = _alloc_layer(sub, f.op[c[sub]])
         if len(al) < MIN_REACQUIRES or len(fr) == 0:
             return None
-        al = al[np.argsort(f.ts[c[al]], kind="stable")]
-        fr = fr[np.argsort(f.ts[c[fr]], kind="stable")]
+        # Both are in time order already: positions into the calls, which the frame holds sorted by start.
         # An allocation after a free since the previous allocation starts a cycle: memory given back, taken again.
         # Warm-up allocations have no free between them; frees at exit have no allocation after them.
         frees_before = np.searchsorted(f.ts[c[fr]], f.ts[c[al]])
