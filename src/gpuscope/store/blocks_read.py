@@ -203,7 +203,8 @@ def _thin(
     if not len(idx):
         return
     starts, first_ids = group.starts[:-1], group.meta[:, 0]
-    if bool(np.all(first_ids[1:] == first_ids[:-1] + group.meta[:-1, 1])):
+    meets = first_ids[1:] == first_ids[:-1] + group.meta[:-1, 1]  # block k+1's ids follow block k's
+    if bool(np.all(meets)):
         ids = idx + int(first_ids[0])  # the group's blocks hold consecutive ids: no search for a row's block
     else:
         block = np.searchsorted(starts, idx, side="right") - 1
@@ -230,7 +231,7 @@ def _thin(
         row = int(np.searchsorted(idx, starts[k]))
         if row == len(idx) or idx[row] != starts[k]:
             continue
-        if k > 0 and first == int(first_ids[k - 1] + group.meta[k - 1, 1]):
+        if k > 0 and meets[k - 1]:
             continue
         before[row] = carried_op if first == carried_end else _op_of_row(conn, first - 1)
     kept |= (before != _NO_OP) & ~in_ops(before, thin_ops)
