@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from functools import cached_property
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar, overload
 
 import numpy as np
 
@@ -20,6 +22,45 @@ TIMER_PERIODS_NS = np.array([1, 2, 5, 10, 20, 50, 100, 200, 250, 500, 1000], dty
 COLD_RATIO = 10.0
 COLD_MIN_EXCESS_NS = 100_000
 AFFECTED_FRACTION = 0.1  # a call is affected by a cause that covers >= 10% of it
+
+_T = TypeVar("_T")
+_K = TypeVar("_K")
+
+
+class shared(Generic[_T]):
+    """A per-call fact computed once per Context, even when rules on two threads ask for it at once.
+
+    ``functools.cached_property`` either locks per class (Python 3.10, 3.11:
+    two analyses in one process wait for each other) or not at all (3.12+:
+    both threads compute it, tens of MB twice). This locks per instance and
+    name. Computing one fact may ask for another, never for itself, so the
+    locks are taken in the order of those dependencies and cannot deadlock.
+    Once stored, the value is read from the instance's ``__dict__`` without
+    calling this (a non-data descriptor).
+    """
+
+    def __init__(self, func: Callable[[Context], _T]) -> None:
+        self._func = func
+        self._name = func.__name__
+        self.__doc__ = func.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> shared[_T]: ...
+
+    @overload
+    def __get__(self, obj: Context, owner: type | None = None) -> _T: ...
+
+    def __get__(self, obj: Context | None, owner: type | None = None) -> _T | shared[_T]:
+        if obj is None:
+            return self
+        with obj.lock_of(self._name):
+            found = obj.__dict__.get(self._name, _MISSING)
+            if found is _MISSING:
+                found = obj.__dict__[self._name] = self._func(obj)
+            return found  # type: ignore[no-any-return]
+
+
+_MISSING = object()
 
 
 class Context:
@@ -67,12 +108,23 @@ class Context:
         self.attribution = attribution
         self.tracer_pids = tracer_pids
         self.imported_rates = imported_rates
-        # Written by the rules: groups a cause touched too few times to compare, where no finding stands.
-        self.too_small: list[str] = []
+        # Written by the rules, per rule id: groups a cause touched too few times to compare, where no
+        # finding stands. Per rule so that rules evaluated on two threads give the notes in rule order.
+        self.too_small: dict[str, list[str]] = {}
+        self._locks: dict[object, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
         self._pid_calls: dict[int, np.ndarray] = {}
         self._pid_calls_of: dict[tuple[int, frozenset[int]], np.ndarray] = {}
         self._work_spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._thread_spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def lock_of(self, key: object) -> threading.Lock:
+        """The lock that guards computing one cached fact (``shared``, or a per-key cache below)."""
+        with self._locks_lock:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.Lock()
+            return lock
 
     def op_summary(self, pid: int, op: int) -> tuple[int, int, int, int, int] | None:
         """(count, p50, p99, max, total ns) of every call of an op of a process, from aggregates; None without."""
@@ -87,7 +139,7 @@ class Context:
         h = a.hist(pid, op)
         return n, hist_pct(h, 50, lo, hi), hist_pct(h, 99, lo, hi), hi, int(a.sum_ns[m].sum())
 
-    @cached_property
+    @shared
     def calls(self) -> np.ndarray:
         """Indices of CUDA runtime/driver calls in the frame (of the --pid processes)."""
         m = self.frame.mask_ops(GPU_CALLS)
@@ -97,58 +149,62 @@ class Context:
         # Kept for the whole analysis, and an index into a frame of fewer than 2**31 rows: half the memory.
         return calls.astype(np.int32) if len(m) < 1 << 31 else calls
 
-    @cached_property
-    def call_tid(self) -> np.ndarray:
-        """Per call: its thread (``frame.tid[calls]``, kept: most host rules key on it)."""
-        tid: np.ndarray = self.frame.tid[self.calls]
-        return tid
-
-    @cached_property
+    @shared
     def call_threads(self) -> KeyGroups:
-        """The calls grouped by thread (positions into ``calls``), for the per-thread overlaps of many rules."""
-        return KeyGroups.of(self.call_tid)
+        """The calls grouped by thread (positions into ``calls``), for the per-thread overlaps of many rules.
 
-    @cached_property
+        Each call's thread is not kept beside it: the grouping holds all a rule asks of it.
+        """
+        return KeyGroups.of(self.frame.tid[self.calls])
+
+    @shared
     def call_start(self) -> np.ndarray:
         """Per call: its start (``frame.ts[calls]``)."""
         start: np.ndarray = self.frame.ts[self.calls]
         return start
 
-    @cached_property
+    @shared
     def call_end(self) -> np.ndarray:
         """Per call: its end (``frame.ts[calls] + frame.dur[calls]``)."""
         end: np.ndarray = self.call_start + self.frame.dur[self.calls]
         return end
 
-    @cached_property
+    @shared
     def call_pids(self) -> list[int]:
         """The processes that made calls, ascending (``_call_groups`` found them)."""
         return sorted({pid for pid, _op, _pos in self._call_groups})
 
+    def _kept(self, cache: dict[_K, _T], key: _K, compute: Callable[[], _T]) -> _T:
+        """``cache[key]``, computed once by ``compute`` (under the key's lock, as ``shared`` does)."""
+        found = cache.get(key)
+        if found is None:
+            with self.lock_of((id(cache), key)):
+                found = cache.get(key)
+                if found is None:
+                    found = cache[key] = compute()
+        return found
+
     def pid_calls(self, pid: int) -> np.ndarray:
         """Positions into ``calls`` of one process's calls, ascending (time order); computed once per process."""
-        found = self._pid_calls.get(pid)
-        if found is None:
-            groups = [pos for gpid, _op, pos in self._call_groups if gpid == pid]
-            n = sum(len(pos) for pos in groups)
-            if n * 16 < len(self.calls):
-                found = _merged(groups)  # a small process among many calls: not a pass over every call
-            elif n == len(self.calls):
-                found = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)  # every call is this process's
-            else:
-                found = np.flatnonzero(self.frame.pid[self.calls] == pid)
-                if len(found) < 1 << 31:
-                    found = found.astype(np.int32)
-            self._pid_calls[pid] = found
-        return found
+        return self._kept(self._pid_calls, pid, lambda: self._find_pid_calls(pid))
+
+    def _find_pid_calls(self, pid: int) -> np.ndarray:
+        groups = [pos for gpid, _op, pos in self._call_groups if gpid == pid]
+        n = sum(len(pos) for pos in groups)
+        if n * 16 < len(self.calls):
+            return _merged(groups)  # a small process among many calls: not a pass over every call
+        if n == len(self.calls):
+            return np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)  # every call is this process's
+        found = np.flatnonzero(self.frame.pid[self.calls] == pid)
+        return found.astype(np.int32) if len(found) < 1 << 31 else found
 
     def pid_calls_of(self, pid: int, ops: frozenset[int]) -> np.ndarray:
         """Positions into ``calls`` of one process's calls of ``ops``, ascending (time order); kept."""
-        found = self._pid_calls_of.get((pid, ops))
-        if found is None:
-            found = _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops])
-            self._pid_calls_of[(pid, ops)] = found
-        return found
+        return self._kept(
+            self._pid_calls_of,
+            (pid, ops),
+            lambda: _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops]),
+        )
 
     def calls_of_ops(self, ops: frozenset[int]) -> np.ndarray:
         """Positions into ``calls`` of every process's calls of ``ops``, ascending (time order)."""
@@ -156,25 +212,26 @@ class Context:
 
     def thread_call_spans(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """The union of one thread's calls (of process ``pid``) as disjoint [start, end] spans; kept."""
-        found = self._thread_spans.get((pid, tid))
-        if found is None:
-            threads = self.call_threads
-            g = int(np.searchsorted(threads.keys, tid))
-            if g == len(threads.keys) or threads.keys[g] != tid:
-                pos = np.zeros(0, dtype=np.int64)  # a thread that made no call
-            else:
-                pos = threads.positions(g)
-                pos = pos[self.frame.pid[self.calls[pos]] == pid]  # the same tid elsewhere is another thread
-            found = self._thread_spans[(pid, tid)] = merge(self.call_start[pos], self.call_end[pos])
-        return found
+        return self._kept(self._thread_spans, (pid, tid), lambda: self._find_thread_spans(pid, tid))
+
+    def _find_thread_spans(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        threads = self.call_threads
+        g = int(np.searchsorted(threads.keys, tid))
+        if g == len(threads.keys) or threads.keys[g] != tid:
+            pos = np.zeros(0, dtype=np.int64)  # a thread that made no call
+        else:
+            pos = threads.positions(g)
+            pos = pos[self.frame.pid[self.calls[pos]] == pid]  # the same tid elsewhere is another thread
+        return merge(self.call_start[pos], self.call_end[pos])
 
     def work_spans(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
         """The union of one process's GPU work calls (``GPU_WORK``) as disjoint [start, end) spans; kept."""
-        found = self._work_spans.get(pid)
-        if found is None:
+
+        def find() -> tuple[np.ndarray, np.ndarray]:
             pos = self.pid_calls_of(pid, GPU_WORK)
-            found = self._work_spans[pid] = merge(self.call_start[pos], self.call_end[pos])
-        return found
+            return merge(self.call_start[pos], self.call_end[pos])
+
+        return self._kept(self._work_spans, pid, find)
 
     def peer_work_spans(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
         """The union of every other process's GPU work calls: the time a GPU shared with them was busy."""
@@ -193,7 +250,7 @@ class Context:
         out[at] = cause[at] >= AFFECTED_FRACTION * np.maximum(self.frame.dur[self.calls[at]], 1)
         return out
 
-    @cached_property
+    @shared
     def sched(self) -> np.ndarray:
         return np.flatnonzero(self.frame.op == SCHED)
 
@@ -207,7 +264,7 @@ class Context:
             return np.broadcast_to(np.zeros(1, dtype=np.int64), (len(self.calls),))
         return overlap_by_key(self.call_threads, self.call_start, self.call_end, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
 
-    @cached_property
+    @shared
     def _by_tracer(self) -> np.ndarray:
         """Per sched row: True when the task that took the CPU belongs to the tracer."""
         f, s = self.frame, self.sched
@@ -217,20 +274,20 @@ class Context:
         by &= f.arg0[s] != 0
         return by
 
-    @cached_property
+    @shared
     def preempting(self) -> np.ndarray:
         """sched_switch rows where another task took a traced thread's CPU (the tracer's own excepted)."""
         f, s = self.frame, self.sched
         rows: np.ndarray = s[(f.arg0[s] != 0) & ~self._by_tracer]
         return rows
 
-    @cached_property
+    @shared
     def tracer_preempting(self) -> np.ndarray:
         """sched_switch rows where the tracer itself took a traced thread's CPU."""
         rows: np.ndarray = self.sched[self._by_tracer]
         return rows
 
-    @cached_property
+    @shared
     def stateless_sched(self) -> np.ndarray:
         """sched_switch rows without task state (imported data): preemption cannot be told from blocking.
 
@@ -241,7 +298,7 @@ class Context:
         rows: np.ndarray = s[(f.arg0[s] == 0) & (f.arg1[s] == 0)]
         return rows
 
-    @cached_property
+    @shared
     def stateless_kinds(self) -> dict[str, np.ndarray]:
         """The rows of ``stateless_sched`` told apart by inference, each in one class (in this order):
 
@@ -267,24 +324,24 @@ class Context:
         idle = (f.cgroup[s] == 1) & ~io & ~timer
         return {"io": s[io], "timer": s[timer], "idle": s[idle], "unexplained": s[~(io | timer | idle)]}
 
-    @cached_property
+    @shared
     def preempted_ns(self) -> np.ndarray:
         """Per call: time its thread was runnable but off CPU (another task, not the tracer, had it)."""
         return self.own_thread_overlap(self.preempting)
 
-    @cached_property
+    @shared
     def tracer_preempted_ns(self) -> np.ndarray:
         """Per call: time its thread was runnable but the tracer had its CPU (tracing overhead)."""
         return self.own_thread_overlap(self.tracer_preempting)
 
-    @cached_property
+    @shared
     def voluntary_ns(self) -> np.ndarray:
         """Per call: time its thread was blocked by its own choice (sleep, wait, I/O)."""
         f, s = self.frame, self.sched
         # Not preempted, less the rows without task state (``stateless_sched``: arg0 and arg1 both 0).
         return self.own_thread_overlap(s[(f.arg0[s] == 0) & (f.arg1[s] != 0)])
 
-    @cached_property
+    @shared
     def cold(self) -> np.ndarray:
         """Per call: True for a cold first call (first of its (pid, op), or of its kernel for launches)."""
         f, c = self.frame, self.calls
@@ -326,7 +383,7 @@ class Context:
         hi = min(lo_hi[1], self.window.end_ns)
         return max(hi - lo, 1)
 
-    @cached_property
+    @shared
     def _call_spans(self) -> dict[int, tuple[int, int]]:
         """Per process: its first call's start and its last call's end."""
         out: dict[int, tuple[int, int]] = {}
@@ -336,7 +393,7 @@ class Context:
             out[pid] = (min(was[0], lo), max(was[1], hi))
         return out
 
-    @cached_property
+    @shared
     def _call_groups(self) -> list[tuple[int, int, np.ndarray]]:
         """(pid, op, positions into ``calls`` in time order) of every op of every process."""
         f, c = self.frame, self.calls
@@ -357,7 +414,7 @@ class Context:
         every = self._warm_groups if warm_only else self._call_groups
         return [g for g in every if len(g[2]) >= min_count]
 
-    @cached_property
+    @shared
     def _warm_groups(self) -> list[tuple[int, int, np.ndarray]]:
         """``_call_groups`` without cold first calls: one copy of the positions, whatever the minimum count."""
         keep = ~self.cold

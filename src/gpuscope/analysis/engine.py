@@ -34,6 +34,7 @@ from gpuscope.analysis.frame import (
 from gpuscope.analysis.imported_rates import ImportedRates, load_imported_rates
 from gpuscope.analysis.intervals import distinct
 from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
+from gpuscope.analysis.parallel import evaluate
 from gpuscope.analysis.recording_state import RecordingState, read_recording_state
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import MIN_AFFECTED, OpStats, agg_op_stats, hist_pct, op_stats
@@ -183,6 +184,7 @@ def analyse(
     attribution: Attribution = EMPTY,
     tracer: TracerIdentity = NO_TRACER,
     imported_rates: ImportedRates | None = None,
+    threads: int | None = None,
 ) -> Report:
     """Evaluate every rule and rank findings: severity, then time lost.
 
@@ -191,7 +193,8 @@ def analyse(
     ``attribution`` (ranks, communicators, containers; ``load_attribution``)
     lets the rules name who a process is; without it they name pids.
     ``tracer`` (``identify_tracer``): the recording agent, whose CPU time is
-    reported as overhead and never as a cause.
+    reported as overhead and never as a cause. ``threads``: see
+    ``parallel.evaluate`` (None: two on a big window where two CPUs are usable).
     """
     ctx = Context(
         frame,
@@ -205,10 +208,7 @@ def analyse(
         tracer_pids=tracer.pids,
         imported_rates=imported_rates,
     )
-    findings: list[Finding] = []
-    for rule in rules:
-        findings.extend(rule.evaluate(ctx))
-    findings = _rank_consequences(findings)
+    findings = _rank_consequences(evaluate(rules, ctx, threads))
     findings = [f for f in findings if f.severity >= min_severity]
     findings.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
     c = ctx.calls
@@ -238,7 +238,7 @@ def analyse(
         tuple(findings),
         tuple(stats),
         tuple(per_process),
-        notes=_stateless_note(ctx) + _rates_note(ctx) + _too_small_note(ctx),
+        notes=_stateless_note(ctx) + _rates_note(ctx) + _too_small_note(ctx, rules),
         stats_from="events" if aggregates is None else "aggregates",
         overhead=measure_overhead(ctx, tracer),
     )
@@ -359,14 +359,12 @@ def _rates_note(ctx: Context) -> tuple[str, ...]:
     )
 
 
-def _too_small_note(ctx: Context) -> tuple[str, ...]:
+def _too_small_note(ctx: Context, rules: tuple[Rule, ...]) -> tuple[str, ...]:
     """Name the groups a cause touched too few times to measure (fewer than ``MIN_AFFECTED`` calls)."""
-    if not ctx.too_small:
+    groups = [g for rule in rules for g in ctx.too_small.get(rule.id, ())]
+    if not groups:
         return ()
-    return (
-        f"too few calls to compare (fewer than {MIN_AFFECTED} affected), so no finding for: "
-        + "; ".join(ctx.too_small),
-    )
+    return (f"too few calls to compare (fewer than {MIN_AFFECTED} affected), so no finding for: " + "; ".join(groups),)
 
 
 def _stateless_note(ctx: Context) -> tuple[str, ...]:

@@ -11,15 +11,16 @@ The SQL behind both lives in ``gpuscope.store``; decoding the rows is done here.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from gpuscope.analysis.background import Background
 from gpuscope.analysis.intervals import distinct
 from gpuscope.model.latency import NBUCKETS
 from gpuscope.model.op_table import in_ops
@@ -283,41 +284,19 @@ def _gather(parts: Iterator[_Part], cap: int) -> list[np.ndarray]:
     # A part writes its rows on a second thread while this one reads and filters the next: both are mostly
     # numpy, which lets go of the interpreter lock. One write at a time, so at most two parts are alive, and
     # only the writing thread touches the columns (a column is widened there).
-    writing: _Writer | None = None
+    writing: Background | None = None
     try:
         for part in parts:
             k = min(part.rows, cap - columns.n)
             if writing is not None:
                 writing.finish()
-            writing = _Writer(part, columns.sink(k))
+            writing = Background(functools.partial(part.write, columns.sink(k)), name="gpuscope-frame")
             if columns.n >= cap:
                 break
     finally:
         if writing is not None:
             writing.finish()
     return [a[: columns.n] for a in columns.arrays]
-
-
-class _Writer:
-    """``part.write(sink)`` on a thread of its own; ``finish`` waits for it and raises what it raised."""
-
-    def __init__(self, part: _Part, sink: _Sink) -> None:
-        self._error: BaseException | None = None
-        # A plain thread: concurrent.futures would cost every command 30 ms of imports (it loads logging).
-        self._thread = threading.Thread(target=self._run, args=(part, sink), name="gpuscope-frame", daemon=True)
-        self._thread.start()
-
-    def _run(self, part: _Part, sink: _Sink) -> None:
-        try:
-            part.write(sink)
-        except BaseException as exc:  # handed to the reading thread by finish()
-            self._error = exc
-
-    def finish(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
 
 
 def _frame_parts(

@@ -109,7 +109,7 @@ def host_cause_findings(
     # A process the cause touched too few times for any comparison gets no finding: say so in a note,
     # rather than let "no finding" read as "not affected".
     for pid in sorted({int(p) for p in ctx.frame.pid[ctx.calls[affected]]} - found):
-        ctx.too_small.extend(
+        ctx.too_small.setdefault(rule, []).extend(
             f"pid {pid} {op_name(op)}: {n} call{'s' if n > 1 else ''} overlapping {cause_name}"
             for op, n in too_small_to_compare(ctx, affected, pid)
         )
