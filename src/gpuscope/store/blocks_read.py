@@ -108,6 +108,7 @@ def frame_block_chunks(conn: sqlite3.Connection, run: np.ndarray, filt: FrameFil
     floor = window_floor(conn, start_ns)
     chosen = run[(run[:, 3] >= start_ns) & (run[:, 2] <= end_ns)]
     thin_ops = frozenset(o for _, o in thin) if thin else None
+    thresholds = _Thresholds(thin) if thin else None
     pid_set = np.asarray(pids, dtype=np.int64)
     carried = (-1, _NO_OP)  # the id after the last row read and its op, for the first row of the next group
     i = 0
@@ -130,8 +131,8 @@ def frame_block_chunks(conn: sqlite3.Connection, run: np.ndarray, filt: FrameFil
                 mask &= ts >= floor
         if pids and pid is not None:
             mask &= np.isin(pid, pid_set) | (op >= FIRST_HOST_OP_ID)
-        if thin and thin_ops is not None and pid is not None:
-            _thin(conn, mask, (op, pid, dur), group, carried, thin, thin_ops, filt.keep_every)
+        if thresholds is not None and thin_ops is not None and pid is not None:
+            _thin(conn, mask, (op, pid, dur), group, carried, thresholds, thin_ops, filt.keep_every)
         carried = (int(group.meta[-1, 0] + group.meta[-1, 1]), int(op[-1]))
         kept = np.flatnonzero(mask)
         del mask
@@ -182,13 +183,42 @@ def _op_of_row(conn: sqlite3.Connection, row_id: int) -> int:
     return _NO_OP if row is None or type(row[0]) is not int else int(row[0])
 
 
+class _Thresholds:
+    """The slow-call threshold of each thinned (pid, op), looked up for many rows at once (-1: not thinned)."""
+
+    def __init__(self, thin: Mapping[tuple[int, int], int]) -> None:
+        pids = {p for p, _ in thin}
+        # One thinned process, the usual case: a table by op (the rows asked about are of thinned ops).
+        self._pid = next(iter(pids)) if len(pids) == 1 else None
+        self._table = np.full(max(o for _, o in thin) + 1, -1, dtype=np.int64)
+        for (_, o), threshold in thin.items():
+            self._table[o] = threshold
+        # Several: one binary search per row among the (pid, op) keys.
+        self._keys = np.array(sorted((p << 16) | o for p, o in thin), dtype=np.int64)
+        self._values = np.array([thin[(int(k) >> 16, int(k) & 0xFFFF)] for k in self._keys] + [-1], dtype=np.int64)
+
+    def of(self, pid: np.ndarray, op: np.ndarray) -> np.ndarray:
+        """Per row (its pid and op, the op a thinned one): its threshold, or -1 where its (pid, op) is not thinned."""
+        if self._pid is not None:
+            found: np.ndarray = self._table[op]
+            found[pid != self._pid] = -1
+            return found
+        key = pid << 16
+        key |= op
+        at = np.searchsorted(self._keys, key)
+        at[self._keys[np.minimum(at, len(self._keys) - 1)] != key] = len(self._keys)
+        del key
+        found = self._values[at]
+        return found
+
+
 def _thin(
     conn: sqlite3.Connection,
     mask: np.ndarray,
     cols: tuple[np.ndarray, np.ndarray, np.ndarray],
     group: _Group,
     carried: tuple[int, int],
-    thin: Mapping[tuple[int, int], int],
+    thresholds: _Thresholds,
     thin_ops: frozenset[int],
     keep_every: int,
 ) -> None:
@@ -205,22 +235,18 @@ def _thin(
     starts, first_ids = group.starts[:-1], group.meta[:, 0]
     meets = first_ids[1:] == first_ids[:-1] + group.meta[:-1, 1]  # block k+1's ids follow block k's
     if bool(np.all(meets)):
-        ids = idx + int(first_ids[0])  # the group's blocks hold consecutive ids: no search for a row's block
+        # The group's blocks hold consecutive ids: the rows whose id is a multiple are every keep_every-th
+        # position, marked once (a division per row costs more than the whole mark).
+        every = np.zeros(group.total, dtype=bool)
+        every[-int(first_ids[0]) % keep_every :: keep_every] = True
+        kept = every[idx]
+        del every
     else:
         block = np.searchsorted(starts, idx, side="right") - 1
         ids = first_ids[block] + (idx - starts[block])
-    kept = ids % keep_every == 0
-    del ids
-    # Each row's threshold: found among the few thinned (pid, op) keys by one binary search (-1: none).
-    keys = np.array(sorted((p << 16) | o for p, o in thin), dtype=np.int64)
-    values = np.array([int(thin[(int(k) >> 16, int(k) & 0xFFFF)]) for k in keys] + [-1], dtype=np.int64)
-    key = pid[idx]
-    key <<= 16
-    key |= op[idx]
-    at = np.searchsorted(keys, key)
-    at[keys[np.minimum(at, len(keys) - 1)] != key] = len(keys)
-    del key
-    kept |= dur[idx] > values[at]
+        kept = ids % keep_every == 0
+        del ids
+    kept |= dur[idx] > thresholds.of(pid[idx], op[idx])
     previous = idx - 1
     np.maximum(previous, 0, out=previous)
     before = op[previous]

@@ -79,11 +79,14 @@ def _same(a: EventFrame, b: EventFrame) -> bool:
 # so that which row begins a run decides; the third process's slow ones; its copies not at all.
 _THIN = {(p, o): 10**9 for p in (10, 11) for o in (_LAUNCH, _COPY, int(Op.cuLaunchKernel))}
 _THIN |= {(12, _LAUNCH): 200_000, (12, int(Op.cuLaunchKernel)): 0}
+# One thinned process, as a recording of one job usually has (thresholds looked up by op, not searched).
+_THIN_ONE = {(11, _LAUNCH): 200_000, (11, int(Op.cuLaunchKernel)): 0, (11, _COPY): 10**9}
 _CASES = [
     pytest.param({}, id="everything"),
     pytest.param({"window": (120_000_000, 260_000_000)}, id="a window"),
     pytest.param({"pids": (10,)}, id="one process"),
     pytest.param({"thin": _THIN}, id="thinned"),
+    pytest.param({"thin": _THIN_ONE}, id="one process thinned"),
     pytest.param({"window": (120_000_000, 260_000_000), "thin": _THIN}, id="thinned window"),
     pytest.param({"window": (50_000_000, 300_000_000), "pids": (11,), "thin": _THIN}, id="all filters"),
 ]
