@@ -34,3 +34,37 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again() -> None:
     assert isinstance(default["faults"], int) and isinstance(kept["faults"], int)
     assert default["faults"] >= 16
     assert kept["faults"] * 8 <= default["faults"]
+
+
+_THREAD_PROBE = """
+import json, resource, sys, threading
+import numpy as np
+from gpuscope.bpf.libbpf import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else None
+a = np.ones(48 << 20, dtype=np.uint8)  # freed by the main thread
+del a
+got = {}
+def work():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    b = np.ones(48 << 20, dtype=np.uint8)  # allocated by another thread
+    got["faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+t = threading.Thread(target=work)
+t.start()
+t.join()
+print(json.dumps({"kept": kept, "faults": got["faults"]}))
+"""
+
+
+def test_memory_one_thread_frees_is_reused_by_another() -> None:
+    # explain's rules run on two threads: each would otherwise allocate from an arena of its own
+    out = {
+        mode: json.loads(
+            subprocess.run(
+                [sys.executable, "-c", _THREAD_PROBE, mode], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for mode in ("default", "keep")
+    }
+    assert out["keep"]["kept"] is True
+    assert out["default"]["faults"] >= 12
+    assert out["keep"]["faults"] * 8 <= out["default"]["faults"]
