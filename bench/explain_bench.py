@@ -26,15 +26,14 @@ Like trace's writer, the generator writes the column blocks explain reads
 older than them, which are read row by row.
 Prints numbers; asserts nothing.
 
-Measured on a 2-CPU VM, 2026-11-26, late evening (the full table and what is left:
+Measured on a 2-CPU VM, 2026-11-27, shortly after midnight (the full table and what is left:
 docs/explain.md, Performance):
 
     file          explain (explain_db)               as typed             one aggregate scan
-    hard 1M       0.32 s, 200 MiB                    0.47-0.58 s          0.46-0.55 s
-    hard 10M      1.89-2.16 s, 833 MiB (4.1-4.3 s    1.98-2.36 s          6.0-6.1 s
-                  right after the scan: page faults)
-    training 1M   0.18 s, 230 MiB                    0.47 s               0.55 s
-    training 10M  0.79 s, 243 MiB                    1.16 s               5.19 s
+    hard 1M       0.16 s, 123 MiB                    0.32-0.39 s          0.32 s
+    hard 10M      0.88-1.86 s (median 1.12), 743 MiB 1.05-2.01 s          3.26 s
+    training 1M   0.11 s, 98 MiB                     0.25-0.34 s          0.26 s
+    training 10M  0.50 s, 115 MiB                    0.57-0.66 s          3.11 s
 """
 
 from __future__ import annotations
