@@ -127,6 +127,18 @@ def steady_training(ev: Events, n: int = 200, pid: int = 100, start: int = 0, pe
     return syncs
 
 
+def slow_syncs(ev: Events, syncs: list[int], every: int, extra: int, **sched: object) -> None:
+    """Make every n-th sync ``extra`` longer, with an off-CPU interval of that length inside it
+    (``sched``: ``Events.sched``'s keywords: who took the CPU, preempted or not)."""
+    for i, t in enumerate(syncs):
+        if i % every == 0:
+            ev.rows = [
+                (r[0], r[1] + extra, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
+                for r in ev.rows
+            ]
+            ev.sched(t + 20 * US, extra, **sched)  # type: ignore[arg-type]
+
+
 def end_session(
     path: Path,
     at_ns: int,

@@ -15,20 +15,13 @@ from gpuscope.analysis.rules import HOST_SIDE, RULES
 from gpuscope.model.findings import Finding
 from gpuscope.model.ops import Op
 
-from .builder import MS, US, Events, steady_training
+from .builder import MS, US, Events, slow_syncs, steady_training
 
 
 def _both_sides() -> Events:
     """Findings on both sides: preemption inside slow syncs (host), malloc spikes and a leak (GPU)."""
     ev = Events(comms={100: "train", 999: "stress"})
-    syncs = steady_training(ev, 400)
-    for i, t in enumerate(syncs):
-        if i % 4 == 0:
-            ev.rows = [
-                (r[0], r[1] + 5 * MS, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
-                for r in ev.rows
-            ]
-            ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999)
+    slow_syncs(ev, steady_training(ev, 400), 4, 5 * MS, preempted=True, by_pid=999)
     # a second, healthy process: two of its launches a preemption covered, too few to compare (a note)
     other = steady_training(ev, 400, pid=200, start=3 * MS)
     for t in (other[10] - 10 * US, other[20] - 10 * US):

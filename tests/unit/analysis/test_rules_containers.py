@@ -6,22 +6,14 @@ from gpuscope.analysis.attribution import Attribution, Container
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.rules.containers import ContainerNoisyNeighbourRule
 from gpuscope.analysis.rules.host import NoisyNeighbourRule
-from gpuscope.model.ops import Op
 
-from .builder import MS, US, Events, steady_training
+from .builder import MS, Events, slow_syncs, steady_training
 
 CID_B = "b" * 64
 
 
 def _preempted_by_other_cgroup(ev: Events) -> None:
-    syncs = steady_training(ev, 400)
-    for i, t in enumerate(syncs):
-        if i % 4 == 0:
-            ev.rows = [
-                (r[0], r[1] + 5 * MS, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
-                for r in ev.rows
-            ]
-            ev.sched(t + 20 * US, 5 * MS, preempted=True, by_pid=999, by_cgroup=88)
+    slow_syncs(ev, steady_training(ev, 400), 4, 5 * MS, preempted=True, by_pid=999, by_cgroup=88)
 
 
 def test_the_neighbour_is_named_by_its_container() -> None:

@@ -5,25 +5,14 @@ from __future__ import annotations
 from gpuscope.model.findings import Severity
 from gpuscope.model.ops import Op
 
-from .builder import MS, US, Events, steady_training
-
-
-def _slow_syncs(ev: Events, syncs: list[int], every: int, extra: int, **sched: object) -> None:
-    """Make every n-th sync `extra` longer, with an off-CPU interval of that length inside it."""
-    for i, t in enumerate(syncs):
-        if i % every == 0:
-            ev.rows = [
-                (r[0], r[1] + extra, *r[2:]) if r[0] == t and r[4] == int(Op.cudaStreamSynchronize) else r
-                for r in ev.rows
-            ]
-            ev.sched(t + 20 * US, extra, **sched)  # type: ignore[arg-type]
+from .builder import MS, US, Events, slow_syncs, steady_training
 
 
 def test_preemption_inside_slow_syncs_is_reported_with_its_preemptor_and_effect() -> None:
     # given syncs that are 5 ms longer whenever pid 999 held the CPU during them
     ev = Events(comms={100: "train", 999: "stress"})
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999)
+    slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999)
     # when
     report = ev.report()
     # then
@@ -40,7 +29,7 @@ def test_preemption_inside_slow_syncs_is_reported_with_its_preemptor_and_effect(
 def test_voluntary_sleep_inside_calls_is_not_cpu_preemption() -> None:
     ev = Events()
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=False, by_pid=0)
+    slow_syncs(ev, syncs, 4, 5 * MS, preempted=False, by_pid=0)
     assert "cpu-preemption" not in ev.kinds()
 
 
@@ -63,7 +52,7 @@ def test_preemption_without_a_latency_effect_is_not_reported() -> None:
 def test_preemption_by_another_cgroup_is_also_a_noisy_neighbour_ranked_below_the_mechanism() -> None:
     ev = Events(comms={999: "other-job"})
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999, by_cgroup=4242)
+    slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999, by_cgroup=4242)
     kinds = ev.kinds()
     assert kinds[0] == "cpu-preemption"
     assert "noisy-neighbour" in kinds
@@ -72,7 +61,7 @@ def test_preemption_by_another_cgroup_is_also_a_noisy_neighbour_ranked_below_the
 def test_block_io_in_flight_during_slow_calls_is_reported() -> None:
     ev = Events()
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 5, 4 * MS, preempted=False, by_pid=0)
+    slow_syncs(ev, syncs, 5, 4 * MS, preempted=False, by_pid=0)
     for i, t in enumerate(syncs):
         if i % 5 == 0:
             ev.add(Op.block_io, t, 5 * MS, 100, nbytes=1 << 20, arg0=1)
@@ -84,7 +73,7 @@ def test_block_io_in_flight_during_slow_calls_is_reported() -> None:
 def test_direct_reclaim_during_slow_calls_is_memory_pressure() -> None:
     ev = Events()
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 5, 3 * MS, preempted=False, by_pid=0)
+    slow_syncs(ev, syncs, 5, 3 * MS, preempted=False, by_pid=0)
     for i, t in enumerate(syncs):
         if i % 5 == 0:
             ev.add(Op.direct_reclaim, t + 30 * US, 3 * MS, 100)
@@ -94,7 +83,7 @@ def test_direct_reclaim_during_slow_calls_is_memory_pressure() -> None:
 def test_tcp_retransmits_inside_slow_calls_are_reported() -> None:
     ev = Events()
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 5, 3 * MS, preempted=False, by_pid=0)
+    slow_syncs(ev, syncs, 5, 3 * MS, preempted=False, by_pid=0)
     for i, t in enumerate(syncs):
         if i % 5 == 0:
             ev.add(Op.tcp_retransmit, t + 1 * MS, 0, 100)
@@ -122,7 +111,7 @@ def test_off_cpu_time_without_task_state_is_flagged_not_guessed() -> None:
     # given imported sched_switch rows (no preempted flag, no prev_state) inside slow calls
     ev = Events()
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=False, by_pid=999)
+    slow_syncs(ev, syncs, 4, 5 * MS, preempted=False, by_pid=999)
     ev.rows = [(*r[:10], 0) if r[4] == int(Op.sched_switch) else r for r in ev.rows]
     report = ev.report()
     assert "cpu-preemption" not in [f.kind for f in report.findings]
@@ -151,7 +140,7 @@ def test_ops_the_cause_touched_too_few_times_are_named_as_too_few_to_compare() -
     # given slow syncs under preemption, and two launches that a preemption also covered
     ev = Events(comms={100: "train", 999: "stress"})
     syncs = steady_training(ev, 400)
-    _slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999)
+    slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=999)
     for t in (syncs[10] - 10 * US, syncs[20] - 10 * US):
         ev.sched(t + 1 * US, 3 * US, preempted=True, by_pid=999)
     top = ev.report().findings[0]
