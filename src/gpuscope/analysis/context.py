@@ -28,7 +28,7 @@ _K = TypeVar("_K")
 
 
 class shared(Generic[_T]):
-    """A per-call fact computed once per Context, even when rules on two threads ask for it at once.
+    """A fact of the window computed once per Context, even when rules on two threads ask for it at once.
 
     ``functools.cached_property`` either locks per class (Python 3.10, 3.11:
     two analyses in one process wait for each other) or not at all (3.12+:

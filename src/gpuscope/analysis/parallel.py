@@ -1,8 +1,9 @@
 """The rules of one window evaluated on two threads: the host side's beside the rest.
 
 Measured on the bench's hard 10M-event file (bench/explain_bench.py, 2 CPUs):
-the rules took 0.75 s on one thread and 0.46 s on two, for about 90 MB more
-peak memory (both sides' temporaries alive at once). The two sides share
+the rules took 0.75 s on one thread and 0.47 s on two (one frame, warm, in
+one process), for 25-50 MB more peak memory with one malloc arena (both
+sides' temporaries are alive at once). The two sides share
 little: the host rules the per-call overlaps with off-CPU time, the others
 the calls grouped by process and op. What both ask for (the calls, their
 starts and ends) is computed once, under the Context's locks.
