@@ -260,7 +260,8 @@ def keep_freed_memory() -> bool:
     10M bench file's run faulted 30-34k pages instead of 39-52k, and its peak
     RSS was 730-760 MiB instead of 745-795 (4 runs each, alternated).
     Call it before any thread allocates. Returns False where the C library
-    has no mallopt (musl) or refuses a setting; nothing else changes then.
+    has no mallopt (musl: nothing changes) or refuses a setting (the others
+    still apply).
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt
