@@ -53,11 +53,8 @@ class shared(Generic[_T]):
     def __get__(self, obj: Context | None, owner: type | None = None) -> _T | shared[_T]:
         if obj is None:
             return self
-        with obj.lock_of(self._name):
-            found = obj.__dict__.get(self._name, _MISSING)
-            if found is _MISSING:
-                found = obj.__dict__[self._name] = self._func(obj)
-            return found  # type: ignore[no-any-return]
+        found: _T = obj.once(obj.__dict__, self._name, lambda: self._func(obj))
+        return found
 
 
 _MISSING = object()
@@ -118,8 +115,8 @@ class Context:
         self._work_spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._thread_spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
-    def lock_of(self, key: object) -> threading.Lock:
-        """The lock that guards computing one cached fact (``shared``, or a per-key cache below)."""
+    def _lock_of(self, key: object) -> threading.Lock:
+        """The lock that guards computing one cached fact (``once``)."""
         with self._locks_lock:
             lock = self._locks.get(key)
             if lock is None:
@@ -174,19 +171,20 @@ class Context:
         """The processes that made calls, ascending (``_call_groups`` found them)."""
         return sorted({pid for pid, _op, _pos in self._call_groups})
 
-    def _kept(self, cache: dict[_K, _T], key: _K, compute: Callable[[], _T]) -> _T:
-        """``cache[key]``, computed once by ``compute`` (under the key's lock, as ``shared`` does)."""
-        found = cache.get(key)
-        if found is None:
-            with self.lock_of((id(cache), key)):
-                found = cache.get(key)
-                if found is None:
+    def once(self, cache: dict[_K, _T], key: _K, compute: Callable[[], _T]) -> _T:
+        """``cache[key]``, computed by ``compute`` once, under a lock of the key's own: the per-key caches
+        below and every ``shared`` fact (whose cache is the instance's ``__dict__``) go through here."""
+        found = cache.get(key, _MISSING)
+        if found is _MISSING:
+            with self._lock_of((id(cache), key)):
+                found = cache.get(key, _MISSING)
+                if found is _MISSING:
                     found = cache[key] = compute()
-        return found
+        return found  # type: ignore[return-value]
 
     def pid_calls(self, pid: int) -> np.ndarray:
         """Positions into ``calls`` of one process's calls, ascending (time order); computed once per process."""
-        return self._kept(self._pid_calls, pid, lambda: self._find_pid_calls(pid))
+        return self.once(self._pid_calls, pid, lambda: self._find_pid_calls(pid))
 
     def _find_pid_calls(self, pid: int) -> np.ndarray:
         groups = [pos for gpid, _op, pos in self._call_groups if gpid == pid]
@@ -200,7 +198,7 @@ class Context:
 
     def pid_calls_of(self, pid: int, ops: frozenset[int]) -> np.ndarray:
         """Positions into ``calls`` of one process's calls of ``ops``, ascending (time order); kept."""
-        return self._kept(
+        return self.once(
             self._pid_calls_of,
             (pid, ops),
             lambda: _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops]),
@@ -212,7 +210,7 @@ class Context:
 
     def thread_call_spans(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
         """The union of one thread's calls (of process ``pid``) as disjoint [start, end] spans; kept."""
-        return self._kept(self._thread_spans, (pid, tid), lambda: self._find_thread_spans(pid, tid))
+        return self.once(self._thread_spans, (pid, tid), lambda: self._find_thread_spans(pid, tid))
 
     def _find_thread_spans(self, pid: int, tid: int) -> tuple[np.ndarray, np.ndarray]:
         threads = self.call_threads
@@ -231,7 +229,7 @@ class Context:
             pos = self.pid_calls_of(pid, GPU_WORK)
             return merge(self.call_start[pos], self.call_end[pos])
 
-        return self._kept(self._work_spans, pid, find)
+        return self.once(self._work_spans, pid, find)
 
     def peer_work_spans(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
         """The union of every other process's GPU work calls: the time a GPU shared with them was busy."""
