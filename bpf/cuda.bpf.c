@@ -20,6 +20,43 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* 1: emit at entry and never time the call (cheapest mode, --entry-only). */
 const volatile __u8 entry_only = 0;
 
+/* Slot 0: 1 while a sampling window is open (user space opens it after the
+ * sampled ops' links are attached and closes it before they are detached), so
+ * a sampled op's record exists exactly for the calls made inside a window the
+ * agent recorded, whatever the attach and detach themselves take. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sample_gate SEC(".maps");
+
+static __always_inline int gs_gate_closed(__u64 cookie)
+{
+	__u32 zero = 0;
+	__u32 *open;
+
+	if (!(cookie & GS_COOKIE_SAMPLED))
+		return 0;
+	open = bpf_map_lookup_elem(&sample_gate, &zero);
+	return !open || !*open;
+}
+
+/* The work of one record, reserved and discarded: what a probe on the
+ * calibration library costs beside the trap itself. */
+static __always_inline int gs_calibration_hit(void)
+{
+	struct gs_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e)
+		return 0;
+	e->ts_ns = bpf_ktime_get_ns();
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
 #define GS_MAX_DEPTH 4
 
 struct gs_call {
@@ -414,9 +451,15 @@ static __always_inline void gs_copy_call(struct gs_event *e, const struct gs_cal
 SEC("uprobe")
 int gs_cuda_entry(struct pt_regs *ctx)
 {
+	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
+	__u32 op = (__u32)cookie;
+
+	if (cookie & GS_COOKIE_CALIBRATE)
+		return gs_calibration_hit();
+	if (gs_gate_closed(cookie))
+		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	/* A thread that has its state was checked at its first traced call, and
 	 * a process leaves the target set only when its last thread exits: so the
@@ -450,7 +493,7 @@ int gs_cuda_entry(struct pt_regs *ctx)
 		}
 		gs_fill_task(e, pid_tgid, task, st);
 		gs_copy_call(e, &c);
-		e->flags = GS_FLAG_ENTRY_ONLY;
+		e->flags = GS_FLAG_ENTRY_ONLY | ((cookie & GS_COOKIE_STEPPED) ? GS_FLAG_STEPPED : 0);
 		gs_submit(e);
 		return 0;
 	}
@@ -483,7 +526,11 @@ int gs_cuda_return(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 op = (__u32)bpf_get_attach_cookie(ctx);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 op = (__u32)cookie;
+
+	if (cookie & GS_COOKIE_CALIBRATE)
+		return gs_calibration_hit();
 
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct gs_call_stack *st = bpf_task_storage_get(&call_stacks, task, 0, 0);
@@ -493,6 +540,9 @@ int gs_cuda_return(struct pt_regs *ctx)
 	 * mismatch, just not ours (the lookup runs on this rare path only). */
 	if (!st || st->depth == 0 || st->depth > GS_MAX_DEPTH) {
 		if (filter_targets && !gs_is_target(pid_tgid >> 32))
+			return 0;
+		/* A sampled op returning from a call made before its window opened. */
+		if (cookie & GS_COOKIE_SAMPLED)
 			return 0;
 		gs_count(GS_STAT_UNMATCHED_RET);
 		return 0;
@@ -508,7 +558,8 @@ int gs_cuda_return(struct pt_regs *ctx)
 		}
 	}
 	if (idx >= GS_MAX_DEPTH) {
-		gs_count(GS_STAT_UNMATCHED_RET);
+		if (!(cookie & GS_COOKIE_SAMPLED))
+			gs_count(GS_STAT_UNMATCHED_RET);
 		return 0;
 	}
 	struct gs_call *c = &st->calls[idx];
@@ -523,6 +574,8 @@ int gs_cuda_return(struct pt_regs *ctx)
 	gs_copy_call(e, c);
 	e->site = c->site;
 	e->ret = (__s32)PT_REGS_RC(ctx);
+	if (cookie & GS_COOKIE_STEPPED)
+		e->flags |= GS_FLAG_STEPPED;
 	if (c->out_ptr && e->ret == 0)
 		e->handle = gs_read_u64((void *)c->out_ptr);
 	gs_submit(e);

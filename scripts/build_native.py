@@ -117,10 +117,12 @@ def build_bpf(root: str, out_dir: str, t: Target | None = None) -> list[str]:
 
 
 STANDINS = [
-    # (source, output soname file)
-    ("cudart_standin.c", "libcudart.so.12"),
-    ("cuda_standin.c", "libcuda.so.1"),
-    ("nccl_standin.c", "libnccl.so.2"),
+    # (source under native/, output soname file)
+    ("standin/cudart_standin.c", "libcudart.so.12"),
+    ("standin/cuda_standin.c", "libcuda.so.1"),
+    ("standin/nccl_standin.c", "libnccl.so.2"),
+    # Not a stand-in: the functions the agent times its own probes on (gpuscope.agent.calibration).
+    ("calibrate/calibrate.c", "libgpuscope_calibrate.so"),
 ]
 
 
@@ -141,8 +143,8 @@ def build_standins(root: str, out_dir: str, t: Target | None = None) -> list[str
     """Compile the stand-in libraries for ``t``; return their paths."""
     cc = find_cc(t or target())
     os.makedirs(out_dir, exist_ok=True)
-    src_dir = os.path.join(root, "native", "standin")
-    common = os.path.join(src_dir, "standin_common.h")
+    src_dir = os.path.join(root, "native")
+    common = os.path.join(src_dir, "standin", "standin_common.h")
     built = []
     for src_name, lib in STANDINS:
         src = os.path.join(src_dir, src_name)

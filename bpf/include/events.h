@@ -122,11 +122,23 @@ enum gs_op {
 	GS_OP_MAX = 256,
 };
 
+/* Bits of a uprobe's 64-bit cookie above the op id (the low 32 bits).
+ * SAMPLED: the op is probed in windows under the overhead budget; its probes
+ * emit only while the `sample_gate` map says a window is open.
+ * CALIBRATE: a probe on gpuscope's own calibration library, attached to the
+ * agent alone: it does a record's work and discards it (the per-call cost). */
+#define GS_COOKIE_SAMPLED (1ull << 32)
+#define GS_COOKIE_CALIBRATE (1ull << 33)
+/* STEPPED: the probed function's first instruction is single-stepped, not
+ * emulated (a costlier hit); copied into the record's GS_FLAG_STEPPED. */
+#define GS_COOKIE_STEPPED (1ull << 34)
+
 /* Record flags. */
 enum gs_flag {
 	GS_FLAG_ENTRY_ONLY = 1 << 0,  /* no return probe: duration_ns and ret are 0 */
 	GS_FLAG_PREEMPTED = 1 << 1,   /* sched_switch: the thread was still runnable */
 	GS_FLAG_GROUP_EXIT = 1 << 2,  /* process_exit: the whole process exited */
+	GS_FLAG_STEPPED = 1 << 3,     /* a call's probe hit single-stepped its first instruction (GS_COOKIE_STEPPED) */
 };
 
 /* Per-CPU counters in the `stats` map (index = enum value). A record is either

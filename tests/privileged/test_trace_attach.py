@@ -50,7 +50,9 @@ def test_tracing_a_pid_records_that_process_and_no_other(build_workload, standin
     # and its calls are recorded (about 200 batches in 2 s), all under its pid
     counts = run.op_counts()
     assert counts.get("cudaLaunchKernel", 0) >= 20, counts
-    assert abs(counts["cudaLaunchKernel"] - counts["cudaStreamSynchronize"]) <= 1
+    # A batch at each edge may be cut: the launches' probes (the overhead budget probes them in windows, in
+    # links of their own) attach and detach a few ms apart from the syncs'.
+    assert abs(counts["cudaLaunchKernel"] - counts["cudaStreamSynchronize"]) <= 3
     # CUDA calls and scheduler events are the target's; block I/O, TCP and page
     # allocations are machine-wide context and may name other processes.
     assert run.query("SELECT DISTINCT pid FROM events WHERE source != 'host' OR op LIKE 'sched_%'") == [(target.pid,)]

@@ -42,3 +42,6 @@ class TraceOptions:
     late_loads: bool = True
     # ... and stop the process until their probes are attached.
     hold: bool = True
+    # Probe the high-rate ops (gpuscope.model.policy.SAMPLED_PROBE_OPS) in windows under an overhead
+    # budget (gpuscope.agent.sampling); False: every call of every op, always (--record-all, --budget off).
+    sampled_probes: bool = False

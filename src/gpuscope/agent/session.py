@@ -37,17 +37,20 @@ from gpuscope.agent.late_loads import LateLoads
 from gpuscope.agent.live_stats import LiveStats, Tick
 from gpuscope.agent.options import GIL_SWITCH_S
 from gpuscope.agent.procinfo import read_process
+from gpuscope.agent.sampling import ProbeSampler, WindowStats
 from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.bpf.features import can_hold_processes
 from gpuscope.bpf.libbpf import libbpf
 from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
 from gpuscope.model.drops import DROP_SOURCES
-from gpuscope.model.ops import Op
+from gpuscope.model.ops import FIRST_HOST_OP_ID, Op, op_name
+from gpuscope.model.policy import DEFAULT_BUDGET, SAMPLED_PROBE_OPS
 from gpuscope.platform.system import SystemSampler
 from gpuscope.stacks.collector import StackCollector
 from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates, insert_drops, insert_system_sample
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.coverage import insert_probe_costs, insert_probe_window, insert_self_costs
 from gpuscope.store.processes_write import (
     NcclComm,
     ProcessRow,
@@ -69,6 +72,7 @@ from gpuscope.store.sessions_write import (
 )
 from gpuscope.store.writer import Durability, EventWriter
 
+_LIFECYCLE_OPS = np.array([int(Op.process_fork), int(Op.process_exec)], dtype=np.uint16)
 POLL_INTERVAL_S = 0.01
 TICK_INTERVAL_S = 1.0
 # Aggregates and counters are written this often (events commit as often on
@@ -117,6 +121,7 @@ class TraceSession:
         record_all: bool = False,
         max_db_bytes: int = DEFAULT_MAX_DB,
         keep_first_s: float = 10.0,
+        budget: float | None = None,
         tracer: Background[Tracer] | None = None,
     ) -> None:
         self.db_path = Path(db_path).expanduser()
@@ -162,6 +167,10 @@ class TraceSession:
             "max_db_bytes": max_db_bytes,
             "stacks": ["off", "native", "native+python"][opts.stacks],
             "late_loads": _late_loads_mode(opts, self.tracer),
+            # The overhead budget (gpuscope.agent.sampling): None, every call is probed all the time.
+            "budget": budget if opts.sampled_probes else None,
+            "sampled_ops": sorted(op_name(o) for o in SAMPLED_PROBE_OPS) if opts.sampled_probes else [],
+            "exact_first_s": keep_first_s if opts.sampled_probes else None,
         }
         major, minor = libbpf().version()
         self.session_id = create_session(
@@ -227,6 +236,13 @@ class TraceSession:
         # Libraries mapped from now on are attached before their first call.
         self.late_loads = LateLoads(self.tracer, self.discovery)
         self.late_loads.start()
+        self.sampler: ProbeSampler | None = None
+        if opts.sampled_probes:
+            self.sampler = ProbeSampler(
+                self.tracer, budget or DEFAULT_BUDGET, keep_first_s, self._on_window, open_since_ns=self.started_mono_ns
+            )
+            self.sampler.start()
+        self._costs_saved = False
 
     # -- setup ---------------------------------------------------------------
 
@@ -281,8 +297,15 @@ class TraceSession:
                 break
             total += len(ev)
             new_pids = self.stats.update(ev)
+            if self.sampler is not None:
+                self.sampler.observe(ev)
             for pid in new_pids:
                 self._note_process(pid)
+            if self.sampler is not None and new_pids:
+                # Processes that call CUDA or were forked or exec'd as targets, not every pid a host event names.
+                own = ev["pid"][(ev["op"] < FIRST_HOST_OP_ID) | np.isin(ev["op"], _LIFECYCLE_OPS)]
+                for pid in set(new_pids) & set(np.unique(own).tolist()):
+                    self.sampler.note_process(pid)
             # A new process is read again at once: its maps name its frames, and it may soon be gone.
             self._new_processes |= bool(new_pids) or bool((ev["op"] == Op.process_exec).any())
             self._note_communicators(ev)
@@ -356,6 +379,7 @@ class TraceSession:
     def _tick(self, now: float) -> Tick:
         counters = self.tracer.counters()
         self._sample_system()
+        self._save_self_cost()
         rate = (self.stats.events - self._last_events) / max(now - self._last_tick, 1e-9)
         self._last_tick, self._last_events = now, self.stats.events
         self._save_counters(counters)
@@ -562,6 +586,26 @@ class TraceSession:
         for listener in self.stored_listeners:
             listener(stored)
 
+    def _on_window(self, start_ns: int, end_ns: int, stats: list[WindowStats]) -> None:
+        """A window of the sampled ops' probes closed and its calls were read: record it."""
+        self.writer.write(insert_probe_window, self.session_id, start_ns, end_ns, stats)
+
+    def _save_self_cost(self) -> None:
+        """Each traced process's probe and CPU time of the last second, and the calibration once known."""
+        sampler = self.sampler
+        if sampler is None:
+            return
+        if not self._costs_saved and sampler.costs is not None:
+            self._costs_saved = True
+            costs = sampler.costs
+            rows = [(p.value, costs.entry_ns[p], costs.return_ns) for p in costs.entry_ns]
+            self.writer.write(insert_probe_costs, self.session_id, rows)
+        interval = sampler.take_interval()
+        if interval:
+            bucket = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // BUCKET_NS * BUCKET_NS
+            rows_ = [(c.pid, c.calls, c.probe_ns, c.cpu_ns) for c in interval]
+            self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, rows_)
+
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)
         if rows:
@@ -581,6 +625,9 @@ class TraceSession:
             return self._final
         tracer = self.tracer
         self.late_loads.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
+            self._save_self_cost()
         libraries = self.attached
         # Detach on a thread and drain meanwhile: closing the probes waits out
         # RCU grace periods, a backlog in the ring needs the CPU. Once
@@ -596,6 +643,8 @@ class TraceSession:
             while self._drain_stacks():
                 pass
             self.stacks.link(self.writer, final=True)
+        if self.sampler is not None:
+            self.sampler.flush()
         self._flush_page_allocs()
         self._flush_aggregates(None)
         self._log_drops(tracer.counters())

@@ -22,12 +22,22 @@ from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.agent.discovery import kernel_file_key as kernel_file_key  # re-exported: callers import it from here
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
+from gpuscope.bpf.calibration import Prologue, prologue_at
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
 from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader, VarReader
-from gpuscope.bpf.wire import DROP_STATS, LOAD_EVENT_DTYPE, STAT_SLOTS, Stat
+from gpuscope.bpf.wire import (
+    COOKIE_CALIBRATE,
+    COOKIE_SAMPLED,
+    COOKIE_STEPPED,
+    DROP_STATS,
+    LOAD_EVENT_DTYPE,
+    STAT_SLOTS,
+    Stat,
+)
 from gpuscope.errors import BpfLoadError, ProcessNotFoundError
 from gpuscope.model.ops import Op
+from gpuscope.model.policy import SAMPLED_PROBE_OPS
 
 HOST_PROGRAMS = {
     "gs_sched_switch": "sched_switch",
@@ -78,6 +88,10 @@ class AttachedLibrary:
     library: CudaLibrary
     ops: Counter[Op] = field(default_factory=Counter)
     links: list[Link] = field(default_factory=list)
+    # The sampled ops' probes (attached in windows, gpuscope.agent.sampling): where, and their links while attached.
+    sampled_offsets: list[int] = field(default_factory=list)
+    sampled_cookies: list[int] = field(default_factory=list)
+    sampled_links: list[Link] = field(default_factory=list)
 
     @property
     def probes(self) -> int:
@@ -110,6 +124,9 @@ class Tracer:
         self._last_counters: dict[str, int] = {}
         self._host_closed = False
         self._page_gen = 0
+        # Whether the sampled ops' probes are attached now: from the start (the first seconds are probed
+        # whole), with their gate open once loaded; gpuscope.agent.sampling takes over from there.
+        self.sampled_attached = True
         try:
             self._load()
         except BaseException:
@@ -156,6 +173,8 @@ class Tracer:
             self.stack_ring = VarReader(cuda.map_fd("stack_events"), STACK_RING_BYTES)
         self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
         self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
+        if o.sampled_probes:
+            self.set_sample_gate(True)
 
     def _load_host_domains(self, host: BpfObject) -> None:
         """Attach the host tracepoints; load and attach the optional domains and the late-load watch."""
@@ -233,21 +252,110 @@ class Tracer:
         plan = probe_plan(lib.path)
         if not plan:
             return None
-        cuda = self._cuda
         att = AttachedLibrary(lib)
-        offsets = [off for off, _, _ in plan]
-        cookies = [int(op) for _, op, _ in plan]
-        directions = [False] if self.opts.entry_only else [False, True]
-        for ret in directions:
-            prog = "gs_cuda_return" if ret else "gs_cuda_entry"
-            if self.multi:
-                att.links.append(cuda.attach_uprobe_multi(prog, lib.path, offsets, cookies, retprobe=ret))
+        stepped = _stepped_offsets(lib.path, [off for off, _, _ in plan])
+        sampled = self.opts.sampled_probes
+        always: list[tuple[int, int]] = []
+        for off, op, _ in plan:
+            cookie = int(op) | (COOKIE_STEPPED if off in stepped else 0)
+            if sampled and int(op) in SAMPLED_PROBE_OPS:
+                att.sampled_offsets.append(off)
+                att.sampled_cookies.append(cookie | COOKIE_SAMPLED)
             else:
-                for off, ck in zip(offsets, cookies, strict=True):
-                    att.links.append(cuda.attach_uprobe(prog, lib.path, off, ck, retprobe=ret))
+                always.append((off, cookie))
+        if always:
+            att.links.extend(
+                self._attach_probes(lib.path, [o for o, _ in always], [c for _, c in always], returns_first=False)
+            )
+        if att.sampled_offsets and self.sampled_attached:
+            att.sampled_links = self._attach_probes(lib.path, att.sampled_offsets, att.sampled_cookies)
         att.ops.update(op for _, op, _ in plan)
         self.attached[lib.inode] = att
         return att
+
+    def _attach_probes(
+        self, path: str, offsets: list[int], cookies: list[int], *, returns_first: bool = True
+    ) -> list[Link]:
+        """Entry (and return) probes on these offsets.
+
+        returns_first: the return probes first, so that a call the entry probe sees always has its return seen
+        (a sampled op's return without its entry is ignored; an entry without its return would stay on the
+        thread's call stack). The probes attached at start keep the order they always had: entry first.
+        """
+        assert self._cuda is not None
+        cuda = self._cuda
+        links: list[Link] = []
+        directions = [False] if self.opts.entry_only else ([True, False] if returns_first else [False, True])
+        for ret in directions:
+            prog = "gs_cuda_return" if ret else "gs_cuda_entry"
+            if self.multi:
+                links.append(cuda.attach_uprobe_multi(prog, path, offsets, cookies, retprobe=ret))
+            else:
+                for off, ck in zip(offsets, cookies, strict=True):
+                    links.append(cuda.attach_uprobe(prog, path, off, ck, retprobe=ret))
+        return links
+
+    # -- sampled ops (the overhead budget) --------------------------------------
+
+    def set_sampled_probes(self, attached: bool) -> None:
+        """Attach or detach the sampled ops' probes in every library (gpuscope.agent.sampling's windows).
+
+        Detaching removes the entry probes before the return probes, so calls in flight still return seen;
+        each step waits for one round of RCU grace periods (tens of ms) on this thread, not in the workload.
+        """
+        with self._attach_lock:
+            if attached == self.sampled_attached or self._cuda is None:
+                return
+            self.sampled_attached = attached
+            if attached:
+                for att in self.attached.values():
+                    if att.sampled_offsets:
+                        att.sampled_links = self._attach_probes(
+                            att.library.path, att.sampled_offsets, att.sampled_cookies
+                        )
+                return
+            cuda = self._cuda
+            links = [lk for att in self.attached.values() for lk in att.sampled_links]
+            for att in self.attached.values():
+                att.sampled_links = []
+            entries = [(cuda, lk) for lk in links if not lk.description.startswith("gs_cuda_return")]
+            returns = [(cuda, lk) for lk in links if lk.description.startswith("gs_cuda_return")]
+            _destroy_together(entries)
+            _destroy_together(returns)
+            gone = {id(lk) for lk in links}
+            cuda.links[:] = [lk for lk in cuda.links if id(lk) not in gone]
+
+    def set_sample_gate(self, open_: bool) -> None:
+        """Open or close the window in which the sampled ops' probes emit records (the ``sample_gate`` map)."""
+        if self._cuda is not None:
+            self._cuda.lib.map_update(
+                self._cuda.map_fd("sample_gate"), struct.pack("<I", 0), struct.pack("<I", 1 if open_ else 0)
+            )
+
+    def attach_calibration(self, path: str, offsets: list[int], *, retprobe: bool) -> list[Link]:
+        """Probes on the calibration library for this process alone: a record's work per hit, discarded."""
+        with self._attach_lock:
+            if self._cuda is None:
+                return []
+            cookies = [COOKIE_CALIBRATE] * len(offsets)
+            prog = "gs_cuda_return" if retprobe else "gs_cuda_entry"
+            if self.multi:
+                return [
+                    self._cuda.attach_uprobe_multi(prog, path, offsets, cookies, retprobe=retprobe, pid=os.getpid())
+                ]
+            return [
+                self._cuda.attach_uprobe(prog, path, o, c, retprobe=retprobe)
+                for o, c in zip(offsets, cookies, strict=True)
+            ]
+
+    def detach_calibration(self, links: list[Link]) -> None:
+        with self._attach_lock:
+            if self._cuda is None:
+                return
+            cuda = self._cuda
+            _destroy_together([(cuda, lk) for lk in links])
+            gone = {id(lk) for lk in links}
+            cuda.links[:] = [lk for lk in cuda.links if id(lk) not in gone]
 
     # -- libraries mapped after start -----------------------------------------
 
@@ -421,6 +529,20 @@ class Tracer:
             self._host_closed = True
             self._host.close()
         self.attached.clear()
+
+
+def _stepped_offsets(path: str, offsets: list[int]) -> set[int]:
+    """The probed offsets whose first instruction the kernel single-steps (the costlier hit; all when unreadable)."""
+    out = set()
+    try:
+        with open(path, "rb") as f:
+            for off in offsets:
+                f.seek(off)
+                if prologue_at(f.read(2)) is Prologue.STEPPED:
+                    out.add(off)
+    except OSError:
+        return set(offsets)
+    return out
 
 
 def _exists(pid: int) -> bool:

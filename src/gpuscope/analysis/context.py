@@ -9,10 +9,11 @@ from typing import Generic, TypeVar, overload
 import numpy as np
 
 from gpuscope.analysis.attribution import EMPTY, Attribution
+from gpuscope.analysis.coverage import Coverage
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.imported_rates import ImportedRates
 from gpuscope.analysis.intervals import KeyGroups, distinct, merge, overlap_by_key
-from gpuscope.analysis.stats import hist_pct, pct
+from gpuscope.analysis.stats import estimate, hist_pct, pct
 from gpuscope.model.ops import Op
 
 SCHED = int(Op.sched_switch)
@@ -94,8 +95,11 @@ class Context:
         attribution: Attribution = EMPTY,
         tracer_pids: frozenset[int] = frozenset(),
         imported_rates: ImportedRates | None = None,
+        coverage: Coverage | None = None,
     ) -> None:
         self.frame = frame
+        # When the overhead budget probed some ops in windows: their counts are estimated (op_summary).
+        self.coverage = coverage
         self.window = window
         self.pid_filter = pids
         self.aggregates = aggregates
@@ -134,7 +138,10 @@ class Context:
             return None
         lo, hi = int(a.min_ns[m].min()), int(a.max_ns[m].max())
         h = a.hist(pid, op)
-        return n, hist_pct(h, 50, lo, hi), hist_pct(h, 99, lo, hi), hi, int(a.sum_ns[m].sum())
+        total = int(a.sum_ns[m].sum())
+        if self.coverage is not None and self.coverage.is_sampled(op):
+            n, total, _ = estimate(a, self.coverage, m, self.call_spans)
+        return n, hist_pct(h, 50, lo, hi), hist_pct(h, 99, lo, hi), hi, total
 
     @shared
     def calls(self) -> np.ndarray:
@@ -374,7 +381,7 @@ class Context:
 
     def pid_span_ns(self, pid: int) -> int:
         """Wall time a process was active in the window: its first event to its last call's end."""
-        lo_hi = self._call_spans.get(pid)
+        lo_hi = self.call_spans.get(pid)
         if lo_hi is None:
             return 0
         lo = max(lo_hi[0], self.window.start_ns)
@@ -382,7 +389,7 @@ class Context:
         return max(hi - lo, 1)
 
     @shared
-    def _call_spans(self) -> dict[int, tuple[int, int]]:
+    def call_spans(self) -> dict[int, tuple[int, int]]:
         """Per process: its first call's start and its last call's end."""
         out: dict[int, tuple[int, int]] = {}
         for pid, _op, pos in self._call_groups:

@@ -18,6 +18,7 @@ import numpy as np
 from gpuscope.analysis.attribution import EMPTY, Attribution, load_attribution
 from gpuscope.analysis.caveats import counted_by_source, window_caveats, with_caveats
 from gpuscope.analysis.context import Context
+from gpuscope.analysis.coverage import Coverage, SamplingSummary, load_coverage, sampling_summary
 from gpuscope.analysis.frame import (
     BUCKET_NS,
     GPU_CALLS,
@@ -91,6 +92,7 @@ class Report:
     caveats: tuple[Caveat, ...] = ()
     overhead: TracerOverhead | None = None
     reference: tuple[ReferenceFinding, ...] = ()  # the reference system's own findings, from an imported file
+    sampling: SamplingSummary | None = None  # the overhead budget: what was estimated, and gpuscope's own cost
 
     def as_dict(self, per_process: bool = False) -> dict[str, object]:
         d: dict[str, object] = {
@@ -104,6 +106,7 @@ class Report:
             "caveats": [c.as_dict() for c in self.caveats],
             "overhead": self.overhead.as_dict() if self.overhead is not None else None,
             "reference_findings": [r.as_dict() for r in self.reference],
+            "sampling": self.sampling.as_dict() if self.sampling is not None else None,
         }
         if per_process:
             d["per_process"] = [s.as_dict() for s in self.per_process]
@@ -185,6 +188,7 @@ def analyse(
     tracer: TracerIdentity = NO_TRACER,
     imported_rates: ImportedRates | None = None,
     threads: int | None = None,
+    coverage: Coverage | None = None,
 ) -> Report:
     """Evaluate every rule and rank findings: severity, then time lost.
 
@@ -207,6 +211,7 @@ def analyse(
         attribution=attribution,
         tracer_pids=tracer.pids,
         imported_rates=imported_rates,
+        coverage=coverage,
     )
     findings = _rank_consequences(evaluate(rules, ctx, threads))
     findings = [f for f in findings if f.severity >= min_severity]
@@ -220,9 +225,12 @@ def analyse(
         call_rows = aggregates.mask(None, GPU_CALLS)
         pids = distinct(aggregates.pid[call_rows]).tolist()
         spans = {p: _span_ns(ctx, aggregates, p) for p in pids}
-        stats = agg_op_stats(aggregates, GPU_CALLS, wall, time_ns=sum(spans.values()) or wall)
+        live = ctx.call_spans
+        stats = agg_op_stats(
+            aggregates, GPU_CALLS, wall, time_ns=sum(spans.values()) or wall, coverage=coverage, spans=live
+        )
         for p in pids:
-            per_process.extend(agg_op_stats(aggregates, GPU_CALLS, spans[p], pid=p))
+            per_process.extend(agg_op_stats(aggregates, GPU_CALLS, spans[p], pid=p, coverage=coverage, spans=live))
         n = aggregates.events
     else:
         spans = {p: ctx.pid_span_ns(p) for p in ctx.call_pids}
@@ -431,6 +439,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         attribution = load_attribution(conn)
         tracer = identify_tracer(conn)
         imported = load_imported_rates(conn, window)
+        coverage = load_coverage(conn, window.start_ns, window.end_ns)
         report = analyse(
             frame,
             window,
@@ -443,7 +452,10 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             attribution=attribution,
             tracer=tracer,
             imported_rates=imported,
+            coverage=coverage,
         )
+        estimated = tuple(st.op for st in report.stats if st.estimated)
+        report = replace(report, sampling=sampling_summary(conn, estimated, coverage, window.start_ns, window.end_ns))
         report = _with_call_sites(conn, report)
         report = replace(report, reference=_reference_findings(conn, report, frame))
         # Drops are not per process: with --pid the counted events are a subset, so no share is given.

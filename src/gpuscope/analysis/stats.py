@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscope.analysis.frame import Aggregates
+from gpuscope.analysis.coverage import Coverage
+from gpuscope.analysis.frame import BUCKET_NS, Aggregates
 from gpuscope.analysis.intervals import distinct
 from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, Severity
 from gpuscope.model.latency import bucket_value
@@ -33,9 +35,14 @@ class OpStats:
     max_ns: int
     time_share: float  # of the span's wall clock
     rate_per_s: float
+    # Probed in windows under the overhead budget: count, total, share and rate are estimates from the
+    # share ``coverage`` of the process's active time the windows covered (percentiles from the calls seen).
+    estimated: bool = False
+    coverage: float | None = None
+    seen: int | None = None  # calls recorded in the windows, when estimated
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        d: dict[str, object] = {
             "op": self.op,
             "pid": self.pid,
             "count": self.count,
@@ -47,6 +54,11 @@ class OpStats:
             "time_share": round(self.time_share, 4),
             "rate_per_s": round(self.rate_per_s, 2),
         }
+        if self.estimated:
+            d["estimated"] = True
+            d["coverage"] = round(self.coverage or 0.0, 4)
+            d["seen"] = self.seen
+        return d
 
 
 def op_stats(
@@ -87,11 +99,19 @@ def hist_pct(hist: np.ndarray, p: float, lo: int = 0, hi: int | None = None) -> 
 
 
 def agg_op_stats(
-    aggs: Aggregates, ops: frozenset[int], wall_ns: int, pid: int | None = None, *, time_ns: int | None = None
+    aggs: Aggregates,
+    ops: frozenset[int],
+    wall_ns: int,
+    pid: int | None = None,
+    *,
+    time_ns: int | None = None,
+    coverage: Coverage | None = None,
+    spans: Mapping[int, tuple[int, int]] | None = None,
 ) -> list[OpStats]:
     """Per-op statistics from exact aggregates: counts, totals and max exact, percentiles from histograms.
 
     The same numbers whether rows were stored selectively or all of them. ``time_ns`` as in ``op_stats``.
+    An op ``coverage`` says was probed in windows gets estimated counts and totals (``estimate``).
     """
     m = aggs.mask(pid, ops)
     out = []
@@ -105,9 +125,43 @@ def agg_op_stats(
         total, lo, hi = int(aggs.sum_ns[k].sum()), int(aggs.min_ns[k].min()), int(aggs.max_ns[k].max())
         h = aggs.hist(pid, int(op))
         p50, p95, p99 = (hist_pct(h, q, lo, hi) for q in (50, 95, 99))
+        if coverage is not None and coverage.is_sampled(int(op)):
+            est, est_total, cov = estimate(aggs, coverage, k, spans)
+            out.append(
+                OpStats(
+                    op_name(int(op)), pid, est, est_total, p50, p95, p99, hi, est_total / budget,
+                    est / (wall / 1e9), estimated=True, coverage=cov, seen=n,
+                )
+            )  # fmt: skip
+            continue
         out.append(OpStats(op_name(int(op)), pid, n, total, p50, p95, p99, hi, total / budget, n / (wall / 1e9)))
     out.sort(key=lambda s: (-s.total_ns, s.op))
     return out
+
+
+def estimate(
+    aggs: Aggregates, coverage: Coverage, rows: np.ndarray, spans: Mapping[int, tuple[int, int]] | None = None
+) -> tuple[int, int, float]:
+    """(count, total ns, coverage) of a sampled op's aggregate ``rows``, estimated per process.
+
+    ``spans``: each process's active time (first call to last call's end); by default the seconds it has
+    aggregates in. The coverage returned is the count-weighted share of that time the windows covered.
+    """
+    count = total = weighted = 0.0
+    seen = 0
+    for p in distinct(aggs.pid[rows]).tolist():
+        mine = rows & (aggs.pid == p)
+        n, t = int(aggs.count[mine].sum()), int(aggs.sum_ns[mine].sum())
+        span = (spans or {}).get(p)
+        if span is None:
+            b = aggs.bucket[aggs.pid == p]
+            span = (int(b.min()), int(b.max()) + BUCKET_NS)
+        est = coverage.estimate(p, span, aggs.bucket[mine], aggs.count[mine])
+        count += est
+        total += t * est / n if n else 0.0
+        weighted += n * min(coverage.covered_ns(*span) / max(span[1] - span[0], 1), 1.0)
+        seen += n
+    return round(count), round(total), weighted / seen if seen else 0.0
 
 
 def slowest_n(n: int) -> int:

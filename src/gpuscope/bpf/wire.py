@@ -41,10 +41,17 @@ RECORD_SIZE = RING_HEADER + ((EVENT_SIZE + 7) & ~7)
 RECORD_DTYPE = np.dtype([("len", "<u4"), ("pg_off", "<u4"), ("event", EVENT_DTYPE)])
 
 
+# Bits of a uprobe cookie above the op id (GS_COOKIE_* in events.h).
+COOKIE_SAMPLED = 1 << 32  # probed in windows under the overhead budget, emitted only while the gate is open
+COOKIE_CALIBRATE = 1 << 33  # a probe on the calibration library: a record's work, discarded
+COOKIE_STEPPED = 1 << 34  # the probed instruction is single-stepped: the record carries Flag.STEPPED
+
+
 class Flag(enum.IntFlag):
     ENTRY_ONLY = 1 << 0
     PREEMPTED = 1 << 1
     GROUP_EXIT = 1 << 2
+    STEPPED = 1 << 3
 
 
 class Stat(enum.IntEnum):

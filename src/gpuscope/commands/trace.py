@@ -65,14 +65,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--record-all",
         action="store_true",
-        help="store a row for every event (default: selective, `gpuscope docs storage`)",
+        help="exact mode: probe every call all the time and store a row for every event "
+        "(default: the overhead budget and selective storage, `gpuscope docs trace`)",
+    )
+    p.add_argument(
+        "--budget",
+        default="1%",
+        metavar="PCT|off",
+        help="keep the cost of the probes under this share of each traced process's CPU time by probing "
+        "launches, memsets and async copies in windows, their counts then estimated (default 1%%; "
+        "off: probe every call, as --record-all does)",
     )
     p.add_argument(
         "--keep-first",
         default="10s",
         metavar="DURATION",
-        help="selective storage keeps every row this long (default 10s; launches, copies, memsets and wakeups "
-        f"up to {WARMUP_ROWS_PER_S:,} a second per process)",
+        help="the first seconds of the trace, of each new process and of each library attached later are "
+        "probed whole and every row is kept (default 10s; launches, copies, memsets and wakeups "
+        f"up to {WARMUP_ROWS_PER_S:,} rows a second per process)",
     )
     p.add_argument(
         "--max-db", default="10g", metavar="SIZE", help="keep the database under SIZE (e.g. 500m; 0 = no cap)"
@@ -440,7 +450,22 @@ def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions
         memory=not args.no_memory,
         stacks=(2 if args.python_stack else 1) if args.stack else 0,
         stack_policy=stack_policy(overrides=parse_overrides(args.stack_every)),
+        sampled_probes=not args.record_all and budget_arg(args.budget) is not None,
     )
+
+
+def budget_arg(text: str) -> float | None:
+    """``--budget``: a share of CPU time as ``1%``, ``0.5%`` or ``0.01``; None for ``off``."""
+    t = text.strip().lower()
+    if t in ("off", "none", "0", "0%"):
+        return None
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UsageError(f"--budget {text}: a share of CPU time such as 1% or 0.5%, or off") from None
+    if not 0 < value < 0.5:
+        raise UsageError(f"--budget {text}: between 0% and 50% (or off)")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +477,7 @@ class _Setup:
     node: str | None
     max_db: int
     keep_first_s: float
+    budget: float | None
 
 
 def _setup(args: argparse.Namespace, command: list[str]) -> _Setup:
@@ -462,7 +488,8 @@ def _setup(args: argparse.Namespace, command: list[str]) -> _Setup:
     node = args.node if args.node is not None else load_config().get("node")
     if node is not None:
         check_node_name(node, "--node" if args.node is not None else "config node")
-    return _Setup(opts, db_from_args(args), node, max_db, duration_s("--keep-first", args.keep_first))
+    budget = None if args.record_all else budget_arg(args.budget)
+    return _Setup(opts, db_from_args(args), node, max_db, duration_s("--keep-first", args.keep_first), budget)
 
 
 def _session(args: argparse.Namespace, command: list[str], setup: _Setup, tracer: Background[Tracer]) -> TraceSession:
@@ -477,6 +504,7 @@ def _session(args: argparse.Namespace, command: list[str], setup: _Setup, tracer
         record_all=args.record_all,
         max_db_bytes=setup.max_db,
         keep_first_s=setup.keep_first_s,
+        budget=setup.budget,
         libraries=args.lib,
         command=command or None,
         tracer=tracer,

@@ -8,8 +8,19 @@ know both numbers to tell a thinned recording from a sparse one.
 
 from __future__ import annotations
 
+from gpuscope.model.ops import OPS, Op, OpKind
+
 SLOW_FACTOR = 3.0
 SAMPLE_EVERY = 100
 # During the first --keep-first seconds every row is kept, up to this many rows a
 # second per process of the sampled ops (launches, copies, memsets, wakeups).
 WARMUP_ROWS_PER_S = 20_000
+
+# The ops the default mode probes in windows under the overhead budget: the high-rate calls whose single
+# timing matters least (kernel launches, memsets, asynchronous copies). Every other probed call (syncs,
+# allocations and frees, synchronous copies, CUDA Graph and NCCL calls) is probed all the time.
+SAMPLED_PROBE_OPS = frozenset(
+    int(op) for op, info in OPS.items() if info.kind in (OpKind.LAUNCH, OpKind.SET)
+) | frozenset({int(Op.cudaMemcpyAsync), int(Op.cuMemcpyAsync)})
+# The default overhead budget: gpuscope's probes may take this share of a traced process's CPU time.
+DEFAULT_BUDGET = 0.01

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,3 +78,25 @@ class SystemSampler:
             swap_used_bytes=max(mem.get("SwapTotal", 0) - mem.get("SwapFree", 0), 0),
             cpus=sum(1 for line in stat.splitlines() if line.startswith("cpu") and line[3:4].isdigit()),
         )
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def parse_process_cpu_ns(stat_text: str) -> int:
+    """A process's CPU time (user + system, all its threads) in ns from the text of /proc/PID/stat.
+
+    The fields after the command name, which may hold spaces and parentheses, start after its last ')'.
+    """
+    fields = stat_text[stat_text.rindex(")") + 2 :].split()
+    # fields[0] is the state (field 3 of proc(5)): utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // _CLK_TCK
+
+
+def process_cpu_ns(pid: int, proc: str = "/proc") -> int | None:
+    """The CPU time a process has used so far, in ns; None when it is gone or unreadable."""
+    try:
+        with open(f"{proc}/{pid}/stat") as f:
+            return parse_process_cpu_ns(f.read())
+    except (OSError, ValueError, IndexError):
+        return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuscope.model.ops import OPS, Source
+from gpuscope.store.coverage import COVERAGE_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,6 +558,7 @@ MIGRATIONS: list[Migration] = [
     Migration(8, "call stacks on the event's own row", _V8_ROW_STACKS),
     Migration(9, "host CPU, memory, load and swap once a second", _V9_SYSTEM),
     Migration(10, "column blocks of the event rows, for the analysis", _V10_BLOCKS),
+    Migration(11, "the overhead budget: probe windows of the sampled ops, probe costs, self-cost", COVERAGE_DDL),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

@@ -26,6 +26,9 @@ from gpuscope.bpf.wire import (
     CODE_FILE,
     CODE_LINETABLE,
     CODE_NAME,
+    COOKIE_CALIBRATE,
+    COOKIE_SAMPLED,
+    COOKIE_STEPPED,
     EVENT_DTYPE,
     LOAD_EVENT_DTYPE,
     LOAD_NAME,
@@ -93,6 +96,9 @@ CONSTANT_MIRRORS = {
     "GS_CODE_NAME": CODE_NAME,
     "GS_CODE_FILE": CODE_FILE,
     "GS_CODE_LINETABLE": CODE_LINETABLE,
+    "GS_COOKIE_SAMPLED": COOKIE_SAMPLED,
+    "GS_COOKIE_CALIBRATE": COOKIE_CALIBRATE,
+    "GS_COOKIE_STEPPED": COOKIE_STEPPED,
 }
 # Bounds only the BPF side uses: user space takes each record's length from the record itself.
 KERNEL_ONLY_CONSTANTS = {"GS_AUX_ENV_PAYLOAD", "GS_STACK_WINDOW"}

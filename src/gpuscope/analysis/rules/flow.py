@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
+from gpuscope.analysis.coverage import MIN_BUCKET_COVERAGE, Coverage
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS
 from gpuscope.analysis.intervals import distinct, merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import symptom_for
@@ -286,12 +287,15 @@ class ThroughputDropRule:
                     continue
                 b = (a.bucket[m] - a.bucket[m].min()) // BUCKET_NS
                 counts = np.bincount(b.astype(np.int64), weights=a.count[m].astype(np.float64)).astype(np.int64)
+                if ctx.coverage is not None and ctx.coverage.is_sampled(op):
+                    counts = _estimated_rates(ctx.coverage, int(a.bucket[m].min()), counts)
                 counts = counts[1:-1]
                 if len(counts) >= 5:
                     out.append((p, op, rows.get((p, op), np.zeros(0, dtype=np.int64)), counts, BUCKET_NS))
             return out
         for p, op, pos in ctx.groups(min_count=50):
-            if p in skip:
+            # A sampled op's rows exist only inside the probe windows: no rate over time can be read from them.
+            if p in skip or (ctx.coverage is not None and ctx.coverage.is_sampled(op)):
                 continue
             ts = f.ts[c[pos]]
             span = int(ts[-1] - ts[0])
@@ -302,6 +306,15 @@ class ThroughputDropRule:
             counts = np.bincount(((ts - ts[0]) // bin_ns).astype(np.int64), minlength=nb + 1)[:nb]
             out.append((p, op, pos, counts, bin_ns))
         return out
+
+
+def _estimated_rates(coverage: Coverage, first_bucket: int, counts: np.ndarray) -> np.ndarray:
+    """Per-second calls of a sampled op estimated from the windows; seconds they barely covered left out."""
+    buckets = first_bucket + np.arange(len(counts), dtype=np.int64) * BUCKET_NS
+    frac = coverage.fractions(buckets)
+    ok = frac >= MIN_BUCKET_COVERAGE
+    rates: np.ndarray = np.round(counts[ok] / frac[ok]).astype(np.int64)
+    return rates
 
 
 __all__ = ["DataStarvationRule", "SyncStallRule", "ThroughputDropRule"]

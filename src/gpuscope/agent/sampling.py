@@ -1,0 +1,423 @@
+"""The overhead budget: probe the high-rate ops in windows, so a traced process pays at most its budget.
+
+Every probed call costs the calling thread a trap (about 1 µs for an entry
+probe on a ``push %rbp`` prologue, several times that for a single-stepped
+one, a second trap for a return probe), and no kernel mechanism makes an
+attached uprobe free. So the ops whose individual timing matters least and
+whose rate is highest (``SAMPLED_PROBE_OPS``: launches, memsets, asynchronous
+copies) are probed only in windows: their links are attached for a slice of
+each period and detached otherwise. Everything else is probed all the time.
+
+- **Exact first seconds.** For ``exact_first_s`` after the trace starts, a
+  new traced process appears or a library is attached, the sampled ops stay
+  attached: cold start, first launches and first allocations are seen whole.
+- **The duty cycle.** After that, once a period, each traced process's load
+  is measured: its CPU time per second (/proc), what the always-probed calls
+  cost it, and what the sampled ops would cost with their probes attached all
+  the time (their calls per covered second times the calibrated cost of one).
+  The share of time they may be attached is the one that keeps the costliest
+  process within ``budget`` of its CPU time (with a margin).
+- **Windows are exact.** A BPF gate (``sample_gate``) opens after the links
+  are attached and closes before they are detached, and each window's bounds
+  are recorded (``probe_windows``): a sampled op's records exist exactly for
+  the calls inside the recorded windows, so counts outside are estimated by
+  the ratio of time covered (gpuscope.analysis.coverage), and labelled so.
+- **Self-cost, measured.** ``self_costs`` gives each process's probe time
+  (its probed calls, counted, times the calibrated cost per call) over its
+  CPU time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscope.agent.calibration import ProbeCosts, calibrate
+from gpuscope.agent.tracer import Tracer
+from gpuscope.bpf.calibration import Prologue
+from gpuscope.bpf.wire import Flag
+from gpuscope.model.policy import SAMPLED_PROBE_OPS
+from gpuscope.platform.system import process_cpu_ns
+
+PERIOD_S = 1.0
+# A window shorter than this holds too few calls to estimate from; the period grows instead (up to MAX_PERIOD_S).
+MIN_WINDOW_S = 0.005
+MAX_PERIOD_S = 10.0
+# The share of the budget the controller aims at: what the calibration cannot see (cache effects in the
+# workload, attaching and detaching) takes some of the rest.
+MARGIN = 0.7
+# A window's calls are all read from the ring this long after it closed (the collector drains it every few ms).
+SETTLE_S = 0.5
+# Loads and self-costs are measured over this much of the recent past.
+HORIZON_S = 5.0
+_SAMPLED = np.zeros(65536, dtype=bool)
+_SAMPLED[list(SAMPLED_PROBE_OPS)] = True
+_COST_FLAGS = int(Flag.STEPPED | Flag.ENTRY_ONLY)
+_FIRST_HOST_OP = 192
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLoad:
+    """One traced process over the recent past, per second of wall time."""
+
+    pid: int
+    cpu_ns_per_s: float  # its CPU time (every thread)
+    always_ns_per_s: float  # probe time of its always-probed calls
+    sampled_full_ns_per_s: float  # probe time its sampled calls would cost with their probes always attached
+
+
+def duty_for(loads: list[ProcessLoad], budget: float, margin: float = MARGIN) -> float:
+    """The share of time the sampled ops' probes may be attached, in [0, 1]: the costliest process decides."""
+    duty = 1.0
+    for load in loads:
+        if load.sampled_full_ns_per_s <= 0:
+            continue
+        room = margin * budget * load.cpu_ns_per_s - load.always_ns_per_s
+        duty = min(duty, max(room, 0.0) / load.sampled_full_ns_per_s)
+    return max(0.0, min(duty, 1.0))
+
+
+def schedule(duty: float, period_s: float = PERIOD_S) -> tuple[float, float]:
+    """(window_s, period_s) for a duty cycle: windows of at least MIN_WINDOW_S, the period stretched to fit."""
+    if duty >= 1.0:
+        return period_s, period_s
+    window = duty * period_s
+    if window >= MIN_WINDOW_S:
+        return window, period_s
+    # Too small a window to learn from: a minimal one, less often (at worst MIN_WINDOW_S every MAX_PERIOD_S,
+    # so the estimates keep some data even where the always-probed calls use up the budget alone).
+    return MIN_WINDOW_S, min(MIN_WINDOW_S / max(duty, 1e-9), MAX_PERIOD_S)
+
+
+@dataclass(frozen=True, slots=True)
+class SelfCost:
+    """gpuscope's measured cost to one process over the recent past."""
+
+    pid: int
+    probe_ns: int  # its probed calls, each times the calibrated cost of its probes
+    cpu_ns: int  # its CPU time over the same interval
+    calls: int  # probed calls counted
+
+    @property
+    def share(self) -> float:
+        return self.probe_ns / self.cpu_ns if self.cpu_ns > 0 else 0.0
+
+
+@dataclass
+class _Tally:
+    """One window and, per process, the calls its probes recorded and what they cost (for the slowdown)."""
+
+    start_ns: int
+    end_ns: int | None = None  # None while open
+    procs: dict[int, list[float]] = field(default_factory=dict)  # pid -> [sampled calls, probe ns]
+    threads: dict[int, set[int]] = field(default_factory=dict)
+
+
+WindowStats = tuple[int, int, float, int]
+"""(pid, sampled calls seen, probe ns, threads) of one window."""
+
+
+@dataclass
+class _Totals:
+    """Cumulative per-process figures since the trace started."""
+
+    always_ns: float = 0.0
+    sampled_ns: float = 0.0
+    calls: int = 0
+    cpu_ns: int | None = None
+
+
+@dataclass
+class _Mark:
+    """A snapshot of the cumulative figures, for rates over the horizon."""
+
+    mono_ns: int
+    covered_ns: int
+    procs: dict[int, _Totals] = field(default_factory=dict)
+
+
+class ProbeSampler:
+    """Attach the sampled ops' probes in windows under ``budget`` (a share of each process's CPU time).
+
+    ``on_window(start_ns, end_ns, stats)`` is called with each window (CLOCK_MONOTONIC ns) once its calls
+    have been read (``SETTLE_S`` after it closed, or at ``flush``), with each process's calls and probe time
+    in it: inside a window the process runs slower by its probe time, so analysis needs that time to turn
+    the calls seen into a rate without probes. ``observe`` is called by the collector with every batch.
+    """
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        budget: float,
+        exact_first_s: float,
+        on_window: Callable[[int, int, list[WindowStats]], None],
+        *,
+        open_since_ns: int | None = None,
+        period_s: float = PERIOD_S,
+    ) -> None:
+        self.tracer = tracer
+        self.budget = budget
+        self.exact_first_s = exact_first_s
+        self.period_s = period_s
+        self.on_window = on_window
+        self.costs: ProbeCosts | None = None
+        self.calibration_error: str | None = None
+        self.duty = 1.0
+        # ns a call's probes cost, by the record's STEPPED and ENTRY_ONLY flags (zeros until calibrated).
+        self._flag_costs = np.zeros(_COST_FLAGS + 1, dtype=np.float64)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._exact_until = _now() + int(exact_first_s * 1e9)
+        # The tracer opens the gate with its probes attached when it loads: the first window began then.
+        self._open_since = open_since_ns
+        self._libraries = 0
+        self._covered_ns = 0
+        self._totals: dict[int, _Totals] = {}
+        # Calls counted before the calibration gave their cost: (pid, flags, op) -> calls, costed once it has.
+        self._uncosted: dict[tuple[int, int, int], int] = {}
+        self._taken: dict[int, tuple[float, int, int | None]] = {}
+        self._marks: list[_Mark] = []
+        self._tallies: list[_Tally] = []
+        self._thread = threading.Thread(target=self._run, name="gpuscope-sampler", daemon=True)
+
+    # -- inputs (collector thread) ---------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def note_process(self, pid: int) -> None:
+        """A new traced process: its first seconds are probed whole."""
+        with self._lock:
+            self._exact_until = max(self._exact_until, _now() + int(self.exact_first_s * 1e9))
+
+    def observe(self, ev: np.ndarray) -> None:
+        """Count a batch's probed calls per process, with what each cost (once calibrated)."""
+        api = ev[ev["op"] < _FIRST_HOST_OP]
+        if not len(api):
+            return
+        ops = api["op"].astype(np.int64)
+        cost = self._costs_of(api["flags"])
+        sampled = _SAMPLED[ops]
+        pids, inverse = np.unique(api["pid"], return_inverse=True)
+        always_ns = np.bincount(inverse, weights=np.where(sampled, 0.0, cost), minlength=len(pids))
+        sampled_ns = np.bincount(inverse, weights=np.where(sampled, cost, 0.0), minlength=len(pids))
+        calls = np.bincount(inverse, minlength=len(pids))
+        with self._lock:
+            if self.costs is None:
+                flags = api["flags"].astype(np.int64) & _COST_FLAGS
+                keys, n = np.unique((api["pid"].astype(np.int64) << 24) | (flags << 16) | ops, return_counts=True)
+                for key, c in zip(keys.tolist(), n.tolist(), strict=True):
+                    k = (key >> 24, (key >> 16) & 0xFF, key & 0xFFFF)
+                    self._uncosted[k] = self._uncosted.get(k, 0) + c
+            for tally in self._tallies:
+                self._count_in(tally, api, cost, sampled)
+            for i, pid in enumerate(pids.tolist()):
+                t = self._totals.setdefault(pid, _Totals())
+                t.always_ns += float(always_ns[i])
+                t.sampled_ns += float(sampled_ns[i])
+                t.calls += int(calls[i])
+
+    @staticmethod
+    def _count_in(tally: _Tally, api: np.ndarray, cost: np.ndarray, sampled: np.ndarray) -> None:
+        ts = api["ts_ns"]
+        inside = ts >= tally.start_ns
+        if tally.end_ns is not None:
+            inside &= ts <= tally.end_ns
+        if not inside.any():
+            return
+        pids = api["pid"][inside]
+        for pid in np.unique(pids).tolist():
+            mine = pids == pid
+            acc = tally.procs.setdefault(pid, [0.0, 0.0])
+            acc[0] += float(np.count_nonzero(sampled[inside][mine]))
+            acc[1] += float(cost[inside][mine].sum())
+            tally.threads.setdefault(pid, set()).update(np.unique(api["tid"][inside][mine]).tolist())
+
+    def flush(self, settled_before_ns: int | None = None) -> None:
+        """Report the closed windows (those closed before ``settled_before_ns``; all when None)."""
+        with self._lock:
+            done = [
+                t
+                for t in self._tallies
+                if t.end_ns is not None and (settled_before_ns is None or t.end_ns < settled_before_ns)
+            ]
+            self._tallies = [t for t in self._tallies if t not in done]
+        for t in done:
+            assert t.end_ns is not None
+            stats = [(pid, int(acc[0]), acc[1], len(t.threads.get(pid, ()))) for pid, acc in sorted(t.procs.items())]
+            self.on_window(t.start_ns, t.end_ns, stats)
+
+    # -- outputs ----------------------------------------------------------------
+
+    @property
+    def covered_ns(self) -> int:
+        """Time the sampled ops have been probed since the trace started (windows closed so far)."""
+        with self._lock:
+            return self._covered_ns
+
+    def self_costs(self) -> list[SelfCost]:
+        """Each process's measured cost over the horizon (empty until calibrated and measured twice)."""
+        with self._lock:
+            if self.costs is None or len(self._marks) < 2:
+                return []
+            old, new = self._marks[0], self._marks[-1]
+            out = []
+            for pid, t in new.procs.items():
+                o = old.procs.get(pid, _Totals())
+                if t.cpu_ns is None:
+                    continue
+                cpu = t.cpu_ns - (o.cpu_ns if o.cpu_ns is not None else t.cpu_ns)
+                probe = (t.always_ns + t.sampled_ns) - (o.always_ns + o.sampled_ns)
+                if cpu > 0:
+                    out.append(SelfCost(pid, int(probe), int(cpu), t.calls - o.calls))
+            return sorted(out, key=lambda c: c.pid)
+
+    def stop(self) -> None:
+        """Close the open window (it is reported) and end the thread; the probes stay as they are."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # -- the loop (its own thread) -------------------------------------------------
+
+    def _costs_of(self, flags: np.ndarray) -> np.ndarray:
+        costs: np.ndarray = self._flag_costs[flags.astype(np.int64) & _COST_FLAGS]
+        return costs
+
+    def _calibrate(self) -> None:
+        try:
+            costs = calibrate(self.tracer, with_return=not self.tracer.opts.entry_only)
+        except Exception as exc:  # a missing library or a refused attach: the cost is reported as not measured
+            self.calibration_error = str(exc)
+            return
+        table = np.zeros(_COST_FLAGS + 1, dtype=np.float64)
+        for f in range(_COST_FLAGS + 1):
+            prologue = Prologue.STEPPED if f & int(Flag.STEPPED) else Prologue.EMULATED
+            table[f] = costs.call_ns(prologue, with_return=not f & int(Flag.ENTRY_ONLY))
+        with self._lock:
+            self._flag_costs = table
+            self.costs = costs
+            for (pid, flags, op), n in self._uncosted.items():
+                t = self._totals.setdefault(pid, _Totals())
+                if _SAMPLED[op]:
+                    t.sampled_ns += n * table[flags]
+                else:
+                    t.always_ns += n * table[flags]
+            self._uncosted.clear()
+
+    def take_interval(self) -> list[SelfCost]:
+        """Each process's probe time, probed calls and CPU time since the last call (once calibrated)."""
+        with self._lock:
+            if self.costs is None:
+                return []
+            snap = {pid: (t.always_ns + t.sampled_ns, t.calls) for pid, t in self._totals.items()}
+        out = []
+        for pid, (probe, calls) in snap.items():
+            cpu = process_cpu_ns(pid)
+            prev = self._taken.get(pid)
+            self._taken[pid] = (probe, calls, cpu)
+            if prev is None or cpu is None or prev[2] is None or cpu < prev[2]:
+                continue
+            out.append(SelfCost(pid, int(probe - prev[0]), cpu - prev[2], calls - prev[1]))
+        return out
+
+    def _note_libraries(self) -> None:
+        """New libraries attached: their first seconds are probed whole."""
+        n = len(self.tracer.attached)
+        if n == self._libraries:
+            return
+        self._libraries = n
+        with self._lock:
+            self._exact_until = max(self._exact_until, _now() + int(self.exact_first_s * 1e9))
+
+    def _mark(self) -> None:
+        """Snapshot the totals (and read each process's CPU time) for rates over the horizon."""
+        now = _now()
+        with self._lock:
+            procs = {pid: _Totals(t.always_ns, t.sampled_ns, t.calls) for pid, t in self._totals.items()}
+            covered = self._covered_ns
+        for pid, t in procs.items():
+            t.cpu_ns = process_cpu_ns(pid)
+        with self._lock:
+            self._marks.append(_Mark(now, covered, procs))
+            horizon = now - int(HORIZON_S * 1e9)
+            while len(self._marks) > 2 and self._marks[1].mono_ns <= horizon:
+                self._marks.pop(0)
+
+    def loads(self) -> list[ProcessLoad]:
+        """Each process's load over the horizon (empty before two marks)."""
+        with self._lock:
+            if len(self._marks) < 2:
+                return []
+            old, new = self._marks[0], self._marks[-1]
+        wall = (new.mono_ns - old.mono_ns) / 1e9
+        covered = (new.covered_ns - old.covered_ns) / 1e9
+        if wall <= 0:
+            return []
+        out = []
+        for pid, t in new.procs.items():
+            o = old.procs.get(pid, _Totals())
+            if t.cpu_ns is None or o.cpu_ns is None:
+                continue
+            sampled_full = (t.sampled_ns - o.sampled_ns) / covered if covered > 0 else 0.0
+            out.append(ProcessLoad(pid, (t.cpu_ns - o.cpu_ns) / wall, (t.always_ns - o.always_ns) / wall, sampled_full))
+        return out
+
+    def _window(self, seconds: float) -> bool:
+        """Hold the sampled probes attached with the gate open for ``seconds``; report the window. False: stop."""
+        self.tracer.set_sampled_probes(True)
+        self.tracer.set_sample_gate(True)
+        start = _now() if self._open_since is None else self._open_since
+        self._open_since = None
+        tally = _Tally(start)
+        with self._lock:
+            self._tallies.append(tally)
+        stopped = self._stop.wait(seconds)
+        self.tracer.set_sample_gate(False)
+        end = _now()
+        with self._lock:
+            tally.end_ns = end
+            self._covered_ns += end - start
+        self.flush(end - int(SETTLE_S * 1e9))
+        return not stopped
+
+    def _run(self) -> None:
+        self._calibrate()
+        while not self._stop.is_set():
+            self._note_libraries()
+            with self._lock:
+                exact_left = (self._exact_until - _now()) / 1e9
+            if exact_left > 0:
+                self.duty = 1.0
+                self._mark()
+                if not self._window(min(exact_left, self.period_s)):
+                    break
+                continue
+            loads = self.loads()
+            if loads:
+                self.duty = duty_for(loads, self.budget)
+                window, period = schedule(self.duty, self.period_s)
+            else:
+                # Nothing measured yet (no mark since the first seconds): the smallest window until there is.
+                self.duty = MIN_WINDOW_S / self.period_s
+                window, period = MIN_WINDOW_S, self.period_s
+            if window < period:
+                t0 = time.monotonic()
+                self.tracer.set_sampled_probes(False)
+                if self._stop.wait(max(period - window - (time.monotonic() - t0), 0.0)):
+                    break
+            self.flush(_now() - int(SETTLE_S * 1e9))
+            # Marked just before a window opens: the calls of the last one have been read from the ring by
+            # now (the collector drains it every few ms), so each interval between marks holds one window
+            # and all of its calls.
+            self._mark()
+            if not self._window(window):
+                break
+
+
+def _now() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
