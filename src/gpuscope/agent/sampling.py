@@ -143,6 +143,8 @@ class _Mark:
 class ProbeSampler:
     """Attach the sampled ops' probes in windows under ``budget`` (a share of each process's CPU time).
 
+    With ``budget`` None every op is probed all the time, and only the self-cost is measured.
+
     ``on_window(start_ns, end_ns, stats)`` is called with each window (CLOCK_MONOTONIC ns) once its calls
     have been read (``SETTLE_S`` after it closed, or at ``flush``), with each process's calls and probe time
     in it: inside a window the process runs slower by its probe time, so analysis needs that time to turn
@@ -152,7 +154,7 @@ class ProbeSampler:
     def __init__(
         self,
         tracer: Tracer,
-        budget: float,
+        budget: float | None,
         exact_first_s: float,
         on_window: Callable[[int, int, list[WindowStats]], None],
         *,
@@ -166,7 +168,8 @@ class ProbeSampler:
         self.on_window = on_window
         self.costs: ProbeCosts | None = None
         self.calibration_error: str | None = None
-        self.duty = 1.0
+        # The share of time the sampled ops are probed now; None without a budget.
+        self.duty: float | None = 1.0
         # ns a call's probes cost, by the record's STEPPED and ENTRY_ONLY flags (zeros until calibrated).
         self._flag_costs = np.zeros(_COST_FLAGS + 1, dtype=np.float64)
         self._lock = threading.Lock()
@@ -174,6 +177,7 @@ class ProbeSampler:
         self._exact_until = _now() + int(exact_first_s * 1e9)
         # The tracer opens the gate with its probes attached when it loads: the first window began then.
         self._open_since = open_since_ns
+        self._started_ns = open_since_ns if open_since_ns is not None else _now()
         self._libraries = 0
         self._covered_ns = 0
         self._totals: dict[int, _Totals] = {}
@@ -254,10 +258,21 @@ class ProbeSampler:
     # -- outputs ----------------------------------------------------------------
 
     @property
+    def sampled_ops(self) -> frozenset[int]:
+        """The ops probed in windows (none without a budget)."""
+        return SAMPLED_PROBE_OPS if self.tracer.opts.sampled_probes and self.budget is not None else frozenset()
+
+    @property
     def covered_ns(self) -> int:
-        """Time the sampled ops have been probed since the trace started (windows closed so far)."""
+        """Time the sampled ops have been probed since the trace started, the open window included."""
         with self._lock:
-            return self._covered_ns
+            open_ = next((t.start_ns for t in self._tallies if t.end_ns is None), None)
+            return self._covered_ns + (_now() - open_ if open_ is not None else 0)
+
+    @property
+    def elapsed_ns(self) -> int:
+        """Time since the sampled ops' probes were first attached."""
+        return _now() - self._started_ns
 
     def self_costs(self) -> list[SelfCost]:
         """Each process's measured cost over the horizon (empty until calibrated and measured twice)."""
@@ -387,6 +402,12 @@ class ProbeSampler:
 
     def _run(self) -> None:
         self._calibrate()
+        if self.budget is None:
+            # Every call probed all the time (--record-all, --budget off): only the cost is measured.
+            self.duty = None
+            while not self._stop.wait(self.period_s):
+                self._mark()
+            return
         while not self._stop.is_set():
             self._note_libraries()
             with self._lock:
@@ -399,8 +420,9 @@ class ProbeSampler:
                 continue
             loads = self.loads()
             if loads:
-                self.duty = duty_for(loads, self.budget)
-                window, period = schedule(self.duty, self.period_s)
+                duty = duty_for(loads, self.budget)
+                self.duty = duty
+                window, period = schedule(duty, self.period_s)
             else:
                 # Nothing measured yet (no mark since the first seconds): the smallest window until there is.
                 self.duty = MIN_WINDOW_S / self.period_s

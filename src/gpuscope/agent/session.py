@@ -236,12 +236,15 @@ class TraceSession:
         # Libraries mapped from now on are attached before their first call.
         self.late_loads = LateLoads(self.tracer, self.discovery)
         self.late_loads.start()
-        self.sampler: ProbeSampler | None = None
-        if opts.sampled_probes:
-            self.sampler = ProbeSampler(
-                self.tracer, budget or DEFAULT_BUDGET, keep_first_s, self._on_window, open_since_ns=self.started_mono_ns
-            )
-            self.sampler.start()
+        # The overhead budget's windows, and the measured self-cost (also without a budget).
+        self.sampler = ProbeSampler(
+            self.tracer,
+            (budget or DEFAULT_BUDGET) if opts.sampled_probes else None,
+            keep_first_s,
+            self._on_window,
+            open_since_ns=self.started_mono_ns,
+        )
+        self.sampler.start()
         self._costs_saved = False
 
     # -- setup ---------------------------------------------------------------
@@ -297,11 +300,10 @@ class TraceSession:
                 break
             total += len(ev)
             new_pids = self.stats.update(ev)
-            if self.sampler is not None:
-                self.sampler.observe(ev)
+            self.sampler.observe(ev)
             for pid in new_pids:
                 self._note_process(pid)
-            if self.sampler is not None and new_pids:
+            if new_pids:
                 # Processes that call CUDA or were forked or exec'd as targets, not every pid a host event names.
                 own = ev["pid"][(ev["op"] < FIRST_HOST_OP_ID) | np.isin(ev["op"], _LIFECYCLE_OPS)]
                 for pid in set(new_pids) & set(np.unique(own).tolist()):
@@ -593,8 +595,6 @@ class TraceSession:
     def _save_self_cost(self) -> None:
         """Each traced process's probe and CPU time of the last second, and the calibration once known."""
         sampler = self.sampler
-        if sampler is None:
-            return
         if not self._costs_saved and sampler.costs is not None:
             self._costs_saved = True
             costs = sampler.costs
@@ -604,7 +604,7 @@ class TraceSession:
         if interval:
             bucket = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // BUCKET_NS * BUCKET_NS
             rows_ = [(c.pid, c.calls, c.probe_ns, c.cpu_ns) for c in interval]
-            self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, rows_)
+            self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, sampler.duty, rows_)
 
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)
@@ -625,9 +625,8 @@ class TraceSession:
             return self._final
         tracer = self.tracer
         self.late_loads.stop()
-        if self.sampler is not None:
-            self.sampler.stop()
-            self._save_self_cost()
+        self.sampler.stop()
+        self._save_self_cost()
         libraries = self.attached
         # Detach on a thread and drain meanwhile: closing the probes waits out
         # RCU grace periods, a backlog in the ring needs the CPU. Once
@@ -643,8 +642,7 @@ class TraceSession:
             while self._drain_stacks():
                 pass
             self.stacks.link(self.writer, final=True)
-        if self.sampler is not None:
-            self.sampler.flush()
+        self.sampler.flush()
         self._flush_page_allocs()
         self._flush_aggregates(None)
         self._log_drops(tracer.counters())

@@ -164,10 +164,17 @@ class ProcessCost:
     cpu_ns: int  # its CPU time
     calls: int
     budget: float | None
+    # The same over the seconds the budget was in force (after the first seconds, probed whole).
+    budgeted_probe_ns: int = 0
+    budgeted_cpu_ns: int = 0
 
     @property
     def share(self) -> float:
         return self.probe_ns / self.cpu_ns if self.cpu_ns > 0 else 0.0
+
+    @property
+    def budgeted_share(self) -> float | None:
+        return self.budgeted_probe_ns / self.budgeted_cpu_ns if self.budgeted_cpu_ns > 0 else None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -177,6 +184,7 @@ class ProcessCost:
             "cpu_ns": self.cpu_ns,
             "probed_calls": self.calls,
             "budget": self.budget,
+            "budgeted_share": round(b, 5) if (b := self.budgeted_share) is not None else None,
         }
 
 
@@ -203,8 +211,8 @@ def sampling_summary(
 ) -> SamplingSummary | None:
     """The report's summary of sampling and self-cost; None for a recording with neither."""
     costs = tuple(
-        ProcessCost(int(pid), int(probe or 0), int(cpu or 0), int(calls or 0), budget)
-        for pid, calls, probe, cpu, budget in self_cost_totals(conn, start_ns, end_ns)
+        ProcessCost(int(pid), int(probe or 0), int(cpu or 0), int(calls or 0), budget, int(bp or 0), int(bc or 0))
+        for pid, calls, probe, cpu, budget, bp, bc in self_cost_totals(conn, start_ns, end_ns)
     )
     if coverage is None and not costs:
         return None

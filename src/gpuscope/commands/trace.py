@@ -394,9 +394,19 @@ def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: Expo
     """Start the metrics exporters asked for (closed after the session finishes: the last scrape or push sees it all)."""
     if plan.prometheus is None and plan.otlp is None:
         return None  # before the import: prometheus_client costs ~50 ms of every trace's start-up
-    from gpuscope.serve.metrics import TraceMetrics
+    from gpuscope.model.ops import op_name
+    from gpuscope.serve.metrics import SamplingInputs, TraceMetrics
 
-    source = TraceMetrics(session.node, session.stats.copy, session.tracer.counters, explain.finding_counts)
+    sampler = session.sampler
+
+    def sampling() -> SamplingInputs:
+        names = frozenset(op_name(o) for o in sampler.sampled_ops)
+        costs = tuple((c.pid, c.share) for c in sampler.self_costs())
+        return names, sampler.covered_ns, sampler.elapsed_ns, sampler.budget, costs
+
+    source = TraceMetrics(
+        session.node, session.stats.copy, session.tracer.counters, explain.finding_counts, sampling=sampling
+    )
     return start_exporters(plan, source)
 
 

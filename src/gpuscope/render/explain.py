@@ -22,11 +22,36 @@ _WALL_MIN_NS = 100_000_000_000_000_000
 def _stats_table(rows: tuple[OpStats, ...] | list[OpStats], limit: int = 12) -> list[str]:
     out = [f"  {'op':<24} {'count':>9} {'p50':>10} {'p95':>10} {'p99':>10} {'max':>10} {'time':>6}"]
     for s in list(rows)[:limit]:
+        count = f"≈{s.count:,}" if s.estimated else f"{s.count:,}"
         out.append(
-            f"  {s.op:<24} {s.count:>9,} {fmt_ns(s.p50_ns):>10} {fmt_ns(s.p95_ns):>10} "
+            f"  {s.op:<24} {count:>9} {fmt_ns(s.p50_ns):>10} {fmt_ns(s.p95_ns):>10} "
             f"{fmt_ns(s.p99_ns):>10} {fmt_ns(s.max_ns):>10} {s.time_share:>6.1%}"
         )
+    estimated = [s for s in list(rows)[:limit] if s.estimated]
+    if estimated:
+        cov = min(s.coverage or 0.0 for s in estimated)
+        out.append(
+            f"  ≈ estimated: {', '.join(s.op for s in estimated)} probed {cov:.1%} of the time (overhead budget); "
+            "counts, time and rates from those windows, percentiles from the calls seen (--record-all: exact)"
+        )
     return out
+
+
+def _self_cost_lines(report: Report) -> list[str]:
+    """gpuscope's measured cost to each traced process, against its budget."""
+    s = report.sampling
+    if s is None or not s.self_costs:
+        return []
+    parts = []
+    for c in sorted(s.self_costs, key=lambda c: -c.share)[:4]:
+        if not c.budget:
+            parts.append(f"{c.share:.2%} of pid {c.pid}'s CPU time, no budget (every call probed)")
+            continue
+        steady = c.budgeted_share
+        after = f"; {steady:.2%} after its first seconds" if steady is not None else ""
+        parts.append(f"{c.share:.2%} of pid {c.pid}'s CPU time{after} (budget {c.budget:.1%})")
+    more = f" (+{len(s.self_costs) - 4} more processes)" if len(s.self_costs) > 4 else ""
+    return [f"gpuscope's own cost (measured): {'; '.join(parts)}{more}"]
 
 
 def _recording_lines(report: Report) -> list[str]:
@@ -46,6 +71,7 @@ def _recording_lines(report: Report) -> list[str]:
             f"{fmt_ns(o.preempted_ns)} ({o.share:.0%} of the time they were preempted; {fmt_ns(o.in_calls_ns)} "
             "inside CUDA calls): the measured cost of recording, not a cause"
         )
+    lines.extend(_self_cost_lines(report))
     return lines
 
 

@@ -133,11 +133,12 @@ class Api:
             "finding_counts": _counts(f["severity"] for f in d["findings"]),
             "top_finding": top,
             "notes": d["notes"],
+            "sampling": d.get("sampling"),
         }
 
     def ops(self, params: Params) -> dict[str, Any]:
         d = self._explain(params).as_dict()
-        return {"window": d["window"], "ops": d["stats"], "notes": d["notes"]}
+        return {"window": d["window"], "ops": d["stats"], "notes": d["notes"], "sampling": d.get("sampling")}
 
     def findings(self, params: Params) -> dict[str, Any]:
         d = self._explain(params).as_dict()

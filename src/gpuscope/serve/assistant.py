@@ -91,7 +91,11 @@ def _compact_finding(f: dict[str, Any]) -> dict[str, Any]:
 
 def _compact_op(o: dict[str, Any]) -> dict[str, Any]:
     keys = ("op", "count", "rate_per_s", "p50_ns", "p99_ns", "max_ns", "time_share")
-    return {k: o.get(k) for k in keys}
+    out = {k: o.get(k) for k in keys}
+    if o.get("estimated"):
+        # Probed in windows under the overhead budget: the count, rate and share are estimates.
+        out.update(estimated=True, coverage=o.get("coverage"))
+    return out
 
 
 def query_description(db: Path) -> str:
@@ -140,14 +144,16 @@ def build_server(db: Path, *, remote: bool = False) -> MCPServer:
         return fenced({"tracing_possible": tracing_possible(results), "checks": [r.as_dict() for r in results]})
 
     @server.tool(
-        description="Per-op call counts, rates, latency percentiles (ns) and share of time, CUDA and host. "
+        description="Per-op call counts, rates, latency percentiles (ns) and share of time, CUDA and host; "
+        "ops marked estimated were probed in windows under the overhead budget (coverage: the share of the "
+        "time), and sampling.self_cost is gpuscope's measured cost per process. "
         "since: only the last DURATION (e.g. 30s, 5m); pid: one process; verbose: every field."
     )
     async def trace_stats(since: str | None = None, pid: int | None = None, verbose: bool = False) -> str:
         d = await _call(api.ops, _params(since=since, pid=pid))
         ops = d["ops"] if verbose else [_compact_op(o) for o in d["ops"]]
         window = d["window"] if verbose else {"events": d["window"]["events"], "length_ns": d["window"]["length_ns"]}
-        return fenced({"window": window, "ops": ops, "notes": d["notes"]}, verbose=verbose)
+        return fenced({"window": window, "ops": ops, "notes": d["notes"], "sampling": d["sampling"]}, verbose=verbose)
 
     @server.tool(
         description="Ranked causal findings: symptom, cause, evidence with effect sizes, fix. "

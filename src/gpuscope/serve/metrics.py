@@ -19,7 +19,7 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -58,6 +58,18 @@ class MetricsSnapshot:
     agent_cpu_s: float
     events: int  # decoded since the start, every kind
     taken_ns: int
+    sampling: SamplingState = field(default_factory=lambda: SamplingState())
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingState:
+    """The overhead budget at one moment: which ops were probed in windows and for how much of the time,
+    their estimated counts, and gpuscope's measured cost to each process."""
+
+    budget: float | None = None
+    coverage: float | None = None  # the share of the time the sampled ops were probed; None: all the time
+    estimated: tuple[tuple[str, str, int], ...] = ()  # (source, op, estimated calls) of the sampled ops
+    self_costs: tuple[tuple[int, float], ...] = ()  # (pid, share of its CPU time), measured
 
 
 class TraceMetrics:
@@ -76,11 +88,13 @@ class TraceMetrics:
         stats: Callable[[], LiveStats],
         counters: Callable[[], dict[str, int]],
         findings: Callable[[], dict[tuple[str, str], int]] = dict,
+        sampling: Callable[[], SamplingInputs] | None = None,
     ) -> None:
         self.node = node
         self.stats = stats
         self.counters = counters
         self.findings = findings
+        self.sampling = sampling
 
     def snapshot(self) -> MetricsSnapshot:
         """Read every source now."""
@@ -106,6 +120,16 @@ class TraceMetrics:
             )
         counters = self.counters()
         usage = resource.getrusage(resource.RUSAGE_SELF)
+        sampling = SamplingState()
+        if self.sampling is not None:
+            sampled_ops, covered_ns, elapsed_ns, budget, self_costs = self.sampling()
+            coverage = covered_ns / elapsed_ns if sampled_ops and elapsed_ns > 0 else None
+            estimated = tuple(
+                (c.source, c.op, round(c.count / max(coverage, 1e-6)))
+                for c in calls
+                if coverage is not None and c.op in sampled_ops
+            )
+            sampling = SamplingState(budget, coverage, estimated, self_costs)
         return MetricsSnapshot(
             node=self.node,
             calls=tuple(calls),
@@ -116,6 +140,7 @@ class TraceMetrics:
             agent_cpu_s=usage.ru_utime + usage.ru_stime,
             events=stats.events,
             taken_ns=time.monotonic_ns(),
+            sampling=sampling,
         )
 
 
@@ -192,3 +217,44 @@ class TraceCollector:
         )
         eps.add_metric([node], self._rate.update(snap))
         yield eps
+        yield from _sampling_families(snap)
+
+
+SamplingInputs = tuple[frozenset[str], int, int, float | None, tuple[tuple[int, float], ...]]
+"""(sampled op names, ns they were probed, ns since the start, budget, (pid, self-cost share) pairs)."""
+
+
+def _sampling_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    """The overhead budget's series: what gpuscope costs each process, and what is estimated."""
+    node, s = snap.node, snap.sampling
+    cost = GaugeMetricFamily(
+        "gpuscope_self_cost_ratio",
+        "gpuscope's measured cost to a traced process: its probe time over its CPU time (recent seconds)",
+        labels=["node", "pid"],
+    )
+    for pid, share in s.self_costs:
+        cost.add_metric([node, str(pid)], share)
+    yield cost
+    if s.budget is not None:
+        budget = GaugeMetricFamily(
+            "gpuscope_overhead_budget_ratio", "the share of a process's CPU time gpuscope may take", labels=["node"]
+        )
+        budget.add_metric([node], s.budget)
+        yield budget
+    if s.coverage is not None:
+        coverage = GaugeMetricFamily(
+            "gpuscope_probe_coverage_ratio",
+            "the share of the time the sampled ops (launches, memsets, async copies) were probed; "
+            "their gpuscope_calls count only the calls seen then",
+            labels=["node"],
+        )
+        coverage.add_metric([node], s.coverage)
+        yield coverage
+        est = GaugeMetricFamily(
+            "gpuscope_calls_estimated",
+            "an estimate of all the calls of an op probed in windows, from the calls seen and the time covered",
+            labels=["node", "source", "op"],
+        )
+        for source, op, n in s.estimated:
+            est.add_metric([node, source, op], n)
+        yield est

@@ -332,6 +332,26 @@ def _instruments(provider: MeterProvider, snapshots: _PerCollection, exporter: _
         lambda s: [(exporter.counts()[1], {})],
     )
     counter("gpuscope_otlp_points_dropped", "data points of the failed pushes", lambda s: [(exporter.counts()[2], {})])
+    gauge(
+        "gpuscope_self_cost_ratio",
+        "gpuscope's measured cost to a traced process: its probe time over its CPU time (recent seconds)",
+        lambda s: [(share, {"pid": str(pid)}) for pid, share in s.sampling.self_costs],
+    )
+    gauge(
+        "gpuscope_overhead_budget_ratio",
+        "the share of a process's CPU time gpuscope may take",
+        lambda s: [(s.sampling.budget, {})] if s.sampling.budget is not None else [],
+    )
+    gauge(
+        "gpuscope_probe_coverage_ratio",
+        "the share of the time the sampled ops were probed; their gpuscope_calls count only the calls seen then",
+        lambda s: [(s.sampling.coverage, {})] if s.sampling.coverage is not None else [],
+    )
+    gauge(
+        "gpuscope_calls_estimated",
+        "an estimate of all the calls of an op probed in windows, from the calls seen and the time covered",
+        lambda s: [(n, {"source": src, "op": op}) for src, op, n in s.sampling.estimated],
+    )
 
 
 def _histogram(snap: MetricsSnapshot, start_ns: int) -> Metric | None:

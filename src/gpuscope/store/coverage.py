@@ -47,6 +47,7 @@ CREATE TABLE self_cost (
     probe_ns INTEGER NOT NULL,
     cpu_ns INTEGER NOT NULL,
     budget REAL,
+    duty REAL,
     PRIMARY KEY (session_id, bucket_ns, pid)
 );
 """
@@ -83,11 +84,20 @@ def insert_probe_costs(conn: sqlite3.Connection, session_id: int, costs: Sequenc
 
 
 def insert_self_costs(
-    conn: sqlite3.Connection, session_id: int, bucket_ns: int, budget: float | None, rows: Sequence[SelfCostRow]
+    conn: sqlite3.Connection,
+    session_id: int,
+    bucket_ns: int,
+    budget: float | None,
+    duty: float | None,
+    rows: Sequence[SelfCostRow],
 ) -> None:
-    """Record each traced process's probe and CPU time over the second before ``bucket_ns``."""
+    """Record each traced process's probe and CPU time over the second before ``bucket_ns``.
+
+    ``duty``: the share of that second the sampled ops were probed (1 in the first seconds, None without a
+    budget).
+    """
     conn.executemany(
-        "INSERT OR REPLACE INTO self_cost(session_id, bucket_ns, pid, probed_calls, probe_ns, cpu_ns, budget) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(session_id, bucket_ns, pid, calls, probe, cpu, budget) for pid, calls, probe, cpu in rows],
+        "INSERT OR REPLACE INTO self_cost(session_id, bucket_ns, pid, probed_calls, probe_ns, cpu_ns, budget, duty) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(session_id, bucket_ns, pid, calls, probe, cpu, budget, duty) for pid, calls, probe, cpu in rows],
     )

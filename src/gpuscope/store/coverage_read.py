@@ -10,8 +10,9 @@ WindowRow = tuple[int, int, int]
 """(session_id, start_ns, end_ns)."""
 SpanRow = tuple[int, int, int | None]
 """(session_id, started_mono_ns, stopped_mono_ns or None while it records)."""
-SelfCostTotal = tuple[int, int, int, int, float | None]
-"""(pid, probed_calls, probe_ns, cpu_ns, budget) summed over a window's seconds."""
+SelfCostTotal = tuple[int, int, int, int, float | None, int, int]
+"""(pid, probed_calls, probe_ns, cpu_ns, budget, probe_ns and cpu_ns of the seconds under the budget)
+summed over a window's seconds."""
 
 
 def has_coverage_tables(conn: sqlite3.Connection) -> bool:
@@ -41,7 +42,9 @@ def self_cost_totals(conn: sqlite3.Connection, start_ns: int, end_ns: int) -> li
     if not has_coverage_tables(conn):
         return []
     rows: list[SelfCostTotal] = conn.execute(
-        "SELECT pid, sum(probed_calls), sum(probe_ns), sum(cpu_ns), max(budget) FROM self_cost "
+        "SELECT pid, sum(probed_calls), sum(probe_ns), sum(cpu_ns), max(budget), "
+        "sum(CASE WHEN duty < 1 THEN probe_ns ELSE 0 END), sum(CASE WHEN duty < 1 THEN cpu_ns ELSE 0 END) "
+        "FROM self_cost "
         "WHERE bucket_ns > ? AND bucket_ns <= ? GROUP BY pid ORDER BY pid",
         (start_ns, end_ns + 1_000_000_000),
     ).fetchall()

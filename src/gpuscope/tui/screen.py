@@ -85,12 +85,14 @@ def render_header(snap: LiveSnapshot) -> RenderableType:
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     lines = [_line(f"  {a:<{w0}}  {b:>{w1}}  ", (c, "dim")) for a, b, c in rows]
+    sampling = snap.sampling_line()
+    lines.append(_line(f"  {sampling}" if sampling else "  gpuscope's own cost: measuring…"))
     return Group(title, counts, *lines)
 
 
 def header_height(snap: LiveSnapshot) -> int:
     libs = len(snap.header.libraries)
-    return 3 + max(min(libs, MAX_LIBRARY_LINES), 1) + (1 if libs > MAX_LIBRARY_LINES else 0)
+    return 4 + max(min(libs, MAX_LIBRARY_LINES), 1) + (1 if libs > MAX_LIBRARY_LINES else 0)
 
 
 def _columns(width: int | None) -> list[str]:
@@ -115,7 +117,7 @@ def _cells(r: OpRow, width: int | None) -> list[str]:
         flags = "⚠ " + " ".join(r.flags) if r.flags else ""
     by_col = {
         "Op": r.name,
-        "Count": f"{r.count:,}",
+        "Count": f"≈{r.count:,}" if r.estimated else f"{r.count:,}",
         "Rate/s": fmt_rate(r.rate_per_s),
         **lat,
         "Time": share,

@@ -91,6 +91,13 @@ class CollectorSample:
     preempted: int = 0
     preempted_ns: int = 0
     preemptors: Mapping[int, int] = field(default_factory=dict)
+    # The overhead budget: ops probed in windows, the time they were probed since the start (ns), and the
+    # measured self-cost per process as (pid, share of its CPU time); budget None: every call probed.
+    sampled_ops: frozenset[int] = frozenset()
+    covered_ns: int = 0
+    elapsed_ns: int = 0
+    budget: float | None = None
+    self_costs: tuple[tuple[int, float], ...] = ()
 
 
 class CollectorSource(Protocol):
@@ -121,6 +128,11 @@ class OpRow:
     time_share: float | None  # of the layer's API time in the window; None for host events
     flags: tuple[str, ...] = ()
     note: str = ""
+    # Probed in windows (the overhead budget): count and rate are estimates from the calls seen, which were
+    # ``seen``; the share of the time the windows covered since the start is ``coverage``.
+    estimated: bool = False
+    seen: int = 0
+    coverage: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +170,21 @@ class LiveSnapshot:
     window_s: float
     rows: tuple[OpRow, ...]
     findings: tuple[str, ...] = ()
+    budget: float | None = None
+    self_costs: tuple[tuple[int, float], ...] = ()  # (pid, share of its CPU time), measured
+
+    def sampling_line(self) -> str:
+        """gpuscope's measured cost and what is estimated, in one line ("" before anything is measured)."""
+        parts = []
+        if self.self_costs:
+            worst = sorted(self.self_costs, key=lambda c: -c[1])[:3]
+            costs = ", ".join(f"{share:.1%} of pid {pid}'s time" for pid, share in worst)
+            budget = f"budget {self.budget:.0%}" if self.budget else "no budget: every call probed"
+            parts.append(f"gpuscope: {costs} ({budget}, measured)")
+        est = [r for r in self.rows if r.estimated]
+        if est:
+            parts.append(f"≈ {', '.join(r.name for r in est)} probed {min(r.coverage for r in est):.0%} of the time")
+        return " · ".join(parts)
 
     def layers(self) -> tuple[Source, ...]:
         """Layers to show, in screen order (Host last)."""
@@ -204,10 +231,13 @@ class LiveSnapshot:
                     "max_ns": round(r.max_ns),
                     "time_share": None if r.time_share is None else round(r.time_share, 4),
                     "flags": list(r.flags),
+                    **({"estimated": True, "seen": r.seen, "coverage": round(r.coverage, 4)} if r.estimated else {}),
                 }
                 for r in self.rows
             ],
             "findings": list(self.findings),
+            "budget": self.budget,
+            "self_cost": [{"pid": pid, "share": round(share, 5)} for pid, share in self.self_costs],
         }
 
 
@@ -344,6 +374,8 @@ class SnapshotBuilder:
             window_s=window,
             rows=rows,
             findings=tuple(found),
+            budget=sample.budget,
+            self_costs=sample.self_costs,
         )
 
     def _rows(
@@ -372,13 +404,23 @@ class SnapshotBuilder:
                 note = ""
                 if op == Op.sched_switch and now.preempted:
                     note = f"{now.preempted:,} preempted"
+                count, rate = h.count, (h.count - (prev_h.count if prev_h else 0)) / interval_s
+                estimated = op in now.sampled_ops and now.covered_ns < now.elapsed_ns
+                coverage = now.covered_ns / now.elapsed_ns if now.elapsed_ns else 1.0
+                if estimated:
+                    # Calls seen in the windows, scaled by the time they covered (the probed calls run a
+                    # little slower than the rest: explain corrects for that, the live view does not).
+                    count = round(h.count / max(coverage, 1e-6))
+                    covered_s = (now.covered_ns - prev.covered_ns) / 1e9
+                    seen_now = h.count - (prev_h.count if prev_h else 0)
+                    rate = seen_now / covered_s if covered_s > 0 else count / max(now.elapsed_ns / 1e9, 1e-9)
                 rows.append(
                     OpRow(
                         op=op,
                         name=op_name(op),
                         layer=layer,
-                        count=h.count,
-                        rate_per_s=(h.count - (prev_h.count if prev_h else 0)) / interval_s,
+                        count=count,
+                        rate_per_s=rate,
                         window_count=w.count,
                         p50_ns=p50,
                         p95_ns=w.percentile(95) if w.max_ns else 0.0,
@@ -387,6 +429,9 @@ class SnapshotBuilder:
                         time_share=share_win.get(op, 0.0) if share_win else (0.0 if timed else None),
                         flags=op_flags(layer, p50, p99, s_now, s_before) if w.count else (),
                         note=note,
+                        estimated=estimated,
+                        seen=h.count,
+                        coverage=coverage,
                     )
                 )
         return tuple(rows)

@@ -46,7 +46,13 @@ class SessionSource:
 
     def sample(self) -> CollectorSample:
         stats = self.session.stats.copy()
+        sampler = self.session.sampler
         return CollectorSample(
+            sampled_ops=sampler.sampled_ops,
+            covered_ns=sampler.covered_ns,
+            elapsed_ns=sampler.elapsed_ns,
+            budget=sampler.budget,
+            self_costs=tuple((c.pid, c.share) for c in sampler.self_costs()),
             per_op=stats.per_op,
             events=stats.events,
             dropped=self._dropped,

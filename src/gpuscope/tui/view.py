@@ -41,7 +41,12 @@ def plain_line(snap: LiveSnapshot) -> str:
     timed = [r for r in snap.rows if r.layer is not Source.HOST and r.window_count]
     if timed:
         top = max(timed, key=lambda r: (r.time_share or 0.0, r.count))
-        line += f" | top {top.name} {fmt_rate(top.rate_per_s)}/s p99 {fmt_ns(top.p99_ns)}"
+        approx = "≈" if top.estimated else ""
+        line += f" | top {top.name} {approx}{fmt_rate(top.rate_per_s)}/s p99 {fmt_ns(top.p99_ns)}"
+    if snap.self_costs:
+        pid, share = max(snap.self_costs, key=lambda c: c[1])
+        budget = f"/{snap.budget:.0%}" if snap.budget else ""
+        line += f" | gpuscope {share:.1%}{budget} of pid {pid}"
     flagged = [f"{r.name} {'+'.join(r.flags)}" for r in snap.rows if r.flags]
     if flagged:
         line += " | ⚠ " + ", ".join(flagged)
