@@ -45,3 +45,40 @@ def test_host_events_findings_and_no_unbounded_labels() -> None:
     assert 'gpuscope_preemptions_total{node="gpu-1"} 1.0' in text
     assert 'gpuscope_findings{kind="cpu-preemption",node="gpu-1",severity="HIGH"} 1.0' in text
     assert "pid=" not in text and "container" not in text
+
+
+def test_the_overhead_budget_is_exported_with_estimates_beside_the_calls_seen() -> None:
+    # given launches seen in windows that covered a quarter of the time, and two processes' measured costs
+    hist = LatencyHistogram.empty()
+    hist.add(np.full(250, 1_000, dtype=np.int64))
+    stats = LiveStats(per_op={int(Op.cudaLaunchKernel): hist}, events=250)
+
+    def sampling() -> tuple[frozenset[str], int, int, float | None, tuple[tuple[int, float], ...]]:
+        return frozenset({"cudaLaunchKernel"}), 250_000_000, 1_000_000_000, 0.01, ((42, 0.007), (43, 0.002))
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TraceCollector(TraceMetrics("gpu-1", lambda: stats, dict, dict, sampling=sampling)))
+    text = generate_latest(registry).decode()
+    # then gpuscope_calls counts what was seen, and the estimate and the coverage stand beside it
+    assert 'gpuscope_calls_total{node="gpu-1",op="cudaLaunchKernel",source="cuda"} 250.0' in text
+    assert 'gpuscope_calls_estimated{node="gpu-1",op="cudaLaunchKernel",source="cuda"} 1000.0' in text
+    assert 'gpuscope_probe_coverage_ratio{node="gpu-1"} 0.25' in text
+    assert 'gpuscope_overhead_budget_ratio{node="gpu-1"} 0.01' in text
+    # and the measured self-cost per process, and of the costliest
+    assert 'gpuscope_self_cost_ratio{node="gpu-1",pid="42"} 0.007' in text
+    assert 'gpuscope_self_cost_max_ratio{node="gpu-1"} 0.007' in text
+
+
+def test_without_a_budget_nothing_is_marked_estimated() -> None:
+    hist = LatencyHistogram.empty()
+    hist.add(np.full(10, 1_000, dtype=np.int64))
+    stats = LiveStats(per_op={int(Op.cudaLaunchKernel): hist}, events=10)
+
+    def sampling() -> tuple[frozenset[str], int, int, float | None, tuple[tuple[int, float], ...]]:
+        return frozenset(), 0, 1_000_000_000, None, ((42, 0.2),)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TraceCollector(TraceMetrics("gpu-1", lambda: stats, dict, dict, sampling=sampling)))
+    text = generate_latest(registry).decode()
+    assert "gpuscope_calls_estimated{" not in text and "gpuscope_probe_coverage_ratio{" not in text
+    assert 'gpuscope_self_cost_ratio{node="gpu-1",pid="42"} 0.2' in text

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gpuscope.agent.tracer import Tracer
 from gpuscope.bpf.calibration import CalibrationLibrary, Prologue
 
-CALLS = 4000
+CALLS = 1000
 ROUNDS = 5
 
 

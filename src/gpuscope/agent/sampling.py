@@ -50,6 +50,7 @@ MAX_PERIOD_S = 10.0
 # The share of the budget the controller aims at: what the calibration cannot see (cache effects in the
 # workload, attaching and detaching) takes some of the rest.
 MARGIN = 0.7
+CALIBRATE_AFTER_S = 1.0
 # A window's calls are all read from the ring this long after it closed (the collector drains it every few ms).
 SETTLE_S = 0.5
 # Loads and self-costs are measured over this much of the recent past.
@@ -113,6 +114,7 @@ class _Tally:
 
     start_ns: int
     end_ns: int | None = None  # None while open
+    exact: bool = False  # a chunk of the first seconds, probed whole (not a window the budget set)
     procs: dict[int, list[float]] = field(default_factory=dict)  # pid -> [sampled calls, probe ns]
     threads: dict[int, set[int]] = field(default_factory=dict)
 
@@ -145,7 +147,7 @@ class ProbeSampler:
 
     With ``budget`` None every op is probed all the time, and only the self-cost is measured.
 
-    ``on_window(start_ns, end_ns, stats)`` is called with each window (CLOCK_MONOTONIC ns) once its calls
+    ``on_window(start_ns, end_ns, exact, stats)`` is called with each window (CLOCK_MONOTONIC ns) once its calls
     have been read (``SETTLE_S`` after it closed, or at ``flush``), with each process's calls and probe time
     in it: inside a window the process runs slower by its probe time, so analysis needs that time to turn
     the calls seen into a rate without probes. ``observe`` is called by the collector with every batch.
@@ -156,7 +158,7 @@ class ProbeSampler:
         tracer: Tracer,
         budget: float | None,
         exact_first_s: float,
-        on_window: Callable[[int, int, list[WindowStats]], None],
+        on_window: Callable[[int, int, bool, list[WindowStats]], None],
         *,
         open_since_ns: int | None = None,
         period_s: float = PERIOD_S,
@@ -186,6 +188,8 @@ class ProbeSampler:
         self._taken: dict[int, tuple[float, int, int | None]] = {}
         self._marks: list[_Mark] = []
         self._tallies: list[_Tally] = []
+        self._chunk_start: int | None = None  # the open chunk of a window (the gate is open), or None
+        self._last_end: int | None = None
         self._thread = threading.Thread(target=self._run, name="gpuscope-sampler", daemon=True)
 
     # -- inputs (collector thread) ---------------------------------------------
@@ -253,26 +257,28 @@ class ProbeSampler:
         for t in done:
             assert t.end_ns is not None
             stats = [(pid, int(acc[0]), acc[1], len(t.threads.get(pid, ()))) for pid, acc in sorted(t.procs.items())]
-            self.on_window(t.start_ns, t.end_ns, stats)
+            self.on_window(t.start_ns, t.end_ns, t.exact, stats)
 
     # -- outputs ----------------------------------------------------------------
 
     @property
     def sampled_ops(self) -> frozenset[int]:
         """The ops probed in windows (none without a budget)."""
-        return SAMPLED_PROBE_OPS if self.tracer.opts.sampled_probes and self.budget is not None else frozenset()
+        return SAMPLED_PROBE_OPS if self.tracer.samples and self.budget is not None else frozenset()
 
-    @property
-    def covered_ns(self) -> int:
-        """Time the sampled ops have been probed since the trace started, the open window included."""
+    def coverage(self) -> tuple[int, int]:
+        """(ns the sampled ops were probed, ns since their probes were first attached), read at one instant.
+
+        Until the loop has opened its first window the probes attached at load are all there is: covered.
+        """
         with self._lock:
-            open_ = next((t.start_ns for t in self._tallies if t.end_ns is None), None)
-            return self._covered_ns + (_now() - open_ if open_ is not None else 0)
-
-    @property
-    def elapsed_ns(self) -> int:
-        """Time since the sampled ops' probes were first attached."""
-        return _now() - self._started_ns
+            now = _now()
+            if self._chunk_start is None and self._open_since is not None:
+                return now - self._started_ns, now - self._started_ns
+            if self._stop.is_set() and self._chunk_start is None and self._last_end is not None:
+                now = self._last_end  # stopped: nothing is probed or counted after the last window
+            open_ = now - self._chunk_start if self._chunk_start is not None else 0
+            return self._covered_ns + open_, now - self._started_ns
 
     def self_costs(self) -> list[SelfCost]:
         """Each process's measured cost over the horizon (empty until calibrated and measured twice)."""
@@ -382,25 +388,63 @@ class ProbeSampler:
             out.append(ProcessLoad(pid, (t.cpu_ns - o.cpu_ns) / wall, (t.always_ns - o.always_ns) / wall, sampled_full))
         return out
 
-    def _window(self, seconds: float) -> bool:
-        """Hold the sampled probes attached with the gate open for ``seconds``; report the window. False: stop."""
+    # A window is recorded in chunks of at most a period, so a long one (the first seconds) is on disk as it
+    # goes; consecutive chunks leave the gate open between them, so not one call falls between two.
+
+    def _open(self) -> None:
+        """Attach the sampled ops' probes and open the gate, unless they are already: a chunk starts."""
+        if self._chunk_start is not None:
+            return
         self.tracer.set_sampled_probes(True)
         self.tracer.set_sample_gate(True)
         start = _now() if self._open_since is None else self._open_since
         self._open_since = None
-        tally = _Tally(start)
+        self._start_chunk(start)
+
+    def _start_chunk(self, start: int) -> None:
         with self._lock:
-            self._tallies.append(tally)
-        stopped = self._stop.wait(seconds)
-        self.tracer.set_sample_gate(False)
-        end = _now()
+            self._chunk_start = start
+            self._tallies.append(_Tally(start, exact=self.duty == 1.0))
+
+    def _end_chunk(self, end: int) -> None:
         with self._lock:
-            tally.end_ns = end
+            start, self._chunk_start = self._chunk_start, None
+            if start is None:
+                return
+            for t in self._tallies:
+                if t.end_ns is None:
+                    t.end_ns = end
             self._covered_ns += end - start
+            self._last_end = end
         self.flush(end - int(SETTLE_S * 1e9))
+
+    def _hold(self, seconds: float) -> bool:
+        """Keep the window open for ``seconds`` and record that chunk of it; False when asked to stop."""
+        stopped = self._stop.wait(seconds)
+        end = _now()
+        self._end_chunk(end)
+        if not stopped:
+            self._start_chunk(end)
         return not stopped
 
+    def _close(self) -> None:
+        """Close the gate (no record after this instant) and record the open chunk."""
+        if self._chunk_start is None:
+            return
+        self.tracer.set_sample_gate(False)
+        self._end_chunk(_now())
+
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._close()
+
+    def _loop(self) -> None:
+        # Calibrating takes a fraction of a second of CPU: not in the first second, when the agent is busiest
+        # reading new processes (their maps, their first stacks) and a short-lived one may already be gone.
+        if self._stop.wait(CALIBRATE_AFTER_S):
+            return
         self._calibrate()
         if self.budget is None:
             # Every call probed all the time (--record-all, --budget off): only the cost is measured.
@@ -415,8 +459,9 @@ class ProbeSampler:
             if exact_left > 0:
                 self.duty = 1.0
                 self._mark()
-                if not self._window(min(exact_left, self.period_s)):
-                    break
+                self._open()
+                if not self._hold(min(exact_left, self.period_s)):
+                    return
                 continue
             loads = self.loads()
             if loads:
@@ -429,16 +474,18 @@ class ProbeSampler:
                 window, period = MIN_WINDOW_S, self.period_s
             if window < period:
                 t0 = time.monotonic()
+                self._close()
                 self.tracer.set_sampled_probes(False)
                 if self._stop.wait(max(period - window - (time.monotonic() - t0), 0.0)):
-                    break
+                    return
             self.flush(_now() - int(SETTLE_S * 1e9))
             # Marked just before a window opens: the calls of the last one have been read from the ring by
             # now (the collector drains it every few ms), so each interval between marks holds one window
             # and all of its calls.
             self._mark()
-            if not self._window(window):
-                break
+            self._open()
+            if not self._hold(window):
+                return
 
 
 def _now() -> int:

@@ -168,9 +168,9 @@ class TraceSession:
             "stacks": ["off", "native", "native+python"][opts.stacks],
             "late_loads": _late_loads_mode(opts, self.tracer),
             # The overhead budget (gpuscope.agent.sampling): None, every call is probed all the time.
-            "budget": budget if opts.sampled_probes else None,
-            "sampled_ops": sorted(op_name(o) for o in SAMPLED_PROBE_OPS) if opts.sampled_probes else [],
-            "exact_first_s": keep_first_s if opts.sampled_probes else None,
+            "budget": budget if self.tracer.samples else None,
+            "sampled_ops": sorted(op_name(o) for o in SAMPLED_PROBE_OPS) if self.tracer.samples else [],
+            "exact_first_s": keep_first_s if self.tracer.samples else None,
         }
         major, minor = libbpf().version()
         self.session_id = create_session(
@@ -239,13 +239,14 @@ class TraceSession:
         # The overhead budget's windows, and the measured self-cost (also without a budget).
         self.sampler = ProbeSampler(
             self.tracer,
-            (budget or DEFAULT_BUDGET) if opts.sampled_probes else None,
+            (budget or DEFAULT_BUDGET) if self.tracer.samples else None,
             keep_first_s,
             self._on_window,
             open_since_ns=self.started_mono_ns,
         )
         self.sampler.start()
         self._costs_saved = False
+        self._last_coverage = (0, 0)
 
     # -- setup ---------------------------------------------------------------
 
@@ -588,9 +589,9 @@ class TraceSession:
         for listener in self.stored_listeners:
             listener(stored)
 
-    def _on_window(self, start_ns: int, end_ns: int, stats: list[WindowStats]) -> None:
+    def _on_window(self, start_ns: int, end_ns: int, exact: bool, stats: list[WindowStats]) -> None:
         """A window of the sampled ops' probes closed and its calls were read: record it."""
-        self.writer.write(insert_probe_window, self.session_id, start_ns, end_ns, stats)
+        self.writer.write(insert_probe_window, self.session_id, start_ns, end_ns, exact, stats)
 
     def _save_self_cost(self) -> None:
         """Each traced process's probe and CPU time of the last second, and the calibration once known."""
@@ -600,11 +601,14 @@ class TraceSession:
             costs = sampler.costs
             rows = [(p.value, costs.entry_ns[p], costs.return_ns) for p in costs.entry_ns]
             self.writer.write(insert_probe_costs, self.session_id, rows)
+        covered, elapsed = sampler.coverage()
+        (c0, e0), self._last_coverage = self._last_coverage, (covered, elapsed)
+        duty = (covered - c0) / (elapsed - e0) if sampler.budget is not None and elapsed > e0 else None
         interval = sampler.take_interval()
         if interval:
             bucket = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // BUCKET_NS * BUCKET_NS
             rows_ = [(c.pid, c.calls, c.probe_ns, c.cpu_ns) for c in interval]
-            self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, sampler.duty, rows_)
+            self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, duty, rows_)
 
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)

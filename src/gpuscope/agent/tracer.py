@@ -104,6 +104,9 @@ class Tracer:
     def __init__(self, opts: TraceOptions) -> None:
         self.opts = opts
         self.multi = not opts.force_classic_uprobes and probe_uprobe_multi().available
+        # Windows need links that attach and detach in milliseconds: one uprobe_multi link per library.
+        # Classic uprobes (kernels before 6.6) take ~100 ms each to detach, so there every call is probed.
+        self.samples = opts.sampled_probes and self.multi
         self.attached: dict[tuple[int, int], AttachedLibrary] = {}
         self.host_links: list[str] = []
         self._host = BpfObject(object_path("host.bpf.o"))
@@ -173,7 +176,7 @@ class Tracer:
             self.stack_ring = VarReader(cuda.map_fd("stack_events"), STACK_RING_BYTES)
         self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
         self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
-        if o.sampled_probes:
+        if self.samples:
             self.set_sample_gate(True)
 
     def _load_host_domains(self, host: BpfObject) -> None:
@@ -254,7 +257,7 @@ class Tracer:
             return None
         att = AttachedLibrary(lib)
         stepped = _stepped_offsets(lib.path, [off for off, _, _ in plan])
-        sampled = self.opts.sampled_probes
+        sampled = self.samples
         always: list[tuple[int, int]] = []
         for off, op, _ in plan:
             cookie = int(op) | (COOKIE_STEPPED if off in stepped else 0)

@@ -10,10 +10,11 @@ calls seen. Every figure built this way is marked estimated, with its coverage.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gpuscope.model.findings import Caveat, Finding
 from gpuscope.model.ops import Op
 from gpuscope.store.coverage_read import probe_window_rows, self_cost_totals, session_spans, window_proc_rows
 from gpuscope.store.sessions_read import session_flag_docs
@@ -219,3 +220,33 @@ def sampling_summary(
     share = coverage.covered_ns(start_ns, end_ns) / max(end_ns - start_ns, 1) if coverage is not None else None
     budget = coverage.budget if coverage is not None else next((c.budget for c in costs if c.budget), None)
     return SamplingSummary(budget, estimated_ops, min(share, 1.0) if share is not None else None, costs)
+
+
+def with_sampling_caveats(
+    findings: tuple[Finding, ...], coverage: Coverage | None, start_ns: int, end_ns: int
+) -> tuple[Finding, ...]:
+    """Each finding built on an op probed in windows gets a caveat saying what it could not see."""
+    if coverage is None:
+        return findings
+    share = coverage.covered_ns(start_ns, end_ns) / max(end_ns - start_ns, 1)
+    if share >= 0.999:
+        return findings
+    names = {Op(o).name for o in coverage.sampled_ops}
+    out = []
+    for f in findings:
+        text = " ".join([f.symptom.op or "", *(line for c in f.causes for line in c.evidence)])
+        seen = sorted(n for n in names if n in text)
+        if not seen:
+            out.append(f)
+            continue
+        caveat = Caveat(
+            kind="estimated",
+            source=Op[seen[0]].source.value,
+            dropped=0,
+            share=round(share, 4),
+            text=f"{', '.join(seen)} probed {share:.1%} of the window (overhead budget): their counts are "
+            "estimates, and their calls, durations and gaps between the windows were not seen "
+            "(`gpuscope trace --record-all` sees every call)",
+        )
+        out.append(replace(f, caveats=(*f.caveats, caveat)))
+    return tuple(out)

@@ -18,7 +18,13 @@ import numpy as np
 from gpuscope.analysis.attribution import EMPTY, Attribution, load_attribution
 from gpuscope.analysis.caveats import counted_by_source, window_caveats, with_caveats
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.coverage import Coverage, SamplingSummary, load_coverage, sampling_summary
+from gpuscope.analysis.coverage import (
+    Coverage,
+    SamplingSummary,
+    load_coverage,
+    sampling_summary,
+    with_sampling_caveats,
+)
 from gpuscope.analysis.frame import (
     BUCKET_NS,
     GPU_CALLS,
@@ -466,7 +472,10 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             raise DatabaseError(
                 f"{path}: cannot read its sessions ({exc})", remedy="check the file is a gpuscope database"
             ) from None
-        return with_recording(report, state)
+        report = with_recording(report, state)
+        return replace(
+            report, findings=with_sampling_caveats(report.findings, coverage, window.start_ns, window.end_ns)
+        )
 
 
 def with_recording(report: Report, state: RecordingState) -> Report:

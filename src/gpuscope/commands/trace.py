@@ -402,7 +402,8 @@ def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: Expo
     def sampling() -> SamplingInputs:
         names = frozenset(op_name(o) for o in sampler.sampled_ops)
         costs = tuple((c.pid, c.share) for c in sampler.self_costs())
-        return names, sampler.covered_ns, sampler.elapsed_ns, sampler.budget, costs
+        covered, elapsed = sampler.coverage()
+        return names, covered, elapsed, sampler.budget, costs
 
     source = TraceMetrics(
         session.node, session.stats.copy, session.tracer.counters, explain.finding_counts, sampling=sampling
@@ -542,5 +543,13 @@ def _print_header(session: TraceSession, command: list[str], pids: list[int]) ->
     mode = "uprobe_multi" if session.tracer.multi else "classic uprobes (kernel lacks uprobe_multi)"
     host = ", ".join(session.tracer.host_links)
     print(f"  probes: {mode}; host: {host or 'off'}", file=err)
+    sampler = session.sampler
+    if sampler.budget is not None:
+        print(
+            f"  overhead budget {sampler.budget:.1%} of each process's CPU time: launches, memsets and async copies "
+            f"probed in windows after the first {sampler.exact_first_s:g} s, their counts estimated "
+            "(--record-all: every call)",
+            file=err,
+        )
     print(f"  database: {session.db_path}", file=err)
     print("Hit Ctrl-C to end.", file=err)

@@ -220,6 +220,10 @@ class TraceCollector:
         yield from _sampling_families(snap)
 
 
+# Processes get a series of their own only for the costliest few: pids come and go, and a label per pid
+# of every process ever traced would grow without bound.
+MAX_COST_SERIES = 8
+
 SamplingInputs = tuple[frozenset[str], int, int, float | None, tuple[tuple[int, float], ...]]
 """(sampled op names, ns they were probed, ns since the start, budget, (pid, self-cost share) pairs)."""
 
@@ -227,14 +231,21 @@ SamplingInputs = tuple[frozenset[str], int, int, float | None, tuple[tuple[int, 
 def _sampling_families(snap: MetricsSnapshot) -> Iterator[Metric]:
     """The overhead budget's series: what gpuscope costs each process, and what is estimated."""
     node, s = snap.node, snap.sampling
-    cost = GaugeMetricFamily(
-        "gpuscope_self_cost_ratio",
-        "gpuscope's measured cost to a traced process: its probe time over its CPU time (recent seconds)",
-        labels=["node", "pid"],
-    )
-    for pid, share in s.self_costs:
-        cost.add_metric([node, str(pid)], share)
-    yield cost
+    if s.self_costs:
+        cost = GaugeMetricFamily(
+            "gpuscope_self_cost_ratio",
+            "gpuscope's measured cost to a traced process: its probe time over its CPU time (recent seconds); "
+            f"the {MAX_COST_SERIES} costliest processes",
+            labels=["node", "pid"],
+        )
+        for pid, share in sorted(s.self_costs, key=lambda c: -c[1])[:MAX_COST_SERIES]:
+            cost.add_metric([node, str(pid)], share)
+        yield cost
+        worst = GaugeMetricFamily(
+            "gpuscope_self_cost_max_ratio", "gpuscope's measured cost to the process it costs most", labels=["node"]
+        )
+        worst.add_metric([node], max(share for _, share in s.self_costs))
+        yield worst
     if s.budget is not None:
         budget = GaugeMetricFamily(
             "gpuscope_overhead_budget_ratio", "the share of a process's CPU time gpuscope may take", labels=["node"]

@@ -335,7 +335,12 @@ def _instruments(provider: MeterProvider, snapshots: _PerCollection, exporter: _
     gauge(
         "gpuscope_self_cost_ratio",
         "gpuscope's measured cost to a traced process: its probe time over its CPU time (recent seconds)",
-        lambda s: [(share, {"pid": str(pid)}) for pid, share in s.sampling.self_costs],
+        lambda s: [(share, {"pid": str(pid)}) for pid, share in sorted(s.sampling.self_costs, key=lambda c: -c[1])[:8]],
+    )
+    gauge(
+        "gpuscope_self_cost_max_ratio",
+        "gpuscope's measured cost to the process it costs most",
+        lambda s: [(max(c for _, c in s.sampling.self_costs), {})] if s.sampling.self_costs else [],
     )
     gauge(
         "gpuscope_overhead_budget_ratio",

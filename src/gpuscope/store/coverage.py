@@ -21,6 +21,7 @@ CREATE TABLE probe_windows (
     session_id INTEGER NOT NULL,
     start_ns INTEGER NOT NULL,
     end_ns INTEGER NOT NULL,
+    exact INTEGER NOT NULL,
     PRIMARY KEY (session_id, start_ns)
 );
 CREATE TABLE probe_window_procs (
@@ -61,12 +62,20 @@ WindowProcRow = tuple[int, int, float, int]
 
 
 def insert_probe_window(
-    conn: sqlite3.Connection, session_id: int, start_ns: int, end_ns: int, procs: Sequence[WindowProcRow] = ()
+    conn: sqlite3.Connection,
+    session_id: int,
+    start_ns: int,
+    end_ns: int,
+    exact: bool = False,
+    procs: Sequence[WindowProcRow] = (),
 ) -> None:
-    """Record one interval in which the session's sampled ops were probed, with each process's probe time."""
+    """Record one interval in which the session's sampled ops were probed, with each process's probe time.
+
+    ``exact``: a chunk of the first seconds (of the trace, a new process, a new library), probed whole.
+    """
     conn.execute(
-        "INSERT OR REPLACE INTO probe_windows(session_id, start_ns, end_ns) VALUES (?, ?, ?)",
-        (session_id, start_ns, end_ns),
+        "INSERT OR REPLACE INTO probe_windows(session_id, start_ns, end_ns, exact) VALUES (?, ?, ?, ?)",
+        (session_id, start_ns, end_ns, int(exact)),
     )
     conn.executemany(
         "INSERT OR REPLACE INTO probe_window_procs(session_id, start_ns, pid, sampled_calls, probe_ns, threads) "

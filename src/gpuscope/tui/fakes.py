@@ -65,6 +65,12 @@ class FakeCollector:
         self.preempted = 0
         self.preempted_ns = 0
         self.preemptors: dict[int, int] = {}
+        # The overhead budget, as a session's sampler reports it (see CollectorSample).
+        self.sampled_ops: frozenset[int] = frozenset()
+        self.covered_ns = 0
+        self.elapsed_ns = 0
+        self.budget: float | None = None
+        self.self_costs: tuple[tuple[int, float], ...] = ()
 
     def add(self, op: int, durations_ns: Iterable[int]) -> None:
         values = np.asarray(list(durations_ns), dtype=np.uint64)
@@ -92,6 +98,11 @@ class FakeCollector:
             preempted=self.preempted,
             preempted_ns=self.preempted_ns,
             preemptors=dict(self.preemptors),
+            sampled_ops=self.sampled_ops,
+            covered_ns=self.covered_ns,
+            elapsed_ns=self.elapsed_ns,
+            budget=self.budget,
+            self_costs=self.self_costs,
         )
 
 

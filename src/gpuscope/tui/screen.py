@@ -86,13 +86,15 @@ def render_header(snap: LiveSnapshot) -> RenderableType:
     w1 = max(len(r[1]) for r in rows)
     lines = [_line(f"  {a:<{w0}}  {b:>{w1}}  ", (c, "dim")) for a, b, c in rows]
     sampling = snap.sampling_line()
-    lines.append(_line(f"  {sampling}" if sampling else "  gpuscope's own cost: measuring…"))
+    if sampling:
+        lines.append(_line(f"  {sampling}"))
     return Group(title, counts, *lines)
 
 
 def header_height(snap: LiveSnapshot) -> int:
     libs = len(snap.header.libraries)
-    return 4 + max(min(libs, MAX_LIBRARY_LINES), 1) + (1 if libs > MAX_LIBRARY_LINES else 0)
+    extra = 1 if snap.sampling_line() else 0
+    return 3 + extra + max(min(libs, MAX_LIBRARY_LINES), 1) + (1 if libs > MAX_LIBRARY_LINES else 0)
 
 
 def _columns(width: int | None) -> list[str]:

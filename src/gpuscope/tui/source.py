@@ -47,10 +47,11 @@ class SessionSource:
     def sample(self) -> CollectorSample:
         stats = self.session.stats.copy()
         sampler = self.session.sampler
+        covered, elapsed = sampler.coverage()
         return CollectorSample(
             sampled_ops=sampler.sampled_ops,
-            covered_ns=sampler.covered_ns,
-            elapsed_ns=sampler.elapsed_ns,
+            covered_ns=covered,
+            elapsed_ns=elapsed,
             budget=sampler.budget,
             self_costs=tuple((c.pid, c.share) for c in sampler.self_costs()),
             per_op=stats.per_op,

@@ -43,7 +43,12 @@ def unpacked(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_is_tagged_manylinux_for_the_newest_glibc_its_libraries_need(wheel: Path, unpacked: Path) -> None:
     # given the shared libraries the wheel ships, read with binutils
     libraries = sorted((unpacked / "gpuscope" / "_standin").glob("*.so*"))
-    assert [p.name for p in libraries] == ["libcuda.so.1", "libcudart.so.12", "libnccl.so.2"]
+    assert [p.name for p in libraries] == [
+        "libcuda.so.1",
+        "libcudart.so.12",
+        "libgpuscope_calibrate.so",
+        "libnccl.so.2",
+    ]
     newest = max(newest_glibc_needed(p) for p in libraries)
     # then its tag is the manylinux one for exactly that glibc, on this architecture
     tag = f"py3-none-manylinux_{newest[0]}_{newest[1]}_{platform.machine()}"

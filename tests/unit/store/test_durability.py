@@ -259,10 +259,10 @@ def test_a_wal_pinned_beside_a_file_of_free_pages_makes_the_writer_shed_before_t
     # tracing), 0.8 MB on disk for about 5 kB of live rows, traced into again under a 1 MiB cap
     path = tmp_path / "r.db"
     plain = EventWriter(connect_writer(path), 1)
-    plain.put(_events(17_500))
+    plain.put(_events(16_500))
     plain.close()
     conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM event_log WHERE id <= 17400")
+    conn.execute("DELETE FROM event_log WHERE id <= 16400")
     conn.commit()
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()

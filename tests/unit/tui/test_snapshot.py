@@ -332,3 +332,29 @@ def test_live_stats_copy_is_consistent_while_the_collector_updates() -> None:
     finally:
         stop.set()
         t.join(5)
+
+
+def test_ops_probed_in_windows_show_estimated_counts_and_the_measured_self_cost() -> None:
+    # given 2 s in which launches were probed for 0.5 s (250 seen) and syncs all the time
+    collector, clock = FakeCollector(), FrozenClock()
+    b = builder(collector, clock)
+    collector.sampled_ops = frozenset({int(Op.cudaLaunchKernel)})
+    collector.budget = 0.01
+    collector.add(Op.cudaLaunchKernel, [1_000] * 250)
+    collector.add(Op.cudaStreamSynchronize, [50_000] * 20)
+    collector.covered_ns, collector.elapsed_ns = 500_000_000, 2_000_000_000
+    collector.self_costs = ((4242, 0.007),)
+    clock.advance(1.0)
+    snap = b.build()
+    # then the launch count is the estimate, marked, with what was seen; the sync count is exact
+    launches, syncs = row(snap, Op.cudaLaunchKernel), row(snap, Op.cudaStreamSynchronize)
+    assert launches.estimated and launches.count == 1_000 and launches.seen == 250 and launches.coverage == 0.25
+    assert not syncs.estimated and syncs.count == 20
+    # and one line says what gpuscope costs and what is estimated, also in the JSON stream
+    assert snap.sampling_line() == (
+        "gpuscope: 0.7% of pid 4242's time (budget 1%, measured) · ≈ cudaLaunchKernel probed 25% of the time"
+    )
+    d = snap.to_dict()
+    ops = {o["op"]: o for o in d["ops"]}  # type: ignore[union-attr]
+    assert ops["cudaLaunchKernel"]["estimated"] is True and "estimated" not in ops["cudaStreamSynchronize"]
+    assert d["self_cost"] == [{"pid": 4242, "share": 0.007}]

@@ -1,0 +1,85 @@
+"""Estimates for ops probed in windows: coverage arithmetic and the estimator against known loops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscope.analysis.coverage import BUCKET_NS, Coverage
+
+S = 1_000_000_000
+MS = 1_000_000
+
+
+def test_overlapping_and_touching_windows_merge_and_coverage_is_measured_per_second() -> None:
+    cov = Coverage.of(
+        frozenset({10}), [(0, 100 * MS), (50 * MS, 200 * MS), (200 * MS, 250 * MS), (S + 10 * MS, S + 30 * MS)]
+    )
+    assert cov.starts.tolist() == [0, S + 10 * MS]
+    assert cov.ends.tolist() == [250 * MS, S + 30 * MS]
+    assert cov.covered_ns(0, 2 * S) == 270 * MS
+    assert cov.covered_ns(100 * MS, S + 20 * MS) == 160 * MS
+    assert np.allclose(cov.fractions(np.array([0, S, 2 * S])), [0.25, 0.02, 0.0])
+
+
+def _steady(rate_per_s: float, seconds: int, window_ms: int, slowdown: float, exact_s: int = 0):  # type: ignore[no-untyped-def]
+    """Windows of window_ms a second after exact_s probed whole, and the calls a loop at rate_per_s
+    (unprobed) makes in them when probing slows it by ``slowdown`` (0.4: 40 % of a window goes to probes)."""
+    intervals = [(0, exact_s * S)] if exact_s else []
+    speed = {}
+    for sec in range(exact_s, seconds):
+        start = sec * S + 300 * MS
+        intervals.append((start, start + window_ms * MS))
+        speed[(7, start)] = 1 - slowdown
+    buckets = np.arange(seconds, dtype=np.int64) * S
+    counts = np.array(
+        [
+            rate_per_s * (1 - slowdown) if b < exact_s else rate_per_s * (1 - slowdown) * window_ms / 1000
+            for b in range(seconds)
+        ]
+    )
+    return Coverage.of(frozenset({10}), intervals, 0.01, speed), buckets, counts
+
+
+def test_a_steady_loop_is_estimated_at_its_unprobed_rate_from_short_windows() -> None:
+    # given a loop making 50k calls a second unprobed, seen in 20 ms windows where probes slow it by 40 %
+    cov, buckets, counts = _steady(50_000, seconds=10, window_ms=20, slowdown=0.4)
+    # when its calls over the 10 s are estimated
+    est = cov.estimate(7, (0, 10 * S), buckets, counts)
+    # then the estimate is the 500k it made, not the 300k a ratio of time alone would say
+    assert abs(est - 500_000) < 500_000 * 0.01
+    ratio_only = counts.sum() / (cov.covered_ns(0, 10 * S) / (10 * S))
+    assert ratio_only < 0.65 * 500_000
+
+
+def test_seconds_probed_whole_count_what_was_seen() -> None:
+    # given 3 s probed whole (the first seconds) where the loop, slowed, made 30k a second, then windows
+    cov, buckets, counts = _steady(50_000, seconds=8, window_ms=20, slowdown=0.4, exact_s=3)
+    est = cov.estimate(7, (0, 8 * S), buckets, counts)
+    # then those seconds count as seen (3 x 30k) and the rest at the unprobed rate (5 x 50k, less the windows' time)
+    expected = 3 * 30_000 + 5 * (30_000 * 0.02 + 50_000 * 0.98)
+    assert abs(est - expected) < expected * 0.01
+
+
+def test_a_second_no_window_covered_takes_the_rate_of_its_neighbours() -> None:
+    # given windows every second but the fifth
+    cov, buckets, counts = _steady(10_000, seconds=8, window_ms=50, slowdown=0.0)
+    keep = [i for i in range(len(cov.starts)) if not (4 * S <= cov.starts[i] < 5 * S)]
+    cov = Coverage.of(cov.sampled_ops, [(int(cov.starts[i]), int(cov.ends[i])) for i in keep], 0.01)
+    counts = counts.copy()
+    counts[4] = 0
+    # then that second is estimated from its neighbours, and the total is right
+    est = cov.estimate(7, (0, 8 * S), buckets, counts)
+    assert abs(est - 80_000) < 80_000 * 0.01
+
+
+def test_a_process_active_for_part_of_a_second_is_estimated_for_that_part_only() -> None:
+    cov = Coverage.of(frozenset({10}), [(S + 300 * MS, S + 400 * MS)], 0.01)
+    # 1,000 calls seen in 100 ms of a process alive from 1.0 s to 1.5 s
+    est = cov.estimate(7, (S, S + 500 * MS), np.array([S]), np.array([1_000]))
+    assert abs(est - 5_000) < 1
+
+
+def test_a_span_no_window_touched_is_not_extrapolated() -> None:
+    cov = Coverage.of(frozenset({10}), [(10 * S, 11 * S)], 0.01)
+    assert cov.estimate(7, (0, 2 * S), np.array([0]), np.array([0])) == 0.0
+    assert BUCKET_NS == S
