@@ -130,13 +130,21 @@ def bench_library(name: str, lib: Path, rounds: int, seconds: float) -> list[Res
     for m in MODES[1:]:
         target = "<= 1.01x (1.02x noisy)" if m == "default" else "no slower than before"
         rows.append(Result(bench, f"{m}: steady step time", f"{_median(steady[m]):.3f}x", target, f"{rounds} rounds"))
-        rows.append(Result(bench, f"{m}: whole-run step time", f"{_median(whole[m]):.3f}x", "", "first seconds included"))
+        rows.append(
+            Result(bench, f"{m}: whole-run step time", f"{_median(whole[m]):.3f}x", "", "first seconds included")
+        )
         worst = max(abs(_median(v)) for v in errors[m].values())
         detail = ", ".join(f"{op} {_median(v):+.1%}" for op, v in errors[m].items())
         rows.append(Result(bench, f"{m}: count error", f"{worst:.1%} worst", "<= 5 %", detail))
     if shares:
         rows.append(
-            Result(bench, "default: measured self-cost", f"{_median(shares):.2%}", "<= 1 % budget", "after the first seconds")
+            Result(
+                bench,
+                "default: measured self-cost",
+                f"{_median(shares):.2%}",
+                "<= 1 % budget",
+                "after the first seconds",
+            )
         )
     return rows
 

@@ -161,10 +161,17 @@ class Harness:
         return {"runs": runs, "ok": failed == 0, **({"error": f"{failed} run(s) failed"} if failed else {})}
 
     def overhead_training(self) -> Json:
-        steps = "60" if self.quick else "200"
+        steps = "60" if self.quick else "400"
+        # Warm-up steps (untimed) longer than the budget mode's first seconds, probed whole: the timed steps
+        # are the steady state a job spends its hours in.
+        warmup = "60" if self.quick else "300"
         res = self._modes(
-            [sys.executable, str(WORKLOADS / "train.py"), "--steps", steps],
-            {"gpuscope": [], "gpuscope --record-all": ["--record-all"], "torch.profiler": ["--profile", "on"]},
+            [sys.executable, str(WORKLOADS / "train.py"), "--steps", steps, "--warmup", warmup],
+            {
+                "gpuscope": ["--keep-first", "2s"],
+                "gpuscope --record-all": ["--record-all"],
+                "torch.profiler": ["--profile", "on"],
+            },
         )
         res["figure"] = "steps_per_s"
         return res
@@ -172,9 +179,9 @@ class Harness:
     def overhead_launches(self) -> Json:
         n = "20000" if self.quick else "100000"
         res = self._modes(
-            [sys.executable, str(WORKLOADS / "launches.py"), "--n", n],
+            [sys.executable, str(WORKLOADS / "launches.py"), "--n", n, "--warmup-s", "4"],
             {
-                "gpuscope": [],
+                "gpuscope": ["--keep-first", "2s"],
                 "gpuscope --no-stack": ["--no-stack"],
                 "gpuscope --record-all": ["--record-all"],
                 "torch.profiler": ["--profile", "on"],

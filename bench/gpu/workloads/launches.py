@@ -19,10 +19,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--profile", choices=["none", "on"], default="none", help="torch.profiler over the timed loop")
+    ap.add_argument(
+        "--warmup-s",
+        type=float,
+        default=0.0,
+        help="launch for this long before the timed loop (a tracer's first seconds)",
+    )
     a = ap.parse_args()
     x = torch.zeros(1, device="cuda")
     for _ in range(2000):
         x.add_(1)
+    deadline = time.monotonic() + a.warmup_s
+    while time.monotonic() < deadline:
+        for _ in range(1000):
+            x.add_(1)
     torch.cuda.synchronize()
     prof = None
     if a.profile == "on":

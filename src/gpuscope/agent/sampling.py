@@ -340,6 +340,9 @@ class ProbeSampler:
         for pid, (probe, calls) in snap.items():
             cpu = process_cpu_ns(pid)
             prev = self._taken.get(pid)
+            if cpu is None:
+                self._taken.pop(pid, None)
+                continue
             self._taken[pid] = (probe, calls, cpu)
             if prev is None or cpu is None or prev[2] is None or cpu < prev[2]:
                 continue
@@ -361,9 +364,16 @@ class ProbeSampler:
         with self._lock:
             procs = {pid: _Totals(t.always_ns, t.sampled_ns, t.calls) for pid, t in self._totals.items()}
             covered = self._covered_ns
+        gone = []
         for pid, t in procs.items():
             t.cpu_ns = process_cpu_ns(pid)
+            if t.cpu_ns is None:
+                gone.append(pid)
         with self._lock:
+            # An exited process is measured no more (a system-wide trace sees thousands come and go).
+            for pid in gone:
+                self._totals.pop(pid, None)
+                procs.pop(pid, None)
             self._marks.append(_Mark(now, covered, procs))
             horizon = now - int(HORIZON_S * 1e9)
             while len(self._marks) > 2 and self._marks[1].mono_ns <= horizon:

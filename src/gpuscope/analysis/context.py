@@ -9,7 +9,7 @@ from typing import Generic, TypeVar, overload
 import numpy as np
 
 from gpuscope.analysis.attribution import EMPTY, Attribution
-from gpuscope.analysis.coverage import Coverage
+from gpuscope.analysis.coverage import ANCHOR_OPS, Coverage, anchor_counts
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.imported_rates import ImportedRates
 from gpuscope.analysis.intervals import KeyGroups, distinct, merge, overlap_by_key
@@ -140,8 +140,22 @@ class Context:
         h = a.hist(pid, op)
         total = int(a.sum_ns[m].sum())
         if self.coverage is not None and self.coverage.is_sampled(op):
-            n, total, _ = estimate(a, self.coverage, m, self.call_spans)
+            n, total, _ = estimate(a, self.coverage, m, self.call_spans, self.anchors)
         return n, hist_pct(h, 50, lo, hi), hist_pct(h, 99, lo, hi), hi, total
+
+    @shared
+    def anchors(self) -> dict[int, tuple[int, int]]:
+        """Per process: its always-probed calls, and those inside the probe windows (``anchor_counts``)."""
+        if self.coverage is None:
+            return {}
+        f, a = self.frame, self.aggregates
+        totals: dict[int, int] | None = None
+        if a is not None:
+            m = a.mask(None, ANCHOR_OPS)
+            totals = {}
+            for pid, n in zip(a.pid[m].tolist(), a.count[m].tolist(), strict=True):
+                totals[pid] = totals.get(pid, 0) + n
+        return anchor_counts(f.pid, f.op, f.ts, self.coverage, totals)
 
     @shared
     def calls(self) -> np.ndarray:

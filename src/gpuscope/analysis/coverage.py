@@ -10,16 +10,29 @@ calls seen. Every figure built this way is marked estimated, with its coverage.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gpuscope.model.findings import Caveat, Finding
-from gpuscope.model.ops import Op
+from gpuscope.model.ops import OPS, Op, OpKind
+from gpuscope.model.policy import SAMPLED_PROBE_OPS
 from gpuscope.store.coverage_read import probe_window_rows, self_cost_totals, session_spans, window_proc_rows
 from gpuscope.store.sessions_read import session_flag_docs
 
 BUCKET_NS = 1_000_000_000
+# Always-probed calls that must fall inside the windows for the ratio to them to be trusted.
+MIN_ANCHORS = 30
+# Probed all the time and stored row by row: the calls a sampled op's count is scaled against.
+ANCHOR_OPS = (
+    frozenset(
+        int(op)
+        for op, info in OPS.items()
+        if info.kind in (OpKind.SYNC, OpKind.ALLOC, OpKind.FREE, OpKind.GRAPH, OpKind.COLLECTIVE, OpKind.COMM)
+    )
+    - SAMPLED_PROBE_OPS
+)
 # A second covered less than this is not estimated from (a rate from a sliver of a window would be noise).
 MIN_BUCKET_COVERAGE = 0.004
 
@@ -70,6 +83,17 @@ class Coverage:
             out = out + np.where(inside & (self.starts[j] < t), (t - self.starts[j]) * w[j], 0)
         return out
 
+    def fully_covered(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Whether each [start, end] lies inside the windows: only there is a sampled op's absence real.
+
+        An instant (start = end) is inside when the nanosecond from it is.
+        """
+        s = starts.astype(np.int64)
+        e = np.maximum(ends.astype(np.int64), s + 1)
+        covered = self._covered_before(e) - self._covered_before(s)
+        inside: np.ndarray = covered >= (e - s)
+        return inside
+
     def covered_ns(self, start_ns: int, end_ns: int) -> int:
         """Covered time in [start_ns, end_ns]."""
         t = np.array([start_ns, end_ns], dtype=np.int64)
@@ -83,13 +107,32 @@ class Coverage:
         fractions: np.ndarray = covered / float(width_ns)
         return fractions
 
-    def estimate(self, pid: int, span: tuple[int, int], buckets: np.ndarray, counts: np.ndarray) -> float:
+    def estimate(
+        self,
+        pid: int,
+        span: tuple[int, int],
+        buckets: np.ndarray,
+        counts: np.ndarray,
+        anchors: tuple[int, int] | None = None,
+    ) -> float:
         """A process's calls of a sampled op over ``span`` from those seen (``counts`` per second ``buckets``).
 
-        Per second of the span: calls in covered time are counted as seen; the uncovered time adds the rate
+        With ``anchors`` (its always-probed calls: all of them, and those inside the windows; see
+        ``anchor_counts``), where enough fell inside: the calls seen times all anchors over the anchors
+        inside. A loop's mix of launches to syncs does not change when probes slow it, so this needs no
+        estimate of the slowdown; it is what a training step gives.
+
+        Otherwise, by time:
+        per second of the span, calls in covered time are counted as seen; the uncovered time adds the rate
         the windows saw at the process's unprobed speed (calls over covered time less its probe time). A
         second no window covered takes the rate of the nearest covered seconds.
         """
+        if anchors is not None:
+            total, inside = anchors
+            if inside >= total:
+                return float(counts.sum())
+            if inside >= MIN_ANCHORS:
+                return float(counts.sum()) * total / inside
         lo, hi = span
         if hi <= lo:
             return float(counts.sum())
@@ -250,3 +293,36 @@ def with_sampling_caveats(
         )
         out.append(replace(f, caveats=(*f.caveats, caveat)))
     return tuple(out)
+
+
+def sampling_note(conn: sqlite3.Connection) -> str | None:
+    """One line for ``query``: which ops' rows hold only the calls inside the probe windows; None if none."""
+    cov = load_coverage(conn, -(1 << 62), 1 << 62)
+    if cov is None:
+        return None
+    names = sorted(Op(o).name for o in cov.sampled_ops if o in {int(op) for op in Op})
+    short = ", ".join(n for n in names if n.startswith("cuda")) or ", ".join(names)
+    return (
+        f"note: {short} and their driver twins were probed in windows (the overhead budget): their rows "
+        "and aggregates hold only the calls inside probe_windows; `gpuscope explain` estimates the rest"
+    )
+
+
+def anchor_counts(
+    pids: np.ndarray, ops: np.ndarray, ts: np.ndarray, coverage: Coverage, totals: Mapping[int, int] | None = None
+) -> dict[int, tuple[int, int]]:
+    """Per process: (its anchor calls, those inside the windows), from the rows (anchors are all stored).
+
+    ``totals``: the exact anchor counts per process (from the aggregates), where rows may be fewer.
+    """
+    m = np.isin(ops, np.fromiter(ANCHOR_OPS, dtype=np.int64))
+    p, t = pids[m], ts[m]
+    inside = coverage.fully_covered(t, t)
+    out: dict[int, tuple[int, int]] = {}
+    for pid in np.unique(p).tolist():
+        mine = p == pid
+        total = int(mine.sum())
+        if totals is not None:
+            total = max(total, totals.get(pid, 0))
+        out[pid] = (total, int(inside[mine].sum()))
+    return out

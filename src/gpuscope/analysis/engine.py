@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -231,12 +232,13 @@ def analyse(
         call_rows = aggregates.mask(None, GPU_CALLS)
         pids = distinct(aggregates.pid[call_rows]).tolist()
         spans = {p: _span_ns(ctx, aggregates, p) for p in pids}
-        live = ctx.call_spans
-        stats = agg_op_stats(
-            aggregates, GPU_CALLS, wall, time_ns=sum(spans.values()) or wall, coverage=coverage, spans=live
-        )
+        # Ops probed in windows (the overhead budget) are estimated per process: from its always-probed
+        # calls (anchors) where enough fell inside the windows, else from the time the windows covered.
+        live, anchors = (ctx.call_spans, ctx.anchors) if coverage is not None else (None, None)
+        agg_stats = partial(agg_op_stats, coverage=coverage, spans=live, anchors=anchors)
+        stats = agg_stats(aggregates, GPU_CALLS, wall, time_ns=sum(spans.values()) or wall)
         for p in pids:
-            per_process.extend(agg_op_stats(aggregates, GPU_CALLS, spans[p], pid=p, coverage=coverage, spans=live))
+            per_process.extend(agg_stats(aggregates, GPU_CALLS, spans[p], pid=p))
         n = aggregates.events
     else:
         spans = {p: ctx.pid_span_ns(p) for p in ctx.call_pids}

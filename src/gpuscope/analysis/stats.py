@@ -107,6 +107,7 @@ def agg_op_stats(
     time_ns: int | None = None,
     coverage: Coverage | None = None,
     spans: Mapping[int, tuple[int, int]] | None = None,
+    anchors: Mapping[int, tuple[int, int]] | None = None,
 ) -> list[OpStats]:
     """Per-op statistics from exact aggregates: counts, totals and max exact, percentiles from histograms.
 
@@ -126,7 +127,7 @@ def agg_op_stats(
         h = aggs.hist(pid, int(op))
         p50, p95, p99 = (hist_pct(h, q, lo, hi) for q in (50, 95, 99))
         if coverage is not None and coverage.is_sampled(int(op)):
-            est, est_total, cov = estimate(aggs, coverage, k, spans)
+            est, est_total, cov = estimate(aggs, coverage, k, spans, anchors)
             out.append(
                 OpStats(
                     op_name(int(op)), pid, est, est_total, p50, p95, p99, hi, est_total / budget,
@@ -140,12 +141,18 @@ def agg_op_stats(
 
 
 def estimate(
-    aggs: Aggregates, coverage: Coverage, rows: np.ndarray, spans: Mapping[int, tuple[int, int]] | None = None
+    aggs: Aggregates,
+    coverage: Coverage,
+    rows: np.ndarray,
+    spans: Mapping[int, tuple[int, int]] | None = None,
+    anchors: Mapping[int, tuple[int, int]] | None = None,
 ) -> tuple[int, int, float]:
     """(count, total ns, coverage) of a sampled op's aggregate ``rows``, estimated per process.
 
     ``spans``: each process's active time (first call to last call's end); by default the seconds it has
-    aggregates in. The coverage returned is the count-weighted share of that time the windows covered.
+    aggregates in. ``anchors``: per process, its always-probed calls and those inside the windows
+    (``Coverage.estimate``). The coverage returned is the count-weighted share of that time the windows
+    covered.
     """
     count = total = weighted = 0.0
     seen = 0
@@ -156,7 +163,7 @@ def estimate(
         if span is None:
             b = aggs.bucket[aggs.pid == p]
             span = (int(b.min()), int(b.max()) + BUCKET_NS)
-        est = coverage.estimate(p, span, aggs.bucket[mine], aggs.count[mine])
+        est = coverage.estimate(p, span, aggs.bucket[mine], aggs.count[mine], (anchors or {}).get(p))
         count += est
         total += t * est / n if n else 0.0
         weighted += n * min(coverage.covered_ns(*span) / max(span[1] - span[0], 1), 1.0)

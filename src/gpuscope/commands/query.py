@@ -102,9 +102,13 @@ def _fleet(args: argparse.Namespace) -> int:
 def _note(conn: sqlite3.Connection, db: Path) -> str | None:
     """The recording's state when a session is not closed or stopped early (``explain``'s wording)."""
     # Imported here: it brings numpy, which `query --nodes` (start-up bound with many nodes) never needs.
+    from gpuscope.analysis.coverage import sampling_note
     from gpuscope.analysis.recording_state import recording_note
 
     try:
-        return recording_note(conn, db)
+        notes = [recording_note(conn, db), sampling_note(conn)]
     except sqlite3.DatabaseError:
-        return None  # a file too damaged to say: the query itself reported what it could read
+        return None
+    return (
+        "\n".join(n for n in notes if n) or None
+    )  # a file too damaged to say: the query itself reported what it could read

@@ -189,6 +189,7 @@ class ExplainFindings:
         """Read new rows, evaluate the rules over the horizon, publish and return the findings."""
         from gpuscope.analysis.attribution import load_attribution
         from gpuscope.analysis.context import Context
+        from gpuscope.analysis.coverage import load_coverage
 
         if not self.db_path.exists():
             return []
@@ -202,12 +203,14 @@ class ExplainFindings:
             self._read_new(conn, now)
             frame, window = self._frame(conn, now)
             attribution = load_attribution(conn)
+            # The ops the overhead budget probes in windows have rows only there: no rate over time from them.
+            coverage = load_coverage(conn, window.start_ns, window.end_ns)
         finally:
             conn.close()
         if len(frame) == 0:
             return []
         # This process is the tracer: its CPU is overhead, never a cause to move away.
-        ctx = Context(frame, window, attribution=attribution, tracer_pids=frozenset({os.getpid()}))
+        ctx = Context(frame, window, attribution=attribution, tracer_pids=frozenset({os.getpid()}), coverage=coverage)
         found: list[Finding] = []
         for rule in self.rules:
             found.extend(rule.evaluate(ctx))

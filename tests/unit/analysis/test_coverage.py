@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from gpuscope.analysis.coverage import BUCKET_NS, Coverage
+from gpuscope.analysis.coverage import BUCKET_NS, Coverage, anchor_counts, with_sampling_caveats
+from gpuscope.analysis.engine import analyse
+from gpuscope.model.findings import Cause, Finding, Severity, Symptom
+from gpuscope.model.ops import Op
+
+from .builder import US, Events
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -83,3 +90,67 @@ def test_a_span_no_window_touched_is_not_extrapolated() -> None:
     cov = Coverage.of(frozenset({10}), [(10 * S, 11 * S)], 0.01)
     assert cov.estimate(7, (0, 2 * S), np.array([0]), np.array([0])) == 0.0
     assert BUCKET_NS == S
+
+
+def _busy_loop_seen_in_windows() -> tuple[Events, Coverage]:
+    """A busy loop (80 launches 100 µs apart, then a 2 ms sync: 10 ms a step) whose launches were probed
+    20 ms a second."""
+    ev = Events()
+    windows = [(sec * S + 500 * MS, sec * S + 520 * MS) for sec in range(5)]
+    for step in range(500):
+        base = step * 10 * MS
+        for k in range(80):
+            t = base + k * 100 * US
+            if any(s <= t < e for s, e in windows):
+                ev.add(Op.cudaLaunchKernel, t, 5 * US)
+        ev.add(Op.cudaStreamSynchronize, base + 8 * MS, 2 * MS)
+    return ev, Coverage.of(frozenset({int(Op.cudaLaunchKernel)}), windows, 0.01)
+
+
+def test_gaps_the_windows_did_not_cover_are_not_taken_for_gpu_idle_time() -> None:
+    # given a loop that launches all the time, its launches seen only inside the probe windows
+    ev, cov = _busy_loop_seen_in_windows()
+    frame, window = ev.frame()
+    # when it is analysed knowing the windows, there is no starvation; not knowing them, sync to sync
+    # would look like 10 ms of idle GPU every step
+    kinds = [f.kind for f in analyse(frame, window, coverage=cov).findings]
+    assert "data-starvation" not in kinds and "throughput-drop" not in kinds
+    assert "data-starvation" in [f.kind for f in analyse(frame, window).findings]
+
+
+def test_a_finding_on_a_sampled_op_says_what_the_windows_could_not_see() -> None:
+    finding = Finding(
+        rule="cpu-preemption",
+        kind="cpu-preemption",
+        severity=Severity.HIGH,
+        symptom=Symptom("x", op="cudaLaunchKernel", pid=100),
+        causes=(Cause("cpu-preemption", ("cudaLaunchKernel: calls overlapping CPU preemption",)),),
+        fix="f",
+    )
+    other = replace(finding, symptom=Symptom("y", op="cudaStreamSynchronize"), causes=())
+    cov = Coverage.of(frozenset({int(Op.cudaLaunchKernel)}), [(0, S)], 0.01)
+    out = with_sampling_caveats((finding, other), cov, 0, 10 * S)
+    assert [c.kind for c in out[0].caveats] == ["estimated"]
+    assert "cudaLaunchKernel probed 10.0% of the window (overhead budget)" in out[0].caveats[0].text
+    assert out[1].caveats == ()
+
+
+def test_with_enough_syncs_inside_the_windows_the_count_follows_the_launches_per_sync() -> None:
+    # given 12,000 launches seen while 150 of the process's 1,000 syncs fell inside the windows
+    cov = Coverage.of(frozenset({10}), [(0, S)], 0.01)
+    est = cov.estimate(7, (0, 10 * S), np.array([0]), np.array([12_000]), anchors=(1_000, 150))
+    # then its calls are the launches per sync seen, times every sync: whatever the probes' slowdown
+    assert est == 80_000
+    # and with too few syncs inside, or all of them, the ratio is not used
+    assert cov.estimate(7, (0, S), np.array([0]), np.array([500]), anchors=(500, 500)) == 500
+    few = cov.estimate(7, (0, 10 * S), np.array([0]), np.array([12_000]), anchors=(1_000, 10))
+    assert few != 12_000 * 100
+
+
+def test_anchor_calls_are_counted_inside_the_windows_by_instant() -> None:
+    cov = Coverage.of(frozenset({10}), [(100, 200)], 0.01)
+    pids = np.array([1, 1, 1, 2])
+    ops = np.array([int(Op.cudaStreamSynchronize), int(Op.cudaStreamSynchronize), int(Op.cudaMalloc), 12])
+    ts = np.array([150, 250, 199, 150])
+    assert anchor_counts(pids, ops, ts, cov) == {1: (3, 2), 2: (1, 1)}
+    assert anchor_counts(pids, ops, ts, cov, {1: 10}) == {1: (10, 2), 2: (1, 1)}

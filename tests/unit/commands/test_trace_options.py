@@ -20,6 +20,9 @@ from tests.conftest import run_gpuscope
         (["--ring-size", "3000"], "--ring-size"),
         (["--max-db", "zz"], "--max-db"),
         (["--hang-threshold", "soon"], "--hang-threshold"),
+        (["--budget", "lots"], "--budget"),
+        (["--budget", "0.5"], "--budget"),
+        (["--budget=-1%"], "--budget"),
     ],
 )
 def test_an_unreadable_value_is_a_usage_error_naming_its_flag(args: list[str], flag: str, tmp_path: Path) -> None:
@@ -30,3 +33,16 @@ def test_an_unreadable_value_is_a_usage_error_naming_its_flag(args: list[str], f
     assert first.startswith("error: ") and flag in first, res.stderr
     assert "internal error" not in res.stderr and "Traceback" not in res.stderr
     assert not db.exists()
+
+
+@pytest.mark.parametrize(("text", "share"), [("1%", 0.01), ("0.5%", 0.005), ("0.02", 0.02), ("2%", 0.02)])
+def test_a_budget_is_a_share_of_cpu_time(text: str, share: float) -> None:
+    from gpuscope.commands.trace import budget_arg
+
+    assert budget_arg(text) == pytest.approx(share)
+
+
+def test_a_budget_of_off_probes_every_call() -> None:
+    from gpuscope.commands.trace import budget_arg
+
+    assert budget_arg("off") is None and budget_arg("0") is None

@@ -45,11 +45,19 @@ class DataStarvationRule:
             gap_s = f.ts[w[after]] + f.dur[w[after]]
             gap_e = f.ts[w[after + 1]]
             gap = np.maximum(gap_e - gap_s, 0)
+            if ctx.coverage is not None:
+                # Launches and copies are probed in windows (the overhead budget): a gap is known to be
+                # free of them only inside a window; one that reaches outside may hide a whole step's work.
+                gap = np.where(ctx.coverage.fully_covered(gap_s, gap_e), gap, 0)
             # A GPU shared with other processes is not idle while they use it.
             ps, pe = ctx.peer_work_spans(p)
             gap = gap - overlap_ns(gap_s, np.maximum(gap_e, gap_s), ps, pe)
             long = gap >= STARVE_GAP_NS
             wall = ctx.pid_span_ns(p)
+            if ctx.coverage is not None:
+                # Idle time is seen only inside the windows: compared with the time they covered.
+                lo, hi = ctx.call_spans.get(p, (0, 0))
+                wall = min(wall, max(ctx.coverage.covered_ns(lo, hi), 1))
             idle = int(gap[long].sum())
             if idle < STARVE_SHARE * wall:
                 continue
