@@ -16,13 +16,15 @@ Reported per library and mode (medians over the rounds):
   mode) against the calls the loop made.
 
 Targets (issue 34): default mode steady ratio <= 1.01 (1.02 on these noisy machines), every count within
-5 %; --record-all no slower than before (its ratio is reported beside).
+5 %; --record-all no slower than before (its ratio is reported beside; ``--baseline-src`` runs another
+checkout's --record-all in the same rounds, for the comparison).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -44,6 +46,7 @@ OPS = {
     "syncs": "cudaStreamSynchronize",
 }
 MODES = ("untraced", "default", "record-all")
+BASELINE = "record-all (baseline)"
 
 
 def _build(lib: Path, name: str) -> Path:
@@ -65,20 +68,28 @@ def _parse(stdout: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", stdout)}
 
 
-def _run(exe: Path, lib: Path, mode: str, seconds: float, work: Path) -> dict[str, object]:
+def _run(
+    exe: Path, lib: Path, mode: str, seconds: float, work: Path, baseline_src: Path | None = None
+) -> dict[str, object]:
     loop = ["taskset", "-c", "1", str(exe), str(seconds), "10000", str(SKIP_S)]
     if mode == "untraced":
         p = subprocess.run(loop, capture_output=True, text=True, check=True)
         return {"loop": _parse(p.stdout)}
-    db = work / f"{mode}.db"
+    db = work / f"{mode.split()[0]}-{len(mode)}.db"
     db.unlink(missing_ok=True)
-    extra = ["--record-all"] if mode == "record-all" else []
+    extra = ["--record-all"] if mode.startswith("record-all") else []
+    # The baseline: another checkout's gpuscope (its src/ first on the path), e.g. the commit before a change.
+    env = dict(os.environ, PYTHONPATH=str(baseline_src)) if mode == BASELINE and baseline_src else None
     cmd = ["taskset", "-c", "0", PYTHON, "-m", "gpuscope", "trace", "--no-tui", "--status-every", "0"]
     cmd += ["--db", str(db), "--lib", str(lib.parent / "libcudart.so.12"), "--keep-first", KEEP_FIRST, *extra]
-    p = subprocess.run([*cmd, "--", *loop], capture_output=True, text=True, check=True)
+    p = subprocess.run([*cmd, "--", *loop], capture_output=True, text=True, check=True, env=env)
     doc = json.loads(
         subprocess.run(
-            [PYTHON, "-m", "gpuscope", "explain", "--db", str(db), "--json"], capture_output=True, text=True, check=True
+            [PYTHON, "-m", "gpuscope", "explain", "--db", str(db), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
         ).stdout
     )
     stats = {s["op"]: s for s in doc["stats"]}
@@ -90,20 +101,22 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def bench_library(name: str, lib: Path, rounds: int, seconds: float) -> list[Result]:
+def bench_library(name: str, lib: Path, rounds: int, seconds: float, baseline_src: Path | None = None) -> list[Result]:
     exe = _build(lib, name)
     copy = BUILD_DIR / "libs" / f"budget-{name}" / "libcudart.so.12"
-    steady: dict[str, list[float]] = {m: [] for m in MODES[1:]}
-    whole: dict[str, list[float]] = {m: [] for m in MODES[1:]}
-    errors: dict[str, dict[str, list[float]]] = {m: {op: [] for op in OPS.values()} for m in MODES[1:]}
+    modes = (*MODES, BASELINE) if baseline_src else MODES
+    traced = modes[1:]
+    steady: dict[str, list[float]] = {m: [] for m in traced}
+    whole: dict[str, list[float]] = {m: [] for m in traced}
+    errors: dict[str, dict[str, list[float]]] = {m: {op: [] for op in OPS.values()} for m in traced}
     shares: list[float] = []
     with tempfile.TemporaryDirectory(prefix="gpuscope-budget-") as tmp:
         for r in range(rounds):
-            order = MODES if r % 2 == 0 else tuple(reversed(MODES))
-            runs = {m: _run(exe, copy, m, seconds, Path(tmp)) for m in order}
+            order = modes if r % 2 == 0 else tuple(reversed(modes))
+            runs = {m: _run(exe, copy, m, seconds, Path(tmp), baseline_src) for m in order}
             base = runs["untraced"]["loop"]
             assert isinstance(base, dict)
-            for m in MODES[1:]:
+            for m in traced:
                 loop = runs[m]["loop"]
                 assert isinstance(loop, dict)
                 steady[m].append(loop["step_ns_p50"] / base["step_ns_p50"])
@@ -127,7 +140,7 @@ def bench_library(name: str, lib: Path, rounds: int, seconds: float) -> list[Res
             )
     bench = f"budget ({name})"
     rows = []
-    for m in MODES[1:]:
+    for m in traced:
         target = "<= 1.01x (1.02x noisy)" if m == "default" else "no slower than before"
         rows.append(Result(bench, f"{m}: steady step time", f"{_median(steady[m]):.3f}x", target, f"{rounds} rounds"))
         rows.append(
@@ -149,13 +162,15 @@ def bench_library(name: str, lib: Path, rounds: int, seconds: float) -> list[Res
     return rows
 
 
-def run(quick: bool = False, rounds: int | None = None, seconds: float | None = None) -> list[Result]:
+def run(
+    quick: bool = False, rounds: int | None = None, seconds: float | None = None, baseline_src: Path | None = None
+) -> list[Result]:
     rounds = rounds or (1 if quick else 3)
     seconds = seconds or (10.0 if quick else 20.0)
     BUILD_DIR.mkdir(exist_ok=True)
-    rows = bench_library("stand-in", STANDIN_CUDART, rounds, seconds)
+    rows = bench_library("stand-in", STANDIN_CUDART, rounds, seconds, baseline_src)
     if REAL_CUDART.is_file():
-        rows += bench_library("real 12.x", REAL_CUDART, rounds, seconds)
+        rows += bench_library("real 12.x", REAL_CUDART, rounds, seconds, baseline_src)
     return rows
 
 
@@ -164,8 +179,15 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--seconds", type=float, default=None)
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run --record-all from this checkout's src/ (its native files built), e.g. a worktree of the "
+        "commit before: `git worktree add /tmp/base REV && (cd /tmp/base && PYTHONPATH=src python "
+        "scripts/build_native.py)`, then --baseline-src /tmp/base/src",
+    )
     args = p.parse_args()
-    print(render_table(run(args.quick, args.rounds, args.seconds)))
+    print(render_table(run(args.quick, args.rounds, args.seconds, args.baseline_src)))
     return 0
 
 

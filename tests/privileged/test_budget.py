@@ -107,3 +107,25 @@ def test_a_budget_out_of_range_is_refused_before_tracing(trace_command, build_wo
     run = trace_command([str(exe), "1"], extra=["--budget", "80%"])
     assert run.returncode == 2
     assert "--budget 80%" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_trace_shorter_than_its_first_seconds_is_one_exact_window_and_its_counts_are_not_estimates(
+    build_workload, trace_command
+):  # type: ignore[no-untyped-def]
+    # given a loop that ends long before the first 10 s (probed whole) are over, traced in the default mode
+    exe = build_workload("host_loop.c")
+    run = trace_command([str(exe), "0.3"], extra=["--no-tui"])
+    assert run.returncode == 0, run.stderr
+    made = _made(run.stdout)
+    # then its whole run is one window of the first seconds, recorded although the trace ended first
+    windows = run.query("SELECT start_ns, end_ns, exact FROM probe_windows")
+    assert len(windows) == 1 and windows[0][2] == 1, windows
+    (start, end), (first, last) = (
+        windows[0][:2],
+        run.query("SELECT min(ts_ns), max(ts_ns) FROM events WHERE source = 'cuda'")[0],
+    )
+    assert int(str(start)) <= int(str(first)) and int(str(end)) >= int(str(last))
+    # and every count is exact, none marked as an estimate
+    stats = _stats(_explain(str(run.db)))
+    for op, n in made.items():
+        assert stats[op]["count"] == n and "estimated" not in stats[op], (op, stats[op], n)

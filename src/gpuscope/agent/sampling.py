@@ -177,8 +177,6 @@ class ProbeSampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._exact_until = _now() + int(exact_first_s * 1e9)
-        # The tracer opens the gate with its probes attached when it loads: the first window began then.
-        self._open_since = open_since_ns
         self._started_ns = open_since_ns if open_since_ns is not None else _now()
         self._libraries = 0
         self._covered_ns = 0
@@ -190,6 +188,10 @@ class ProbeSampler:
         self._tallies: list[_Tally] = []
         self._chunk_start: int | None = None  # the open chunk of a window (the gate is open), or None
         self._last_end: int | None = None
+        if open_since_ns is not None and budget is not None:
+            # The tracer opened the gate with every probe attached when it loaded: the first window began
+            # then, and is recorded even if the trace ends before this thread first runs.
+            self._start_chunk(open_since_ns)
         self._thread = threading.Thread(target=self._run, name="gpuscope-sampler", daemon=True)
 
     # -- inputs (collector thread) ---------------------------------------------
@@ -267,14 +269,9 @@ class ProbeSampler:
         return SAMPLED_PROBE_OPS if self.tracer.samples and self.budget is not None else frozenset()
 
     def coverage(self) -> tuple[int, int]:
-        """(ns the sampled ops were probed, ns since their probes were first attached), read at one instant.
-
-        Until the loop has opened its first window the probes attached at load are all there is: covered.
-        """
+        """(ns the sampled ops were probed, ns since their probes were first attached), read at one instant."""
         with self._lock:
             now = _now()
-            if self._chunk_start is None and self._open_since is not None:
-                return now - self._started_ns, now - self._started_ns
             if self._stop.is_set() and self._chunk_start is None and self._last_end is not None:
                 now = self._last_end  # stopped: nothing is probed or counted after the last window
             open_ = now - self._chunk_start if self._chunk_start is not None else 0
@@ -407,9 +404,7 @@ class ProbeSampler:
             return
         self.tracer.set_sampled_probes(True)
         self.tracer.set_sample_gate(True)
-        start = _now() if self._open_since is None else self._open_since
-        self._open_since = None
-        self._start_chunk(start)
+        self._start_chunk(_now())
 
     def _start_chunk(self, start: int) -> None:
         with self._lock:

@@ -16,6 +16,10 @@ from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
 
 
+# The share of a process's active time the probe windows must cover for its sampled counts to be exact.
+FULLY_COVERED = 0.999
+
+
 def pct(values: np.ndarray, p: float) -> int:
     """Exact nearest-rank percentile (the value at rank ceil(p/100 * n)); 0 for no values."""
     if len(values) == 0:
@@ -128,13 +132,16 @@ def agg_op_stats(
         p50, p95, p99 = (hist_pct(h, q, lo, hi) for q in (50, 95, 99))
         if coverage is not None and coverage.is_sampled(int(op)):
             est, est_total, cov = estimate(aggs, coverage, k, spans, anchors)
-            out.append(
-                OpStats(
-                    op_name(int(op)), pid, est, est_total, p50, p95, p99, hi, est_total / budget,
-                    est / (wall / 1e9), estimated=True, coverage=cov, seen=n,
-                )
-            )  # fmt: skip
-            continue
+            # A process whose whole active time the windows covered (its first seconds, a short run) was
+            # probed whole: its counts are exact.
+            if cov < FULLY_COVERED:
+                out.append(
+                    OpStats(
+                        op_name(int(op)), pid, est, est_total, p50, p95, p99, hi, est_total / budget,
+                        est / (wall / 1e9), estimated=True, coverage=cov, seen=n,
+                    )
+                )  # fmt: skip
+                continue
         out.append(OpStats(op_name(int(op)), pid, n, total, p50, p95, p99, hi, total / budget, n / (wall / 1e9)))
     out.sort(key=lambda s: (-s.total_ns, s.op))
     return out

@@ -57,6 +57,22 @@ function renderOverview(o) {
   document.getElementById("recording").textContent = text;
   const counts = Object.entries(o.finding_counts).map(([s, n]) => `${n} ${s}`).join(", ");
   document.getElementById("finding-counts").textContent = counts ? `(${counts})` : "";
+  document.getElementById("self-cost").textContent = selfCostText(o.sampling);
+}
+
+// gpuscope's measured cost to each traced process, against its budget (the overhead budget, docs/trace.md).
+function selfCostText(s) {
+  if (!s || !s.self_cost || !s.self_cost.length) return "";
+  const worst = [...s.self_cost].sort((a, b) => b.share - a.share).slice(0, 3);
+  const parts = worst.map((c) => {
+    const after = c.budgeted_share === null || c.budgeted_share === undefined
+      ? "" : `, ${(100 * c.budgeted_share).toFixed(2)}% after its first seconds`;
+    return `${(100 * c.share).toFixed(2)}% of pid ${c.pid}'s CPU time${after}`;
+  });
+  const budget = s.budget ? `budget ${(100 * s.budget).toFixed(1)}%` : "no budget: every call probed";
+  const est = s.estimated_ops && s.estimated_ops.length
+    ? ` · ≈ ${s.estimated_ops.join(", ")} estimated, probed ${(100 * (s.coverage || 0)).toFixed(1)}% of the time` : "";
+  return `gpuscope's own cost (measured): ${parts.join("; ")} (${budget})${est}`;
 }
 
 function fmtBytes(n) {
@@ -107,7 +123,10 @@ function renderOps(o, flagged) {
     const share = op.time_share === null || op.time_share === undefined ? null : op.time_share;
     const bar = el("span", { class: "share", style: { width: `${Math.round(60 * Math.min(1, share || 0))}px` } });
     const row = el("tr", flagged.has(op.op) ? { class: "flagged" } : {},
-      el("td", {}, op.op), el("td", {}, (op.count || 0).toLocaleString()),
+      el("td", {}, op.op),
+      el("td", op.estimated ? { title: `estimated: ${(op.seen || 0).toLocaleString()} calls seen, probed `
+        + `${(100 * (op.coverage || 0)).toFixed(1)}% of the time (overhead budget)` } : {},
+        (op.estimated ? "≈" : "") + (op.count || 0).toLocaleString()),
       el("td", {}, op.rate_per_s === null ? "—" : op.rate_per_s.toLocaleString()),
       el("td", {}, fmtNs(op.p50_ns)), el("td", {}, fmtNs(op.p95_ns)), el("td", {}, fmtNs(op.p99_ns)),
       el("td", {}, fmtNs(op.max_ns)), el("td", {}, bar, share === null ? "—" : `${(100 * share).toFixed(1)}%`));
