@@ -21,8 +21,8 @@ import numpy as np
 from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.agent.discovery import kernel_file_key as kernel_file_key  # re-exported: callers import it from here
+from gpuscope.agent.links import destroy_together, stepped_offsets
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
-from gpuscope.bpf.calibration import Prologue, prologue_at
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
 from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader, VarReader
@@ -256,7 +256,7 @@ class Tracer:
         if not plan:
             return None
         att = AttachedLibrary(lib)
-        stepped = _stepped_offsets(lib.path, [off for off, _, _ in plan])
+        stepped = stepped_offsets(lib.path, [off for off, _, _ in plan])
         sampled = self.samples
         always: list[tuple[int, int]] = []
         for off, op, _ in plan:
@@ -323,8 +323,8 @@ class Tracer:
                 att.sampled_links = []
             entries = [(cuda, lk) for lk in links if not lk.description.startswith("gs_cuda_return")]
             returns = [(cuda, lk) for lk in links if lk.description.startswith("gs_cuda_return")]
-            _destroy_together(entries)
-            _destroy_together(returns)
+            destroy_together(entries)
+            destroy_together(returns)
             gone = {id(lk) for lk in links}
             cuda.links[:] = [lk for lk in cuda.links if id(lk) not in gone]
 
@@ -356,7 +356,7 @@ class Tracer:
             if self._cuda is None:
                 return
             cuda = self._cuda
-            _destroy_together([(cuda, lk) for lk in links])
+            destroy_together([(cuda, lk) for lk in links])
             gone = {id(lk) for lk in links}
             cuda.links[:] = [lk for lk in cuda.links if id(lk) not in gone]
 
@@ -494,12 +494,12 @@ class Tracer:
             # Return probes go before entry probes, so that no call can enter
             # unseen and return seen; within each step the links go together.
             returns = [(o, lk) for o, lk in links if lk.description.startswith("gs_cuda_return")]
-            _destroy_together(returns)
-            _destroy_together([(o, lk) for o, lk in links if not lk.description.startswith("gs_cuda_return")])
+            destroy_together(returns)
+            destroy_together([(o, lk) for o, lk in links if not lk.description.startswith("gs_cuda_return")])
         else:
             # Every traced process has exited (a command that ended): no call can cross the detach, and one
             # round of RCU grace periods instead of two takes ~70 ms off the end of every `trace -- CMD`.
-            _destroy_together(links)
+            destroy_together(links)
         for obj in objs:
             obj.links.clear()
         self.attached.clear()
@@ -534,20 +534,6 @@ class Tracer:
         self.attached.clear()
 
 
-def _stepped_offsets(path: str, offsets: list[int]) -> set[int]:
-    """The probed offsets whose first instruction the kernel single-steps (the costlier hit; all when unreadable)."""
-    out = set()
-    try:
-        with open(path, "rb") as f:
-            for off in offsets:
-                f.seek(off)
-                if prologue_at(f.read(2)) is Prologue.STEPPED:
-                    out.add(off)
-    except OSError:
-        return set(offsets)
-    return out
-
-
 def _exists(pid: int) -> bool:
     """Whether a process (or a zombie) with this pid exists, whoever owns it."""
     try:
@@ -557,28 +543,3 @@ def _exists(pid: int) -> bool:
     except OSError:
         return True  # another user's (EPERM)
     return True
-
-
-# Closing a uprobe link waits for RCU grace periods (16-76 ms a link measured
-# on the 2-CPU VM, 4 uprobe_multi links 170 ms one after the other); links
-# closed at the same time wait for the same grace periods.
-_DETACH_THREADS = 8
-
-
-def _destroy_together(links: list[tuple[BpfObject, Link]]) -> None:
-    """Destroy links on up to ``_DETACH_THREADS`` threads at once; return when all are gone."""
-    if len(links) <= 1:
-        for obj, link in links:
-            link.destroy(obj.lib)
-        return
-
-    def destroy(group: list[tuple[BpfObject, Link]]) -> None:
-        for obj, link in group:
-            link.destroy(obj.lib)
-
-    n = min(_DETACH_THREADS, len(links))
-    threads = [threading.Thread(target=destroy, args=(links[i::n],), name="gpuscope-detach") for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()

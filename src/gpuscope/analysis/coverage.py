@@ -326,3 +326,18 @@ def anchor_counts(
             total = max(total, totals.get(pid, 0))
         out[pid] = (total, int(inside[mine].sum()))
     return out
+
+
+def with_sampling(
+    conn: sqlite3.Connection,
+    findings: tuple[Finding, ...],
+    estimated_ops: tuple[str, ...],
+    coverage: Coverage | None,
+    start_ns: int,
+    end_ns: int,
+) -> tuple[tuple[Finding, ...], SamplingSummary | None]:
+    """A report's findings with their sampling caveats, and its sampling summary (``explain_db``'s last step)."""
+    return (
+        with_sampling_caveats(findings, coverage, start_ns, end_ns),
+        sampling_summary(conn, estimated_ops, coverage, start_ns, end_ns),
+    )

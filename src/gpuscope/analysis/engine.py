@@ -19,13 +19,7 @@ import numpy as np
 from gpuscope.analysis.attribution import EMPTY, Attribution, load_attribution
 from gpuscope.analysis.caveats import counted_by_source, window_caveats, with_caveats
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.coverage import (
-    Coverage,
-    SamplingSummary,
-    load_coverage,
-    sampling_summary,
-    with_sampling_caveats,
-)
+from gpuscope.analysis.coverage import Coverage, SamplingSummary, load_coverage, with_sampling
 from gpuscope.analysis.frame import (
     BUCKET_NS,
     GPU_CALLS,
@@ -462,8 +456,6 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             imported_rates=imported,
             coverage=coverage,
         )
-        estimated = tuple(st.op for st in report.stats if st.estimated)
-        report = replace(report, sampling=sampling_summary(conn, estimated, coverage, window.start_ns, window.end_ns))
         report = _with_call_sites(conn, report)
         report = replace(report, reference=_reference_findings(conn, report, frame))
         # Drops are not per process: with --pid the counted events are a subset, so no share is given.
@@ -475,9 +467,9 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
                 f"{path}: cannot read its sessions ({exc})", remedy="check the file is a gpuscope database"
             ) from None
         report = with_recording(report, state)
-        return replace(
-            report, findings=with_sampling_caveats(report.findings, coverage, window.start_ns, window.end_ns)
-        )
+        estimated = tuple(st.op for st in report.stats if st.estimated)
+        findings, sampling = with_sampling(conn, report.findings, estimated, coverage, window.start_ns, window.end_ns)
+        return replace(report, findings=findings, sampling=sampling)
 
 
 def with_recording(report: Report, state: RecordingState) -> Report:

@@ -15,7 +15,6 @@ from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, Severity
 from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
 
-
 # The share of a process's active time the probe windows must cover for its sampled counts to be exact.
 FULLY_COVERED = 0.999
 
