@@ -20,8 +20,10 @@ each period and detached otherwise. Everything else is probed all the time.
 - **Windows are exact.** A BPF gate (``sample_gate``) opens after the links
   are attached and closes before they are detached, and each window's bounds
   are recorded (``probe_windows``): a sampled op's records exist exactly for
-  the calls inside the recorded windows, so counts outside are estimated by
-  the ratio of time covered (gpuscope.analysis.coverage), and labelled so.
+  the calls inside the recorded windows. Analysis estimates the rest, and
+  labels it so (gpuscope.analysis.coverage): by the process's always-probed
+  calls inside and outside the windows, else by time at its unprobed speed,
+  for which each window's per-process probe time is reported with it.
 - **Self-cost, measured.** ``self_costs`` gives each process's probe time
   (its probed calls, counted, times the calibrated cost per call) over its
   CPU time.
@@ -50,6 +52,7 @@ MAX_PERIOD_S = 10.0
 # The share of the budget the controller aims at: what the calibration cannot see (cache effects in the
 # workload, attaching and detaching) takes some of the rest.
 MARGIN = 0.7
+# The calibration waits this long after the start (see _loop).
 CALIBRATE_AFTER_S = 1.0
 # A window's calls are all read from the ring this long after it closed (the collector drains it every few ms).
 SETTLE_S = 0.5
