@@ -208,47 +208,50 @@ class ProbeSampler:
             self._exact_until = max(self._exact_until, _now() + int(self.exact_first_s * 1e9))
 
     def observe(self, ev: np.ndarray) -> None:
-        """Count a batch's probed calls per process, with what each cost (once calibrated)."""
-        api = ev[ev["op"] < _FIRST_HOST_OP]
-        if not len(api):
+        """Count a batch's probed calls per process, with what each cost (once calibrated).
+
+        On the collector's path for every batch: columns are read, never whole records copied, and a batch
+        of one process (the common case) is summed without grouping.
+        """
+        m = ev["op"] < _FIRST_HOST_OP
+        n = int(np.count_nonzero(m))
+        if not n:
             return
-        ops = api["op"].astype(np.int64)
-        cost = self._costs_of(api["flags"])
+        whole = n == len(ev)
+
+        def col(name: str) -> np.ndarray:
+            c: np.ndarray = ev[name]
+            return c if whole else c[m]
+
+        ops, flags, pids, ts = col("op"), col("flags"), col("pid"), col("ts_ns")
+        cost = self._costs_of(flags)
         sampled = _SAMPLED[ops]
-        pids, inverse = np.unique(api["pid"], return_inverse=True)
-        always_ns = np.bincount(inverse, weights=np.where(sampled, 0.0, cost), minlength=len(pids))
-        sampled_ns = np.bincount(inverse, weights=np.where(sampled, cost, 0.0), minlength=len(pids))
-        calls = np.bincount(inverse, minlength=len(pids))
+        per_pid = _per_process(pids, sampled, cost)
         with self._lock:
             if self.costs is None:
-                flags = api["flags"].astype(np.int64) & _COST_FLAGS
-                keys, n = np.unique((api["pid"].astype(np.int64) << 24) | (flags << 16) | ops, return_counts=True)
-                for key, c in zip(keys.tolist(), n.tolist(), strict=True):
-                    k = (key >> 24, (key >> 16) & 0xFF, key & 0xFFFF)
-                    self._uncosted[k] = self._uncosted.get(k, 0) + c
+                self._note_uncosted(pids, flags, ops)
             for tally in self._tallies:
-                self._count_in(tally, api, cost, sampled)
-            for i, pid in enumerate(pids.tolist()):
+                inside = ts >= tally.start_ns
+                if tally.end_ns is not None:
+                    inside &= ts <= tally.end_ns
+                if inside.all():
+                    _add_to_tally(tally, per_pid, pids, col("tid"))
+                elif inside.any():
+                    sub = _per_process(pids[inside], sampled[inside], cost[inside])
+                    _add_to_tally(tally, sub, pids[inside], col("tid")[inside])
+            for pid, (calls, _, sampled_ns, always_ns) in per_pid.items():
                 t = self._totals.setdefault(pid, _Totals())
-                t.always_ns += float(always_ns[i])
-                t.sampled_ns += float(sampled_ns[i])
-                t.calls += int(calls[i])
+                t.always_ns += always_ns
+                t.sampled_ns += sampled_ns
+                t.calls += calls
 
-    @staticmethod
-    def _count_in(tally: _Tally, api: np.ndarray, cost: np.ndarray, sampled: np.ndarray) -> None:
-        ts = api["ts_ns"]
-        inside = ts >= tally.start_ns
-        if tally.end_ns is not None:
-            inside &= ts <= tally.end_ns
-        if not inside.any():
-            return
-        pids = api["pid"][inside]
-        for pid in np.unique(pids).tolist():
-            mine = pids == pid
-            acc = tally.procs.setdefault(pid, [0.0, 0.0])
-            acc[0] += float(np.count_nonzero(sampled[inside][mine]))
-            acc[1] += float(cost[inside][mine].sum())
-            tally.threads.setdefault(pid, set()).update(np.unique(api["tid"][inside][mine]).tolist())
+    def _note_uncosted(self, pids: np.ndarray, flags: np.ndarray, ops: np.ndarray) -> None:
+        """Keep (pid, cost flags, op) counts until the calibration says what each cost (lock held)."""
+        keys = (pids.astype(np.int64) << 24) | ((flags.astype(np.int64) & _COST_FLAGS) << 16) | ops
+        uniq, counts = np.unique(keys, return_counts=True)
+        for key, c in zip(uniq.tolist(), counts.tolist(), strict=True):
+            k = (key >> 24, (key >> 16) & 0xFF, key & 0xFFFF)
+            self._uncosted[k] = self._uncosted.get(k, 0) + c
 
     def flush(self, settled_before_ns: int | None = None) -> None:
         """Report the closed windows (those closed before ``settled_before_ns``; all when None)."""
@@ -494,6 +497,43 @@ class ProbeSampler:
             self._open()
             if not self._hold(window):
                 return
+
+
+PerProcess = dict[int, tuple[int, int, float, float]]
+"""pid -> (probed calls, sampled calls, ns of the sampled ones, ns of the always-probed ones)."""
+
+
+def _per_process(pids: np.ndarray, sampled: np.ndarray, cost: np.ndarray) -> PerProcess:
+    """A batch's probed calls and their cost per process; a batch of one process without grouping."""
+    if not len(pids):
+        return {}
+    if pids.min() == pids.max():
+        sampled_ns = float(cost[sampled].sum())
+        return {int(pids[0]): (len(pids), int(np.count_nonzero(sampled)), sampled_ns, float(cost.sum()) - sampled_ns)}
+    uniq, inverse = np.unique(pids, return_inverse=True)
+    by_calls = np.bincount(inverse, minlength=len(uniq)).tolist()
+    by_sampled = np.bincount(inverse, weights=sampled, minlength=len(uniq)).tolist()
+    by_sampled_ns = np.bincount(inverse, weights=np.where(sampled, cost, 0.0), minlength=len(uniq)).tolist()
+    by_all_ns = np.bincount(inverse, weights=cost, minlength=len(uniq)).tolist()
+    return {
+        int(p): (int(c), int(ns), float(sn), float(a - sn))
+        for p, c, ns, sn, a in zip(uniq.tolist(), by_calls, by_sampled, by_sampled_ns, by_all_ns, strict=True)
+    }
+
+
+# Threads are counted on every this-many-th call of a batch: a thread making calls makes many.
+_THREAD_STRIDE = 16
+
+
+def _add_to_tally(tally: _Tally, per_pid: PerProcess, pids: np.ndarray, tids: np.ndarray) -> None:
+    """Add a batch's calls inside a window to its tally (lock held)."""
+    for pid, (_, n_sampled, sampled_ns, always_ns) in per_pid.items():
+        acc = tally.procs.setdefault(pid, [0.0, 0.0])
+        acc[0] += n_sampled
+        acc[1] += sampled_ns + always_ns
+    seen = np.unique((pids[::_THREAD_STRIDE].astype(np.int64) << 32) | tids[::_THREAD_STRIDE])
+    for key in seen.tolist():
+        tally.threads.setdefault(key >> 32, set()).add(key & 0xFFFFFFFF)
 
 
 def _now() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuscope.agent.options import TraceOptions
 from gpuscope.agent.sampling import MAX_PERIOD_S, MIN_WINDOW_S, ProcessLoad, duty_for, schedule
 from gpuscope.bpf.calibration import Prologue, prologue_at
 from gpuscope.platform.system import parse_process_cpu_ns
@@ -47,3 +48,52 @@ def test_a_process_cpu_time_is_read_past_a_command_name_with_spaces_and_parenthe
     import os
 
     assert parse_process_cpu_ns(text) == ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+class _Tracer:
+    """What the sampler reads of a tracer before its thread starts."""
+
+    samples = True
+
+    def __init__(self) -> None:
+        self.attached: dict[int, object] = {}
+        self.opts = TraceOptions(sampled_probes=True)
+
+
+def test_each_batch_is_costed_per_process_and_counted_into_the_window_it_fell_in() -> None:
+    import numpy as np
+
+    from gpuscope.agent.calibration import ProbeCosts
+    from gpuscope.agent.sampling import ProbeSampler
+    from gpuscope.bpf.wire import EVENT_DTYPE, Flag
+    from gpuscope.model.ops import Op
+
+    # given a sampler whose probe hits cost 1 µs (emulated), 10 µs (single-stepped) and 0.5 µs at return,
+    # with its first window open since t=0 and closed at t=1,000
+    windows: list[tuple[int, int, bool, list[tuple[int, int, float, int]]]] = []
+    s = ProbeSampler(_Tracer(), 0.01, 10.0, lambda *w: windows.append(w), open_since_ns=0)  # type: ignore[arg-type]
+    s.costs = ProbeCosts({Prologue.EMULATED: 1_000.0, Prologue.STEPPED: 10_000.0}, 500.0)
+    s._flag_costs = np.array([1_500.0, 1_000.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 10_500.0, 10_000.0])
+    s._end_chunk(1_000)
+    # when a batch brings, for pid 7, two launches (one single-stepped) inside the window and a sync after it,
+    # and for pid 8 one launch inside it
+    ev = np.zeros(4, dtype=EVENT_DTYPE)
+    ev["pid"] = [7, 7, 7, 8]
+    ev["tid"] = [70, 71, 70, 80]
+    ev["op"] = [
+        int(Op.cudaLaunchKernel),
+        int(Op.cudaLaunchKernel),
+        int(Op.cudaStreamSynchronize),
+        int(Op.cudaLaunchKernel),
+    ]
+    ev["flags"] = [0, int(Flag.STEPPED), 0, 0]
+    ev["ts_ns"] = [100, 200, 2_000, 300]
+    s.observe(ev)
+    s.flush()
+    # then each process's probe time is its calls times their measured cost, sampled calls apart
+    assert s._totals[7].sampled_ns == 1_500 + 10_500 and s._totals[7].always_ns == 1_500 and s._totals[7].calls == 3
+    assert s._totals[8].sampled_ns == 1_500
+    # and the window reports, per process, the sampled calls seen inside it and their probe time
+    ((start, end, exact, stats),) = windows
+    assert (start, end, exact) == (0, 1_000, True)
+    assert [(pid, calls, probe) for pid, calls, probe, _ in stats] == [(7, 2, 12_000.0), (8, 1, 1_500.0)]
