@@ -14,6 +14,7 @@
  */
 #include "common.bpf.h"
 #include "stacks.bpf.h"
+#include "profile.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

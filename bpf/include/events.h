@@ -156,7 +156,10 @@ enum gs_stat {
 	GS_STAT_HOLD = 9,         /* a process was stopped at its first mmap of an unknown CUDA library */
 	GS_STAT_HOLD_EXPIRED = 10,/* ... and resumed by the kernel's time bound, not by the agent */
 	GS_STAT_DROP_LOAD = 11,   /* load ring full: a late library load not reported */
-	GS_STAT_MAX = 12,
+	GS_STAT_CPU_SAMPLES = 12, /* on-CPU samples of traced threads handed over */
+	GS_STAT_CPU_SAMPLE_NS = 13, /* time the sampling program took, all samples (ns) */
+	GS_STAT_DROP_CPU_SAMPLE = 14, /* stack ring full: an on-CPU sample lost */
+	GS_STAT_MAX = 15,
 };
 
 /*
@@ -294,6 +297,8 @@ struct gs_stack_header {
  * full lengths, in characters for strings, bytes for the line table.
  */
 #define GS_STACK_OP_CODE 0xffff
+/* An on-CPU sample's stack (profile.bpf.h): ts_ns is the sample's time. */
+#define GS_STACK_OP_CPU_SAMPLE 0xfffe
 #define GS_CODE_NAME 128
 #define GS_CODE_FILE 256
 #define GS_CODE_LINETABLE 1024

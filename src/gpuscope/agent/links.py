@@ -45,3 +45,37 @@ def destroy_together(links: list[tuple[BpfObject, Link]]) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+def online_cpus() -> list[int]:
+    """The CPUs the kernel has online (``/sys/devices/system/cpu/online``: "0-3,6"); CPU 0 when unreadable."""
+    try:
+        with open("/sys/devices/system/cpu/online") as f:
+            text = f.read().strip()
+    except OSError:
+        return [0]
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out or [0]
+
+
+def attach_cpu_sampler(obj: BpfObject, prog_name: str, hz: int) -> int:
+    """Attach an on-CPU sampling program to a cpu-clock perf event on every online CPU; return how many.
+
+    A CPU that refuses (gone offline meanwhile) is skipped; none at all raises the first CPU's error.
+    """
+    period_ns = 1_000_000_000 // hz
+    attached, first_error = 0, None
+    for cpu in online_cpus():
+        try:
+            fd = obj.lib.open_cpu_clock(cpu, period_ns)
+        except OSError as exc:
+            first_error = first_error or exc
+            continue
+        obj.attach_perf_event(prog_name, fd)
+        attached += 1
+    if not attached and first_error is not None:
+        raise first_error
+    return attached

@@ -45,3 +45,6 @@ class TraceOptions:
     # Probe the high-rate ops (gpuscope.model.policy.SAMPLED_PROBE_OPS) in windows under an overhead
     # budget (gpuscope.agent.sampling); False: every call of every op, always (--record-all, --budget off).
     sampled_probes: bool = False
+    # On-CPU samples of traced threads per second of their CPU time (bpf/include/profile.bpf.h); 0: none.
+    # Taken only with stacks on (they are stacks).
+    cpu_sample_hz: int = 0

@@ -333,6 +333,11 @@ class ProbeSampler:
                     t.always_ns += n * table[flags]
             self._uncosted.clear()
 
+    def add_cost(self, pid: int, ns: float) -> None:
+        """Probe time measured elsewhere (the on-CPU sampler's): paid all the time, like the always-probed calls."""
+        with self._lock:
+            self._totals.setdefault(pid, _Totals()).always_ns += ns
+
     def take_interval(self) -> list[SelfCost]:
         """Each process's probe time, probed calls and CPU time since the last call (once calibrated)."""
         with self._lock:

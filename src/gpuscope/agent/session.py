@@ -171,7 +171,11 @@ class TraceSession:
             "budget": budget if self.tracer.samples else None,
             "sampled_ops": sorted(op_name(o) for o in SAMPLED_PROBE_OPS) if self.tracer.samples else [],
             "exact_first_s": keep_first_s if self.tracer.samples else None,
+            # On-CPU samples per second of a thread's CPU time (0: none taken), and why none if asked for.
+            "cpu_sample_hz": self.tracer.cpu_sample_hz,
         }
+        if self.tracer.cpu_sampling_error:
+            self.flags["cpu_sampling_error"] = self.tracer.cpu_sampling_error
         major, minor = libbpf().version()
         self.session_id = create_session(
             self.conn,
@@ -246,6 +250,7 @@ class TraceSession:
         )
         self.sampler.start()
         self._costs_saved = False
+        self._samples_charged: dict[int, int] = {}
         self._last_coverage = (0, 0)
 
     # -- setup ---------------------------------------------------------------
@@ -601,6 +606,7 @@ class TraceSession:
             costs = sampler.costs
             rows = [(p.value, costs.entry_ns[p], costs.return_ns) for p in costs.entry_ns]
             self.writer.write(insert_probe_costs, self.session_id, rows)
+        self._charge_cpu_samples()
         covered, elapsed = sampler.coverage()
         (c0, e0), self._last_coverage = self._last_coverage, (covered, elapsed)
         duty = (covered - c0) / (elapsed - e0) if sampler.budget is not None and elapsed > e0 else None
@@ -609,6 +615,18 @@ class TraceSession:
             bucket = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // BUCKET_NS * BUCKET_NS
             rows_ = [(c.pid, c.calls, c.probe_ns, c.cpu_ns) for c in interval]
             self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, duty, rows_)
+
+    def _charge_cpu_samples(self) -> None:
+        """Each process's on-CPU samples since the last second, at the sampler's measured time per sample."""
+        if self.stacks is None or not self.tracer.cpu_sample_hz:
+            return
+        c = self.tracer.counters()
+        per_sample = c.get("cpu_sample_ns", 0) / max(c.get("cpu_samples", 0) + c.get("drop_cpu_sample", 0), 1)
+        for pid, n in self.stacks.cpu_samples.items():
+            new = n - self._samples_charged.get(pid, 0)
+            if new > 0:
+                self.sampler.add_cost(pid, new * per_sample)
+                self._samples_charged[pid] = n
 
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)

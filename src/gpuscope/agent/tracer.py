@@ -21,7 +21,7 @@ import numpy as np
 from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.agent.discovery import kernel_file_key as kernel_file_key  # re-exported: callers import it from here
-from gpuscope.agent.links import destroy_together, stepped_offsets
+from gpuscope.agent.links import attach_cpu_sampler, destroy_together, stepped_offsets
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
@@ -35,7 +35,7 @@ from gpuscope.bpf.wire import (
     STAT_SLOTS,
     Stat,
 )
-from gpuscope.errors import BpfLoadError, ProcessNotFoundError
+from gpuscope.errors import BpfLoadError, PermissionDeniedError, ProcessNotFoundError
 from gpuscope.model.ops import Op
 from gpuscope.model.policy import SAMPLED_PROBE_OPS
 
@@ -130,6 +130,9 @@ class Tracer:
         # Whether the sampled ops' probes are attached now: from the start (the first seconds are probed
         # whole), with their gate open once loaded; gpuscope.agent.sampling takes over from there.
         self.sampled_attached = True
+        # On-CPU sampling: the rate taken (0: none) and why none where it was asked for.
+        self.cpu_sample_hz = 0
+        self.cpu_sampling_error: str | None = None
         try:
             self._load()
         except BaseException:
@@ -154,6 +157,7 @@ class Tracer:
         cuda.set_const("filter_targets", 1 if o.filter_targets else 0)
         cuda.set_const("entry_only", 1 if o.entry_only else 0)
         cuda.set_const("stack_mode", o.stacks)
+        cuda.set_const("self_tgid", os.getpid())
         cuda.set_max_entries("stack_events", STACK_RING_BYTES)
         if self.multi:
             cuda.set_uprobe_multi("gs_cuda_entry")
@@ -174,10 +178,21 @@ class Tracer:
             for op, every in o.stack_policy:
                 cuda.lib.map_update(fd, struct.pack("<I", op), struct.pack("<I", every))
             self.stack_ring = VarReader(cuda.map_fd("stack_events"), STACK_RING_BYTES)
+            if o.cpu_sample_hz > 0:
+                self._sample_cpus(cuda, o.cpu_sample_hz)
         self.ring = RingReader(host.map_fd("events"), o.ring_bytes)
         self.aux = AuxReader(host.map_fd("aux_events"), AUX_RING_BYTES)
         if self.samples:
             self.set_sample_gate(True)
+
+    def _sample_cpus(self, cuda: BpfObject, hz: int) -> None:
+        """Start the on-CPU sampler; a kernel or container that refuses perf events leaves the trace without it."""
+        try:
+            attach_cpu_sampler(cuda, "gs_cpu_sample", hz)
+        except (OSError, BpfLoadError, PermissionDeniedError) as exc:
+            self.cpu_sampling_error = str(exc)
+            return
+        self.cpu_sample_hz = hz
 
     def _load_host_domains(self, host: BpfObject) -> None:
         """Attach the host tracepoints; load and attach the optional domains and the late-load watch."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from gpuscope.analysis.attribution import EMPTY, Attribution
 from gpuscope.analysis.coverage import ANCHOR_OPS, Coverage, anchor_counts
+from gpuscope.analysis.cpu_profile import CpuSamples
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.imported_rates import ImportedRates
 from gpuscope.analysis.intervals import KeyGroups, distinct, merge, overlap_by_key
@@ -96,8 +97,11 @@ class Context:
         tracer_pids: frozenset[int] = frozenset(),
         imported_rates: ImportedRates | None = None,
         coverage: Coverage | None = None,
+        cpu_samples: CpuSamples | None = None,
     ) -> None:
         self.frame = frame
+        # On-CPU samples of traced threads (None: the recording has none): where host time goes.
+        self.cpu_samples = cpu_samples
         # When the overhead budget probed some ops in windows: their counts are estimated (op_summary).
         self.coverage = coverage
         self.window = window
@@ -272,6 +276,17 @@ class Context:
     @shared
     def sched(self) -> np.ndarray:
         return np.flatnonzero(self.frame.op == SCHED)
+
+    @shared
+    def forks(self) -> dict[int, tuple[int, ...]]:
+        """Per process: the processes it forked in the window (``process_fork`` rows; the handle is the child)."""
+        f = self.frame
+        rows = np.flatnonzero(f.op == int(Op.process_fork))
+        out: dict[int, tuple[int, ...]] = {}
+        for parent, child in zip(f.pid[rows].tolist(), f.handle[rows].tolist(), strict=True):
+            if child and child != parent:
+                out[parent] = (*out.get(parent, ()), child)
+        return out
 
     def own_thread_overlap(self, s: np.ndarray) -> np.ndarray:
         """Per call: the time the intervals ``s`` (frame rows: off-CPU spans) of its own thread cover.

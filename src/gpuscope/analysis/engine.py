@@ -20,6 +20,7 @@ from gpuscope.analysis.attribution import EMPTY, Attribution, load_attribution
 from gpuscope.analysis.caveats import counted_by_source, window_caveats, with_caveats
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.coverage import Coverage, SamplingSummary, load_coverage, with_sampling
+from gpuscope.analysis.cpu_profile import CpuSamples, load_cpu_samples
 from gpuscope.analysis.frame import (
     BUCKET_NS,
     GPU_CALLS,
@@ -46,6 +47,7 @@ from gpuscope.model.ops import Op
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.model.units import MAX_NS
 from gpuscope.recording import open_recording_meanwhile
+from gpuscope.store.cpu_samples_read import has_cpu_samples
 from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
 from gpuscope.store.stacks_read import any_call_stacks
@@ -190,6 +192,7 @@ def analyse(
     imported_rates: ImportedRates | None = None,
     threads: int | None = None,
     coverage: Coverage | None = None,
+    cpu_samples: CpuSamples | None = None,
 ) -> Report:
     """Evaluate every rule and rank findings: severity, then time lost.
 
@@ -213,6 +216,7 @@ def analyse(
         tracer_pids=tracer.pids,
         imported_rates=imported_rates,
         coverage=coverage,
+        cpu_samples=cpu_samples,
     )
     findings = _rank_consequences(evaluate(rules, ctx, threads))
     findings = [f for f in findings if f.severity >= min_severity]
@@ -442,6 +446,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         tracer = identify_tracer(conn)
         imported = load_imported_rates(conn, window)
         coverage = load_coverage(conn, window.start_ns, window.end_ns)
+        cpu = load_cpu_samples(conn, window.start_ns, window.end_ns, opts.pids) if has_cpu_samples(conn) else None
         report = analyse(
             frame,
             window,
@@ -455,6 +460,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             tracer=tracer,
             imported_rates=imported,
             coverage=coverage,
+            cpu_samples=cpu,
         )
         report = _with_call_sites(conn, report)
         report = replace(report, reference=_reference_findings(conn, report, frame))

@@ -39,9 +39,10 @@ from gpuscope.store.sessions_read import (
     session_states,
 )
 
-# Sources whose losses are events (the ``dropped`` total); "stack" loses call stacks, "exec" command lines.
+# Sources whose losses are events (the ``dropped`` total); "stack" loses call stacks, "cpu_sample" on-CPU
+# samples, "exec" command lines.
 EVENT_SOURCES = ("cuda", "driver", "nccl", "host")
-_SOURCE_ORDER = (*EVENT_SOURCES, "stack", "exec")
+_SOURCE_ORDER = (*EVENT_SOURCES, "stack", "cpu_sample", "exec")
 
 
 def iso_wall(wall_ns: int | None) -> str | None:
@@ -242,7 +243,7 @@ def drop_line(state: RecordingState) -> str | None:
     parts = []
     for d in state.drops:
         when = f" ({iso_wall(d.from_wall_ns)} to {iso_wall(d.to_wall_ns)})" if d.from_wall_ns is not None else ""
-        what = {"stack": " call stacks", "exec": " command lines"}.get(d.source, "")
+        what = {"stack": " call stacks", "cpu_sample": " on-CPU samples", "exec": " command lines"}.get(d.source, "")
         parts.append(f"{d.source} {d.dropped:,}{what}{when}")
     head = (
         f"{state.events_dropped:,} events dropped ({state.lost_share:.1%} of all events)"

@@ -39,6 +39,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_program__fd": (c_int, [c_void_p]),
     "bpf_program__attach": (c_void_p, [c_void_p]),
     "bpf_program__attach_uprobe_opts": (c_void_p, [c_void_p, c_int, c_char_p, c_size_t, c_void_p]),
+    "bpf_program__attach_perf_event": (c_void_p, [c_void_p, c_int]),
     "bpf_link__destroy": (c_int, [c_void_p]),
     "bpf_map__fd": (c_int, [c_void_p]),
     "bpf_map__reuse_fd": (c_int, [c_void_p, c_int]),
@@ -57,6 +58,12 @@ BPF_LINK_CREATE = 28
 BPF_PROG_LOAD = 5
 BPF_F_UPROBE_MULTI_RETURN = 1
 _SYS_BPF = 321  # x86_64
+# perf_event_open(2) by architecture; a software cpu-clock event counts ns of CPU time.
+_SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+PERF_TYPE_SOFTWARE = 1
+PERF_COUNT_SW_CPU_CLOCK = 0
+PERF_FLAG_FD_CLOEXEC = 8
+_PERF_ATTR_SIZE = 128  # PERF_ATTR_SIZE_VER7: the kernel accepts any known size
 
 
 class Libbpf:
@@ -153,6 +160,26 @@ class Libbpf:
         put32(52, BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
         put32(56, pid)
         fd = int(self._libc.syscall(_SYS_BPF, BPF_LINK_CREATE, attr, 128))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return fd
+
+    def open_cpu_clock(self, cpu: int, period_ns: int) -> int:
+        """Open a software cpu-clock perf event on one CPU, all tasks, one sample per ``period_ns`` of CPU time.
+
+        Returns its fd (close-on-exec); raises OSError with the kernel's errno.
+        """
+        nr = _SYS_PERF_EVENT_OPEN.get(os.uname().machine)
+        if nr is None:
+            raise OSError(errno.ENOSYS, f"perf_event_open: unknown system call number on {os.uname().machine}")
+        attr = (ctypes.c_uint8 * _PERF_ATTR_SIZE)()
+        base = ctypes.addressof(attr)
+        ctypes.c_uint32.from_address(base + 0).value = PERF_TYPE_SOFTWARE
+        ctypes.c_uint32.from_address(base + 4).value = _PERF_ATTR_SIZE
+        ctypes.c_uint64.from_address(base + 8).value = PERF_COUNT_SW_CPU_CLOCK
+        ctypes.c_uint64.from_address(base + 16).value = period_ns  # sample_period (freq bit clear)
+        fd = int(self._libc.syscall(nr, attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC))
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))

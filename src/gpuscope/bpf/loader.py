@@ -118,6 +118,17 @@ class BpfObject:
         self.links.append(link)
         return link
 
+    def attach_perf_event(self, prog_name: str, perf_fd: int) -> Link:
+        """Attach a perf_event program to an open perf event; the link owns the event's fd from here."""
+        ptr = self.lib.bpf_program__attach_perf_event(self._prog_ptr(prog_name), perf_fd)
+        if not ptr:
+            err = self.lib.ptr_error(ptr)
+            close_fd(perf_fd)
+            _raise_load_error(f"attach {prog_name}", err)
+        link = Link(f"{prog_name}@perf{perf_fd}", ptr=ptr)
+        self.links.append(link)
+        return link
+
     def attach_uprobe_multi(
         self, prog_name: str, path: str, offsets: list[int], cookies: list[int], *, retprobe: bool, pid: int = 0
     ) -> Link:

@@ -69,9 +69,12 @@ class Stat(enum.IntEnum):
     HOLD = 9
     HOLD_EXPIRED = 10
     DROP_LOAD = 11
+    CPU_SAMPLES = 12
+    CPU_SAMPLE_NS = 13
+    DROP_CPU_SAMPLE = 14
 
 
-STAT_SLOTS = 12
+STAT_SLOTS = 15
 DROP_STATS = (Stat.DROP_CUDA, Stat.DROP_DRIVER, Stat.DROP_HOST, Stat.DROP_NCCL)
 
 # struct gs_aux_header + payload on the aux ring (variable length, rare).
@@ -157,6 +160,8 @@ STACK_MAX_PY = 32
 # A code object's description on the same ring: a stack header whose op is
 # STACK_OP_CODE, then struct gs_py_code.
 STACK_OP_CODE = 0xFFFF
+# An on-CPU sample's stack (bpf/include/profile.bpf.h); the header's ts_ns is the sample's time.
+STACK_OP_CPU_SAMPLE = 0xFFFE
 CODE_NAME = 128
 CODE_FILE = 256
 CODE_LINETABLE = 1024

@@ -17,7 +17,7 @@ from gpuscope.commands._options import (
     filter_from_args,
 )
 from gpuscope.errors import UsageError
-from gpuscope.export import EXPORTERS, ExportOptions, ExportStats, export_to_file
+from gpuscope.export import EXPORTERS, PROFILE_FORMATS, ExportOptions, ExportStats, export_to_file
 from gpuscope.model.units import fmt_count
 from gpuscope.platform.files import refuse_same_file
 from gpuscope.query.engine import open_reader
@@ -97,6 +97,14 @@ def run(args: argparse.Namespace) -> int:
         write_json_summary({**doc, **asdict(stats), "notes": notes}, sys.stdout)
         return 0
     where = "stdout" if to_stdout else args.output
+    if args.format in PROFILE_FORMATS:
+        if not stats.events_written:
+            print("note: no on-CPU samples in the recording (traced with --cpu-samples off?)", file=sys.stderr)
+        print(f"wrote {fmt_count(stats.events_written)} on-CPU samples of {stats.threads} threads to {where}",
+              file=sys.stderr)  # fmt: skip
+        if not to_stdout:
+            print("open it in https://www.speedscope.app or feed it to flamegraph.pl / inferno", file=sys.stderr)
+        return 0
     print(
         f"wrote {fmt_count(stats.events_written)} events on {stats.threads} threads of {stats.nodes} node(s), "
         f"{stats.findings} findings ({stats.findings_source}), {stats.counters} counter samples to {where}",

@@ -8,16 +8,27 @@ from urllib.parse import urlencode
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import add_db_option, bounded_int, db_from_args, duration_ns, pid_arg
+from gpuscope.errors import UsageError
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.recording import open_recording
+from gpuscope.stacks.profile import cpu_profile, top_functions
 from gpuscope.stacks.report import top_stacks
 
 NAME = "stacks"
-HELP = "who made the CUDA calls: distinct call stacks (native frames and Python lines), most calls first"
+HELP = (
+    "who made the CUDA calls: distinct call stacks (native frames and Python lines), most calls first; "
+    "--cpu: where the traced threads spent their CPU time (on-CPU samples)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_db_option(p)
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="the on-CPU profile instead: the functions and stacks the traced threads were sampled in "
+        "(`trace --cpu-samples`); export it for a flame graph with `gpuscope export --format speedscope`",
+    )
     p.add_argument("--op", help="only calls of this API (e.g. cudaMalloc)")
     p.add_argument("--pid", type=pid_arg, help="only this process")
     p.add_argument("--min-duration", metavar="DURATION", help="only calls at least this long (e.g. 1ms)")
@@ -32,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
     min_ns = None
     if args.min_duration:
         min_ns = duration_ns("--min-duration", args.min_duration, examples="500us, 2ms")
+    if args.cpu:
+        if wants_fleet(args):
+            raise UsageError("--cpu reads one recording", remedy="merge the nodes' recordings first (gpuscope merge)")
+        if args.op or min_ns is not None:
+            raise UsageError("--cpu profiles threads, not calls: --op and --min-duration do not apply")
+        return _cpu(args)
     if wants_fleet(args):
         return _fleet(args, min_ns)
     conn = open_recording(db_from_args(args))
@@ -65,6 +82,41 @@ def run(args: argparse.Namespace) -> int:
         for s in stacks
     ]
     write_rows(cols, rows, fmt, sys.stdout)
+    return 0
+
+
+def _cpu(args: argparse.Namespace) -> int:
+    """The on-CPU profile: top functions (self), then the top stacks, by samples."""
+    conn = open_recording(db_from_args(args))
+    try:
+        profile = cpu_profile(conn, pid=args.pid)
+    finally:
+        conn.close()
+    hot = top_functions(profile, args.limit)
+    fmt = chosen_format(args.output)
+    if fmt is not OutputFormat.TABLE:
+        cols = ["function", "file", "line", "samples", "share"]
+        write_rows(cols, ([h.function, h.file, h.line, h.samples, round(h.share, 4)] for h in hot), fmt, sys.stdout)
+        return 0
+    if not profile.samples:
+        print("no on-CPU samples recorded (traced with --cpu-samples off or --no-stack, or an older gpuscope)",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    rate = (
+        f" at {profile.hz} a second: ≈{profile.estimated_cpu_s():.1f} s of CPU time (estimated)" if profile.hz else ""
+    )
+    who = f" of pid {args.pid}" if args.pid is not None else ""
+    print(f"{profile.samples:,} on-CPU samples{who}{rate}")
+    print()
+    print("functions (where the samples were; the user's own code where a stack has it):")
+    for h in hot:
+        print(f"  {h.share:6.1%}  {h.samples:>7,}  {h.render()}")
+    print()
+    for st in profile.stacks[: args.limit]:
+        print(f"{st.samples} samples ({st.samples / profile.samples:.0%}), pid {st.pid} tid {st.tid}")
+        for f in st.frames:
+            print(f"    {f.render()}")
+        print()
     return 0
 
 

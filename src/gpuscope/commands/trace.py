@@ -24,7 +24,7 @@ from gpuscope.commands._exporters import (
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, pid_arg, size_bytes
 from gpuscope.config import check_node_name, load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
-from gpuscope.model.policy import WARMUP_ROWS_PER_S
+from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ, MAX_CPU_SAMPLE_HZ, WARMUP_ROWS_PER_S
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
@@ -123,6 +123,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="include Python frames in stacks (default: on)",
+    )
+    p.add_argument(
+        "--cpu-samples",
+        default=str(DEFAULT_CPU_SAMPLE_HZ),
+        metavar="HZ|off",
+        help="sample the on-CPU stacks of traced threads this many times a second of their CPU time, to name the "
+        f"code that holds the host while the GPU waits (default {DEFAULT_CPU_SAMPLE_HZ}; its measured cost counts "
+        "against --budget; needs --stack)",
     )
     p.add_argument(
         "--stack-every",
@@ -462,7 +470,22 @@ def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions
         stacks=(2 if args.python_stack else 1) if args.stack else 0,
         stack_policy=stack_policy(overrides=parse_overrides(args.stack_every)),
         sampled_probes=not args.record_all and budget_arg(args.budget) is not None,
+        cpu_sample_hz=cpu_samples_arg(args.cpu_samples) if args.stack else 0,
     )
+
+
+def cpu_samples_arg(text: str) -> int:
+    """``--cpu-samples``: samples a second (1 to 999), 0 for ``off``."""
+    t = text.strip().lower()
+    if t in ("off", "0", "none"):
+        return 0
+    try:
+        hz = int(t.removesuffix("hz"))
+    except ValueError:
+        raise UsageError(f"--cpu-samples {text}: samples a second such as 49 or 99, or off") from None
+    if not 1 <= hz <= MAX_CPU_SAMPLE_HZ:
+        raise UsageError(f"--cpu-samples {text}: from 1 to {MAX_CPU_SAMPLE_HZ} a second (or off)")
+    return hz
 
 
 def budget_arg(text: str) -> float | None:

@@ -32,6 +32,7 @@ DROP_SOURCES = {
     "drop_host": "host",
     "drop_stack": "stack",
     "drop_aux": "exec",
+    "drop_cpu_sample": "cpu_sample",
 }
 
 DEFAULT_RING_BYTES = 32 << 20

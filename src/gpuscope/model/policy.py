@@ -24,3 +24,9 @@ SAMPLED_PROBE_OPS = frozenset(
 ) | frozenset({int(Op.cudaMemcpyAsync), int(Op.cuMemcpyAsync)})
 # The default overhead budget: gpuscope's probes may take this share of a traced process's CPU time.
 DEFAULT_BUDGET = 0.01
+
+# On-CPU samples of traced threads, per second of a thread's CPU time (`trace --cpu-samples`). 49, not 50: a
+# rate that shares no period with the millisecond timers of most programs, so samples do not lock onto them.
+# At this rate a busy thread pays ~0.1% of its CPU time (measured: bench/cpu_sample_bench.py).
+DEFAULT_CPU_SAMPLE_HZ = 49
+MAX_CPU_SAMPLE_HZ = 999

@@ -19,9 +19,11 @@ from typing import Concatenate, ParamSpec, Protocol
 
 import numpy as np
 
+from gpuscope.bpf.wire import STACK_OP_CPU_SAMPLE
 from gpuscope.stacks.python import LAYOUTS, find_interpreter, sanity_check
 from gpuscope.stacks.records import CodeRecord, RawStack, decode
 from gpuscope.stacks.resolve import StackResolver
+from gpuscope.store.cpu_samples import CpuSampleRow, insert_cpu_samples
 from gpuscope.store.stacks_write import EventStackRow, StackRow, insert_event_stacks, insert_stacks
 
 P = ParamSpec("P")
@@ -65,6 +67,8 @@ class StackCollector:
         self.python = python
         self.resolver = resolver or StackResolver()
         self.records = 0
+        # On-CPU samples stored, per process, since the trace started (their cost is part of the self-cost).
+        self.cpu_samples: dict[int, int] = {}
         self._by_key: dict[bytes, int] = {}
         # (pid, site id) -> the stack hash of the site's last full stack
         self._by_site: dict[tuple[int, int], int] = {}
@@ -144,6 +148,7 @@ class StackCollector:
             return 0
         new_stacks: list[StackRow] = []
         links: list[EventStackRow] = []
+        samples: list[CpuSampleRow] = []
         for body in bodies:
             raw = decode(body)
             if raw is None:
@@ -165,9 +170,15 @@ class StackCollector:
                 if len(self._by_site) > _MAX_CACHED:
                     self._by_site.clear()
                 self._by_site[(raw.pid, raw.site)] = h
+            if raw.op == STACK_OP_CPU_SAMPLE:
+                samples.append((self.session_id, raw.pid, raw.tid, raw.ts_ns, h))
+                self.cpu_samples[raw.pid] = self.cpu_samples.get(raw.pid, 0) + 1
+                continue
             links.append((self.session_id, raw.pid, raw.tid, raw.ts_ns, h))
         if new_stacks:
             writer.write(insert_stacks, new_stacks)
+        if samples:
+            writer.write(insert_cpu_samples, samples)
         writer.write(insert_event_stacks, links)
         self.records += len(links)
         return len(bodies)

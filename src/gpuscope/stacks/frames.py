@@ -65,6 +65,15 @@ class Frame:
         return self.module is None or bool(_PLUMBING.match(os.path.basename(self.module)))
 
 
+def frames_from_json(text: object) -> tuple[Frame, ...]:
+    """The stored frames of a stack; none where they are not the JSON list the collector writes (a changed file)."""
+    try:
+        items = json.loads(text) if isinstance(text, str | bytes) else None
+    except ValueError:
+        return ()
+    return tuple(Frame.from_json(f) for f in items if isinstance(f, dict)) if isinstance(items, list) else ()
+
+
 @dataclass(frozen=True, slots=True)
 class Stack:
     frames: tuple[Frame, ...]

@@ -7,11 +7,10 @@ database through a read-only connection and never print.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 
-from gpuscope.stacks.frames import Frame
+from gpuscope.stacks.frames import Frame, frames_from_json
 from gpuscope.store.stacks_read import call_site_counts, has_call_stacks, stack_counts
 
 
@@ -97,17 +96,8 @@ def top_stacks(
             c.calls / total,
             c.total_duration_ns,
             c.call_site,
-            _frames(c.frames_json),
+            frames_from_json(c.frames_json),
             c.marker,
         )
         for c in counts[:limit]
     ]
-
-
-def _frames(text: object) -> tuple[Frame, ...]:
-    """The stored frames of a stack; none where they are not the JSON list the collector writes (a changed file)."""
-    try:
-        items = json.loads(text) if isinstance(text, str | bytes) else None
-    except ValueError:
-        return ()
-    return tuple(Frame.from_json(f) for f in items if isinstance(f, dict)) if isinstance(items, list) else ()

@@ -127,11 +127,15 @@ def _drop_orphans(conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT ts_ns FROM event_log WHERE session_id = ? ORDER BY id LIMIT 1", (sid,)).fetchone()
         cutoff = row[0] if row else (1 << 63) - 1
         conn.execute("DELETE FROM event_stacks WHERE session_id = ? AND ts_ns < ?", (sid, cutoff))
+        if "cpu_samples" in tables:
+            # On-CPU samples of the deleted history go with it.
+            conn.execute("DELETE FROM cpu_samples WHERE session_id = ? AND ts_ns < ?", (sid, cutoff))
     on_rows = {r[1] for r in conn.execute("PRAGMA table_info(event_log)")} >= {"stack_hash"}
     conn.execute(
         "DELETE FROM stacks WHERE hash NOT IN (SELECT DISTINCT stack_hash FROM event_stacks)"
         # Rows carry most calls' stacks themselves (schema 8).
         + (" AND hash NOT IN (SELECT DISTINCT stack_hash FROM event_log WHERE stack_hash != 0)" if on_rows else "")
+        + (" AND hash NOT IN (SELECT DISTINCT stack_hash FROM cpu_samples)" if "cpu_samples" in tables else "")
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpuscope.model.ops import OPS, Source
 from gpuscope.store.coverage import COVERAGE_DDL
+from gpuscope.store.cpu_samples import CPU_SAMPLES_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,6 +560,7 @@ MIGRATIONS: list[Migration] = [
     Migration(9, "host CPU, memory, load and swap once a second", _V9_SYSTEM),
     Migration(10, "column blocks of the event rows, for the analysis", _V10_BLOCKS),
     Migration(11, "the overhead budget: probe windows of the sampled ops, probe costs, self-cost", COVERAGE_DDL),
+    Migration(12, "on-CPU samples of traced threads and the stacks they ran", CPU_SAMPLES_DDL),
 ]
 
 MIGRATIONS.sort(key=lambda m: m.version)

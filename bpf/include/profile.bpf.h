@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * On-CPU samples of traced threads: where the host's time goes while the GPU
+ * waits for it.
+ *
+ * User space opens a software cpu-clock perf event on every online CPU, one
+ * sample per period of CPU time (e.g. 49 a second), and attaches this program
+ * to each. A sample of a thread that is not a target returns at once; a
+ * target's becomes a stack record (op GS_STACK_OP_CPU_SAMPLE, the sample's
+ * time, native and Python frames) on the stack ring, resolved like a call's
+ * stack, so code objects and files are named after the process has exited.
+ *
+ * No call site, return address or stack window: the sample interrupts the
+ * thread anywhere (in the kernel too), so only the unwinds hold. The program
+ * times itself into the stats map: its measured cost is part of gpuscope's
+ * self-cost.
+ *
+ * Programs of one CPU never nest (the kernel's bpf_prog_active): a sample that
+ * lands while a uprobe program runs on that CPU is skipped by the kernel, so
+ * the per-CPU stack scratch buffer is never shared mid-use.
+ */
+#ifndef GPUSCOPE_PROFILE_BPF_H
+#define GPUSCOPE_PROFILE_BPF_H
+
+#include "common.bpf.h"
+#include "stacks.bpf.h"
+
+static __always_inline void gs_count_ns(__u32 slot, __u64 ns)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &slot);
+	if (v)
+		__sync_fetch_and_add(v, ns);
+}
+
+SEC("perf_event")
+int gs_cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, zero = 0, frames;
+	struct gs_stack_buf *b;
+	__u64 t0, size;
+	long n;
+
+	/* Idle (pid 0), gpuscope itself and every thread not traced. */
+	if (!tgid || tgid == self_tgid || !gs_is_target(tgid))
+		return 0;
+	t0 = bpf_ktime_get_ns();
+	b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!b)
+		return 0;
+	b->h.ts_ns = t0;
+	b->h.pid = tgid;
+	b->h.tid = (__u32)pid_tgid;
+	b->h.op = GS_STACK_OP_CPU_SAMPLE;
+	b->h.py_status = GS_PY_NONE;
+	b->h.n_native = 0;
+	b->h.n_py = 0;
+	b->h.ret_ip = 0;
+	b->h.ret_ino = 0;
+	b->h.ret_off = 0;
+	b->h.site = 0;
+	n = bpf_get_stack(ctx, b->native, sizeof(b->native), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+	b->h.n_native = n > 0 ? n / sizeof(struct gs_native_frame) : 0;
+	if (stack_mode >= 2)
+		b->h.py_status = gs_py_walk(b, tgid, (__u32)pid_tgid, bpf_get_current_task_btf());
+	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
+	/* Python frames follow the native frames captured (see gs_stack_emit). */
+	if (b->h.n_py && b->h.n_native < GS_STACK_MAX_NATIVE) {
+		__u32 base = (b->h.n_native & (GS_STACK_MAX_NATIVE - 1)) * sizeof(struct gs_native_frame);
+		for (int i = 0; i < GS_STACK_MAX_PY; i++) {
+			if (i >= b->h.n_py)
+				break;
+			__u32 at = base + i * sizeof(struct gs_py_frame);
+			if (at > sizeof(b->native) + sizeof(b->py) - sizeof(struct gs_py_frame))
+				break;
+			*(struct gs_py_frame *)((void *)b->native + at) = b->py[i];
+		}
+	}
+	size = sizeof(b->h) + frames;
+	if (size > offsetof(struct gs_stack_buf, window))
+		size = offsetof(struct gs_stack_buf, window);
+	if (bpf_ringbuf_output(&stack_events, b, size, BPF_RB_NO_WAKEUP))
+		gs_count(GS_STAT_DROP_CPU_SAMPLE);
+	else
+		gs_count(GS_STAT_CPU_SAMPLES);
+	gs_count_ns(GS_STAT_CPU_SAMPLE_NS, bpf_ktime_get_ns() - t0);
+	return 0;
+}
+
+#endif /* GPUSCOPE_PROFILE_BPF_H */
