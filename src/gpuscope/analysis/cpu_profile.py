@@ -133,6 +133,15 @@ def host_fix(hot: list[HotFunction], *, feeder_holds_it: bool) -> str:
 HOST_TIME = "host-time"
 
 
+@dataclass(frozen=True, slots=True)
+class HostTime:
+    """Where the host's CPU time went in some intervals: the cause, a fix for that code, the top functions."""
+
+    cause: Cause
+    fix: str
+    hot: tuple[HotFunction, ...]
+
+
 def host_time_cause(
     samples: CpuSamples | None,
     pids: set[int],
@@ -140,7 +149,7 @@ def host_time_cause(
     ends: np.ndarray,
     feeder_tids: set[int],
     what: str = "taken while the GPU waited",
-) -> tuple[Cause, str] | None:
+) -> HostTime | None:
     """Where the host's CPU time went in the given intervals, and a fix for that code; None without enough samples.
 
     ``pids``: the process and its own workers (forked children); ``feeder_tids``: the threads that make the
@@ -168,4 +177,6 @@ def host_time_cause(
         "host_top_share": round(hot[0].share, 3),
         "host_feeder_share": round(on_feeder, 3),
     }
-    return Cause(HOST_TIME, lines, metrics=metrics), host_fix(hot, feeder_holds_it=on_feeder >= 0.5)
+    return HostTime(
+        Cause(HOST_TIME, lines, metrics=metrics), host_fix(hot, feeder_holds_it=on_feeder >= 0.5), tuple(hot)
+    )

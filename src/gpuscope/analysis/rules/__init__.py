@@ -20,6 +20,7 @@ from gpuscope.analysis.rules.host import (
     OomRule,
     TcpRetransmitRule,
 )
+from gpuscope.analysis.rules.host_bound import GilBoundRule, LaunchBoundRule, SyncInLoopRule
 from gpuscope.analysis.rules.io_wait import BlockingIoRule
 from gpuscope.analysis.rules.nccl import NcclStragglerRule
 from gpuscope.analysis.rules.nccl_hang import NcclHangRule
@@ -38,6 +39,9 @@ RULES: tuple[Rule, ...] = (
     AllocatorChurnRule(),
     MemoryLeakRule(),
     DataStarvationRule(),
+    LaunchBoundRule(),
+    GilBoundRule(),
+    SyncInLoopRule(),
     SyncStallRule(),
     ThroughputDropRule(),
     OomRule(),

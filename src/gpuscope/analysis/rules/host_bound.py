@@ -1,0 +1,348 @@
+"""Rules for a GPU held up by its own host, inside the step: launch overhead, the GIL, a sync every step.
+
+``data-starvation`` (gpuscope.analysis.rules.flow) covers the long gaps after a
+synchronisation. These cover the other host-bound shapes, each told apart by
+what the feeding thread (the thread making the GPU calls) did:
+
+- ``launch-bound``: it was on a CPU between launches, tens of microseconds
+  each (Python between tiny kernels), and the syncs found the GPU done: the
+  launches are the step.
+- ``gil-bound``: it was off its CPU by its own choice, over and over for a few
+  milliseconds (a thread waiting for the GIL gives up after the switch
+  interval, 5 ms), woken by another thread of its process that was running
+  Python meanwhile (its on-CPU samples say so).
+- ``sync-in-loop``: every step waits for the GPU (``.item()``, ``.cpu()``) and
+  then computes on the host while the GPU has nothing queued: host and GPU take
+  turns instead of overlapping. A GPU busy most of the time is ``sync-stall``;
+  a host that holds the GPU idle most of the time is ``data-starvation``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuscope.analysis.context import Context
+from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause, hot_functions
+from gpuscope.analysis.frame import GPU_WORK, LAUNCH_OPS, SYNC_OPS
+from gpuscope.analysis.intervals import distinct, overlap_by_key
+from gpuscope.analysis.stats import severity_for
+from gpuscope.model.findings import Cause, Finding, Severity, Symptom
+from gpuscope.model.op_table import in_ops
+from gpuscope.model.ops import Op
+from gpuscope.model.units import fmt_ns
+
+# launch-bound: at least this many launches, this many a step, this much host time per launch (Python
+# between tiny kernels; a C loop calling back to back spends ~1 µs), this share of the time launching.
+LAUNCH_MIN = 1000
+LAUNCH_GAP_NS = 5_000
+LAUNCH_PER_STEP = 20
+LAUNCH_SHARE = 0.4
+# A sync that finds the GPU done returns in well under the host time of one launch.
+QUICK_SYNC_NS = 200_000
+# gil-bound: the feeding thread's voluntary waits woken by its own process, short and many.
+GIL_MIN_WAITS = 20
+GIL_WAIT_MAX_NS = 20_000_000
+GIL_SHARE = 0.15
+# sync-in-loop: both the waits and the host time after them take this share of the wall time.
+LOOP_MIN_STEPS = 10
+LOOP_SHARE = 0.15
+# ... in turns long enough to matter: below these a step's wait and host work are launch-path noise.
+LOOP_MIN_WAIT_NS = 500_000
+LOOP_MIN_HOST_NS = 1_000_000
+
+
+def _feeders(ctx: Context, pid: int) -> tuple[np.ndarray, set[int]]:
+    """The process's GPU calls (frame rows, by time) and the threads that make them."""
+    rows: np.ndarray = ctx.calls[ctx.pid_calls_of(pid, GPU_WORK)]
+    return rows, set(distinct(ctx.frame.tid[rows]).tolist())
+
+
+def _off_cpu_share(ctx: Context, pid: int, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float:
+    """The share of the intervals the thread given for each was off its CPU (any reason)."""
+    f, s = ctx.frame, ctx.sched
+    s = s[f.pid[s] == pid]
+    off = overlap_by_key(tids, starts, ends, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+    return float(off.sum()) / max(float((ends - starts).sum()), 1.0)
+
+
+class LaunchBoundRule:
+    """Thousands of tiny kernels with host code between them: the GPU waits for each launch.
+
+    Read per step (a synchronisation to the next): its launch phase runs from the first GPU call after the
+    synchronisation (a row always kept, in every storage mode) to the next synchronisation, and holds the
+    step's share of the process's launches (exact counts from the aggregates, estimated under the overhead
+    budget). Host time per launch is the phase's length over its launches; the time before the phase is
+    ``data-starvation``'s.
+    """
+
+    id = "launch-bound"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f = ctx.frame
+        out = []
+        for p in ctx.call_pids:
+            rows, _ = _feeders(ctx, p)
+            is_sync = in_ops(f.op[rows], SYNC_OPS)
+            after = np.flatnonzero(is_sync[:-1])
+            launches = self._launches(ctx, p, rows)
+            if len(after) < LOOP_MIN_STEPS or launches < LAUNCH_MIN:
+                continue
+            sync_rows = rows[is_sync]
+            if float(np.median(f.dur[sync_rows])) > QUICK_SYNC_NS:
+                continue  # the GPU still had work when the host waited: it kept up with the launches
+            # Each step's launch phase: the first call after a sync to the next sync.
+            nxt = np.searchsorted(np.flatnonzero(is_sync), after, side="right")
+            ok = nxt < int(is_sync.sum())
+            first = rows[after[ok] + 1]
+            end_sync = sync_rows[nxt[ok]]
+            ps, pe = f.ts[first], f.ts[end_sync]
+            keep = pe > ps
+            if ctx.coverage is not None:
+                keep &= ctx.coverage.fully_covered(ps, pe)
+            ps, pe, tids = ps[keep], pe[keep], f.tid[first[keep]]
+            if len(ps) < LOOP_MIN_STEPS:
+                continue
+            per_step = launches / max(int(is_sync.sum()), 1)  # each step ends with its sync
+            # On-CPU time only: time the thread was off its CPU in the phase (preempted, waiting) is other rules'.
+            on_cpu = 1.0 - _off_cpu_share(ctx, p, tids, ps, pe)
+            phase = int((pe - ps).sum() * on_cpu)
+            per_launch = int((pe - ps).mean() * on_cpu / max(per_step, 1))
+            launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]
+            launch_ns = int(np.median(f.dur[launch_rows])) if len(launch_rows) else 0
+            if per_step < LAUNCH_PER_STEP or per_launch < max(LAUNCH_GAP_NS, 2 * launch_ns):
+                continue  # few launches a step, or back to back: the launch call's own cost
+            wall = ctx.pid_span_ns(p)
+            if ctx.coverage is not None:
+                lo, hi = ctx.call_spans.get(p, (0, 0))
+                wall = min(wall, max(ctx.coverage.covered_ns(lo, hi), 1))
+            share = phase / max(int(len(ps) * wall / len(after)), 1)
+            if share < LAUNCH_SHARE:
+                continue  # launching on a CPU is a small part of the time
+            between = int(share * wall)
+            lines = [
+                f"{len(after)} steps of ~{per_step:.0f} launches each; launching takes {share:.0%} of the time on a "
+                f"CPU, {fmt_ns(per_launch)} of host time per launch (the launch call itself {fmt_ns(launch_ns)})"
+                + (f"; off its CPU {1 - on_cpu:.0%} of the launch phases besides" if on_cpu < 0.9 else ""),
+                f"the synchronisations found the GPU done (median {fmt_ns(int(np.median(f.dur[sync_rows])))}): "
+                "the GPU waited for each launch",
+            ]
+            fix = (
+                "launch fewer, larger kernels: capture the step in a CUDA Graph (torch.cuda.graphs, "
+                'torch.compile(mode="reduce-overhead")), fuse ops (torch.compile), or use larger batches'
+            )
+            metrics: dict[str, float | int] = {"per_launch_ns": per_launch, "launches_per_step": round(per_step, 1)}
+            causes = [Cause(self.id, tuple(lines), metrics=metrics)]
+            host = host_time_cause(ctx.cpu_samples, {p}, ps, pe, set(distinct(tids).tolist()), "between launches")
+            if host is not None:
+                causes.append(host.cause)
+                fix += f"; between launches the host runs {host.hot[0].render()} most: make it cheaper or move it out of the step"
+            sym = Symptom(
+                f"pid {p} spends {share:.0%} of its time launching ~{per_step:.0f} tiny kernels a step",
+                "gpu-idle",
+                p,
+                f.comm(p),
+                launches,
+                per_launch,
+                per_launch,
+                per_launch,
+                between,
+            )
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=Severity.HIGH if share >= 0.75 else Severity.MEDIUM,
+                    symptom=sym,
+                    causes=tuple(causes),
+                    fix=fix,
+                    lost_ns=between,
+                    wall_ns=wall,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _launches(ctx: Context, pid: int, rows: np.ndarray) -> int:
+        """The process's launches in the window: every call counted (aggregates), else its rows."""
+        if ctx.aggregates is None:
+            return int(in_ops(ctx.frame.op[rows], LAUNCH_OPS).sum())
+        total = 0
+        for op in LAUNCH_OPS:
+            summary = ctx.op_summary(pid, op)
+            total += summary[0] if summary is not None else 0
+        return total
+
+
+class GilBoundRule:
+    """The feeding thread waits, again and again, for the GIL another thread of its process holds."""
+
+    id = "gil-bound"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f = ctx.frame
+        samples = ctx.cpu_samples
+        if samples is None or not len(samples):
+            return []  # which thread ran Python meanwhile is read from the samples: none, no claim
+        s = ctx.sched
+        voluntary = s[(f.arg0[s] == 0) & (f.arg1[s] != 0)]
+        wk = np.flatnonzero(f.op == int(Op.sched_wakeup))
+        out = []
+        for p in ctx.call_pids:
+            _, feeders = _feeders(ctx, p)
+            fed = np.fromiter(feeders, np.int64)
+            # Two ways a thread loses the GIL's race: it waits (futex) until the holder lets go, or, woken, it
+            # is preempted by the holder taking its CPU back. Both end with its own process's thread.
+            own_pre = ctx.preempting[(f.pid[ctx.preempting] == p) & ((f.handle[ctx.preempting] >> 32) == p)]
+            own_pre = own_pre[np.isin(f.tid[own_pre], fed) & ((f.handle[own_pre] & 0xFFFFFFFF) != f.tid[own_pre])]
+            waits = voluntary[(f.pid[voluntary] == p) & np.isin(f.tid[voluntary], fed)]
+            waits = waits[f.dur[waits] <= GIL_WAIT_MAX_NS]
+            if len(waits) + len(own_pre) < GIL_MIN_WAITS:
+                continue
+            ws, we = f.ts[waits], f.ts[waits] + f.dur[waits]
+            # Woken by another thread of the same process (the GIL's holder letting go).
+            mine = wk[(f.pid[wk] == p) & ((f.handle[wk] >> 32) == p) & ((f.handle[wk] & 0xFFFFFFFF) != f.tid[wk])]
+            woken = np.zeros(len(waits), dtype=bool)
+            wakers: dict[int, int] = {}
+            for tid in distinct(f.tid[waits]).tolist():
+                wi = np.flatnonzero(f.tid[waits] == tid)
+                m = mine[f.tid[mine] == tid]
+                at = f.ts[m]
+                idx = np.searchsorted(we[wi], at, side="left")
+                ok = (idx < len(wi)) & (at >= ws[wi[np.minimum(idx, len(wi) - 1)]])
+                woken[wi[idx[ok]]] = True
+                for w in (f.handle[m[ok]] & 0xFFFFFFFF).tolist():
+                    wakers[int(w)] = wakers.get(int(w), 0) + 1
+            for w in (f.handle[own_pre] & 0xFFFFFFFF).tolist():
+                wakers[int(w)] = wakers.get(int(w), 0) + 1
+            if not wakers:
+                continue
+            ws = np.concatenate([ws[woken], f.ts[own_pre]])
+            we = np.concatenate([we[woken], f.ts[own_pre] + f.dur[own_pre]])
+            woken = np.ones(len(ws), dtype=bool)
+            wall = ctx.pid_span_ns(p)
+            waited = int((we - ws)[woken].sum())
+            if waited < GIL_SHARE * wall:
+                continue
+            holder = max(wakers.items(), key=lambda kv: kv[1])[0]
+            pos = samples.within({p}, ws[woken], we[woken], {holder})
+            hot = [h for h in hot_functions(samples, pos) if h.python]
+            if len(pos) < 5 or not hot:
+                continue  # the waker was not seen running Python: a hand-over, not the GIL
+            lines = (
+                f"the thread that feeds the GPU lost its CPU {int(woken.sum())} times (median "
+                f"{fmt_ns(int(np.median((we - ws)[woken])))}) to thread {holder} of its own process (woken by "
+                "it, or preempted by it), "
+                f"{fmt_ns(waited)} = {waited / wall:.0%} of the time",
+                "thread "
+                + str(holder)
+                + " ran Python meanwhile: "
+                + describe_hot(hot, len(pos), f"of thread {holder} taken while it waited"),
+            )
+            fix = (
+                f"thread {holder} holds the GIL in {hot[0].render()}: move that work to a process (DataLoader "
+                "workers, multiprocessing), release the GIL in it (NumPy/PyTorch ops do), or run it between steps"
+            )
+            sym = Symptom(
+                f"the feeding thread of pid {p} waits for the GIL {waited / wall:.0%} of the time",
+                "gpu-idle",
+                p,
+                f.comm(p),
+                int(woken.sum()),
+                int(np.median((we - ws)[woken])),
+                int(np.percentile((we - ws)[woken], 99, method="inverted_cdf")),
+                int((we - ws)[woken].max()),
+                waited,
+            )
+            metrics: dict[str, float | int] = {
+                "waits": int(woken.sum()),
+                "holder_tid": holder,
+                "host_samples": len(pos),
+            }
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=severity_for(waited, wall),
+                    symptom=sym,
+                    causes=(Cause(self.id, lines, metrics=metrics),),
+                    fix=fix,
+                    lost_ns=waited,
+                    wall_ns=wall,
+                )
+            )
+        return out
+
+
+class SyncInLoopRule:
+    """A synchronisation every step, then host work with the GPU idle: host and GPU take turns."""
+
+    id = "sync-in-loop"
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f = ctx.frame
+        out = []
+        for p in ctx.call_pids:
+            rows, feeders = _feeders(ctx, p)
+            is_sync = in_ops(f.op[rows], SYNC_OPS)
+            after = np.flatnonzero(is_sync[:-1])
+            if len(after) < LOOP_MIN_STEPS:
+                continue
+            sync = rows[after]
+            gs, ge = f.ts[sync] + f.dur[sync], f.ts[rows[after + 1]]
+            gap = np.maximum(ge - gs, 0)
+            if ctx.coverage is not None:
+                gap = np.where(ctx.coverage.fully_covered(gs, ge), gap, 0)
+            wall = ctx.pid_span_ns(p)
+            waited, host = int(f.dur[sync].sum()), int(gap.sum())
+            if waited < LOOP_SHARE * wall or host < LOOP_SHARE * wall:
+                continue
+            if float(np.median(f.dur[sync])) < LOOP_MIN_WAIT_NS or float(np.median(gap)) < LOOP_MIN_HOST_NS:
+                continue
+            # Each step could overlap the shorter of the two: what removing the per-step sync can save at most.
+            saved = int(np.minimum(f.dur[sync], gap).sum())
+            tids = f.tid[sync]
+            if _off_cpu_share(ctx, p, tids, gs, ge) > 0.5:
+                continue  # the host time after the wait is spent off-CPU: waiting for data (other rules)
+            op = Op(int(np.bincount(f.op[sync].astype(np.int64)).argmax()))
+            lines = [
+                f"{len(sync)} steps each wait for the GPU ({op.name}: {fmt_ns(waited)} = {waited / wall:.0%} of "
+                f"the time) and then compute on the host with nothing queued ({fmt_ns(host)} = {host / wall:.0%})",
+                f"overlapping them would save up to {fmt_ns(saved)} = {saved / wall:.0%} of the time",
+            ]
+            fix = (
+                "take the synchronisation out of the step: keep losses and metrics on the GPU and read them every "
+                "N steps (.item(), .cpu(), .tolist() and printing a tensor all wait), or queue the next step's work "
+                "before reading the last one's result"
+            )
+            causes = [Cause(self.id, tuple(lines), metrics={"steps": len(sync), "saved_ns": saved})]
+            hostc = host_time_cause(ctx.cpu_samples, {p}, gs, ge, feeders, "after each wait")
+            if hostc is not None:
+                causes.append(hostc.cause)
+                fix += f"; after the wait the host runs {hostc.hot[0].render()} most"
+            sym = Symptom(
+                f"pid {p} waits for the GPU and then computes, in turn, every step",
+                op.name,
+                p,
+                f.comm(p),
+                len(sync),
+                int(np.median(f.dur[sync])),
+                int(np.percentile(f.dur[sync], 99, method="inverted_cdf")),
+                int(f.dur[sync].max()),
+                waited,
+            )
+            out.append(
+                Finding(
+                    rule=self.id,
+                    kind=self.id,
+                    severity=max(Severity.MEDIUM, min(severity_for(saved, wall), Severity.HIGH)),
+                    symptom=sym,
+                    causes=tuple(causes),
+                    fix=fix,
+                    lost_ns=saved,
+                    wall_ns=wall,
+                )
+            )
+        return out
+
+
+__all__ = ["GilBoundRule", "LaunchBoundRule", "SyncInLoopRule"]
