@@ -129,7 +129,8 @@ RULES: dict[str, Rule] = {
     "oom_kill": Rule("oom_kill", "host", "lifecycle"),
     "process_exec": Rule("process_exec", "host", "lifecycle"),
     "process_exit": Rule("process_exit", "host", "lifecycle"),
-    "process_fork": Rule("process_fork", "host", "lifecycle"),
+    # The child's pid (the reference's target_pid) in our handle, as gpuscope's own fork rows keep it.
+    "process_fork": Rule("process_fork", "host", "lifecycle", arg1_to="handle"),
     "pod_restart": Rule("pod_restart", "host", "lifecycle"),
     "pod_eviction": Rule("pod_eviction", "host", "lifecycle"),
     "pod_oom_kill": Rule("pod_oom_kill", "host", "lifecycle"),

@@ -9,6 +9,7 @@ import numpy as np
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.intervals import attribute_merged, count_in, distinct, first_of_each, overlap_by_key
 from gpuscope.analysis.rules.base import host_cause_findings
+from gpuscope.analysis.workers import WORKER_FIX, family
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
 from gpuscope.model.ops import Op
 from gpuscope.model.units import fmt_bytes, fmt_ns
@@ -22,11 +23,15 @@ def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tupl
 
     The tracer is never one of them (``Context.preempting``): its CPU time is
     the measured overhead of recording, reported apart, not a task to move.
+    The process's own threads and forked children (DataLoader workers) are
+    named as its own; with ``other_cgroup_only`` they are left out, as a
+    neighbour they are not.
     """
     f, s = ctx.frame, ctx.preempting
     s = s[f.pid[s] == pid]
+    own = family(ctx, pid)
     if other_cgroup_only:
-        s = s[f.stream[s] != f.cgroup[s]]
+        s = s[(f.stream[s] != f.cgroup[s]) & ~np.isin(f.handle[s] >> 32, np.fromiter(own, dtype=np.int64))]
     by_task: dict[int, int] = {}
     for tid in distinct(f.tid[s]).tolist():
         st = s[f.tid[s] == tid]
@@ -52,10 +57,40 @@ def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tupl
         for p, t in sorted(by_pid.items(), key=lambda kv: -kv[1])[:5]
     )
     lines = [
-        f"preempted during its calls by {c.label()}: {fmt_ns(c.time_ns or 0)} ({(c.share or 0):.0%})"
+        f"preempted during its calls by {_whose(c, pid, own)}{c.label()}: {fmt_ns(c.time_ns or 0)} "
+        f"({(c.share or 0):.0%})"
         for c in culprits[:3]
     ]
     return lines, culprits
+
+
+def _whose(c: Culprit, pid: int, own: frozenset[int]) -> str:
+    """How a preemptor relates to the preempted process: its own thread, its own forked worker, or neither."""
+    if c.pid == pid:
+        return "its own threads: "
+    return "its own worker process (a forked child) " if c.pid in own else ""
+
+
+def _with_own_workers(ctx: Context, x: Finding, culprits: tuple[Culprit, ...]) -> Finding:
+    """The fix for a process's own preemptors: its workers are its configuration, outsiders are to be moved."""
+    pid = x.symptom.pid
+    if pid is None:
+        return x
+    own = family(ctx, pid)
+    outside = [c for c in culprits if c.pid not in own]
+    workers = [c for c in culprits if c.pid in own and c.pid != pid]
+    names = ", ".join(f"`{c.comm or c.pid}` (pid {c.pid})" for c in outside[:2])
+    fix = x.fix + (f"; move {names} to other cores or lower its priority (nice -n 19, cpu.weight)" if names else "")
+    share = sum(c.share or 0 for c in workers)
+    if share < 0.5:
+        return replace(x, fix=fix)
+    who = (
+        f"its own {len(workers)} worker processes (forked children"
+        if len(workers) > 1
+        else "its own worker (a forked child"
+    )
+    summary = f"{x.symptom.summary}; {share:.0%} of it by {who}: the DataLoader's num_workers), not another process"
+    return replace(x, symptom=replace(x.symptom, summary=summary), fix=f"{WORKER_FIX}; {fix}")
 
 
 class CpuPreemptionRule:
@@ -69,11 +104,9 @@ class CpuPreemptionRule:
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
             evidence[pid], culprits[pid] = _preemptors(ctx, pid)
-        names = ", ".join(f"`{c.comm or c.pid}` (pid {c.pid})" for c in next(iter(culprits.values()), ())[:2])
-        fix = "pin the GPU process to dedicated cores (taskset -c / cgroup cpuset) and keep other work off them" + (
-            f"; move {names} to other cores or lower its priority (nice -n 19, cpu.weight)" if names else ""
-        )
-        return host_cause_findings(ctx, self.id, "CPU preemption", cause, affected, evidence, culprits, fix)
+        fix = "pin the GPU process to dedicated cores (taskset -c / cgroup cpuset) and keep other work off them"
+        found = host_cause_findings(ctx, self.id, "CPU preemption", cause, affected, evidence, culprits, fix)
+        return [_with_own_workers(ctx, x, culprits.get(x.symptom.pid or 0, ())) for x in found]
 
 
 class NoisyNeighbourRule:
@@ -84,6 +117,12 @@ class NoisyNeighbourRule:
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, s = ctx.frame, ctx.preempting
         s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
+        # A process's own forked children (its DataLoader workers) are its configuration, never a neighbour.
+        for pid in ctx.forks:
+            mine = f.pid[s] == pid
+            if mine.any():
+                fam = np.fromiter(family(ctx, pid), dtype=np.int64)
+                s = s[~(mine & np.isin(f.handle[s] >> 32, fam))]
         if len(s) == 0:
             return []
         # Every preemption from another cgroup (a subset of ctx.preempting): the overlap cpu-preemption computed.
