@@ -11,7 +11,8 @@
  * stack, so code objects and files are named after the process has exited.
  *
  * No call site, return address or stack window: the sample interrupts the
- * thread anywhere (in the kernel too), so only the unwinds hold. The program
+ * thread anywhere (in the kernel too), so only the unwinds hold. Native
+ * frames are raw addresses (status 2), named from the process's maps. The program
  * times itself into the stats map: its measured cost is part of gpuscope's
  * self-cost.
  *
@@ -59,8 +60,22 @@ int gs_cpu_sample(struct bpf_perf_event_data *ctx)
 	b->h.ret_ino = 0;
 	b->h.ret_off = 0;
 	b->h.site = 0;
-	n = bpf_get_stack(ctx, b->native, sizeof(b->native), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
-	b->h.n_native = n > 0 ? n / sizeof(struct gs_native_frame) : 0;
+	/* Raw addresses, not build ids: a build-id lookup per frame is two thirds of a
+	 * sample's cost (measured: 41 us a sample with them at 12 Python frames).
+	 * User space names them from the process's maps; the Python frames, what
+	 * a profile is read for, are named from the code objects either way. The
+	 * window is free in a sample: it holds the addresses. */
+	n = bpf_get_stack(ctx, b->window, GS_STACK_MAX_NATIVE * sizeof(__u64), BPF_F_USER_STACK);
+	n = n > 0 ? n / sizeof(__u64) : 0;
+	for (int i = 0; i < GS_STACK_MAX_NATIVE; i++) {
+		if (i >= n)
+			break;
+		b->native[i].status = 2;
+		b->native[i].offset_or_ip = b->window[i];
+		/* Zeroed: the record's bytes are the key identical stacks are resolved once by. */
+		__builtin_memset(b->native[i].build_id, 0, sizeof(b->native[i].build_id));
+	}
+	b->h.n_native = n;
 	if (stack_mode >= 2)
 		b->h.py_status = gs_py_walk(b, tgid, (__u32)pid_tgid, bpf_get_current_task_btf());
 	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);

@@ -1,6 +1,6 @@
 """The live demo: real processes on the stand-in CUDA library, traced by the real tracer.
 
-All six scenarios run shortened (--scale 0.6, long enough to stay clear of a busy machine) into one database, as
+All seven scenarios run shortened (--scale 0.6, long enough to stay clear of a busy machine) into one database, as
 `gpuscope demo --live --scale 0.6` does: about 25 s on 2 CPUs.
 """
 

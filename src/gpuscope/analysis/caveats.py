@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuscope.analysis.cpu_profile import HOST_TIME
 from gpuscope.analysis.frame import Aggregates
 from gpuscope.analysis.recording_state import EVENT_SOURCES, RecordingState, SourceDrops
 from gpuscope.model.findings import Caveat, Finding
@@ -27,12 +28,20 @@ HOST_EVENT_RULES = frozenset(
         "tcp-retransmit",
         "oom",
         "data-starvation",
+        "launch-bound",
+        "gil-bound",
+        "sync-in-loop",
         "sync-stall",
         "nccl-straggler",
     }
 )
 # The GPU sources of findings whose symptom names no op: every GPU source, except for these.
-_GPU_SOURCES_WITHOUT_OP = {"oom": frozenset[str](), "data-starvation": frozenset({"cuda", "driver"})}
+_GPU_SOURCES_WITHOUT_OP = {
+    "oom": frozenset[str](),
+    "data-starvation": frozenset({"cuda", "driver"}),
+    "launch-bound": frozenset({"cuda", "driver"}),
+    "gil-bound": frozenset({"cuda", "driver"}),
+}
 
 
 def counted_by_source(aggregates: Aggregates | None) -> dict[str, int] | None:
@@ -56,6 +65,8 @@ def finding_sources(f: Finding) -> frozenset[str]:
         out |= _GPU_SOURCES_WITHOUT_OP.get(f.rule, GPU_SOURCES)
     if f.symptom.extra.get("call_sites"):
         out.add("stack")
+    if any(c.kind == HOST_TIME for c in f.causes) or f.rule == "gil-bound":
+        out.add("cpu_sample")  # the code named comes from on-CPU samples
     return frozenset(out)
 
 
@@ -69,6 +80,9 @@ def caveat(d: SourceDrops) -> Caveat | None:
     )
     if d.source == "stack":
         text = f"call sites come from a partial sample: {d.in_window + d.unlocated:,} call stacks were dropped"
+        text += " in this window" if not d.unlocated else " in or around this window"
+    elif d.source == "cpu_sample":
+        text = f"the code named comes from fewer samples: {d.in_window + d.unlocated:,} on-CPU samples were dropped"
         text += " in this window" if not d.unlocated else " in or around this window"
     elif d.in_window:
         text = f"counts are lower bounds: {d.in_window:,} {d.source} events were dropped in this window{share}"

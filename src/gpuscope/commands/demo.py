@@ -1,4 +1,4 @@
-"""gpuscope demo: run the six scenarios (or one) and explain each, live, synthetic or on a real GPU."""
+"""gpuscope demo: run the seven scenarios (or one) and explain each, live, synthetic or on a real GPU."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         const=DemoMode.GPU,
         help="small PyTorch workloads on the real GPU (needs an NVIDIA GPU and PyTorch)",
     )
-    # Not the shared --db: six scenarios must not land in the user's recording unless it is named.
+    # Not the shared --db: seven scenarios must not land in the user's recording unless it is named.
     p.add_argument(
         "--db",
         metavar="PATH",

@@ -1,7 +1,7 @@
-"""`gpuscope demo`: six scenarios that show what gpuscope finds, live, synthetic or on a real GPU.
+"""`gpuscope demo`: seven scenarios that show what gpuscope finds, live, synthetic or on a real GPU.
 
 Scenarios are registry entries (``gpuscope.demo.scenario.REGISTRY``); the
-built-in six register themselves in ``gpuscope.demo.scenarios``.
+built-in seven register themselves in ``gpuscope.demo.scenarios``.
 """
 
 from __future__ import annotations

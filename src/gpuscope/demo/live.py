@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from gpuscope.agent.launch import launch_held
 from gpuscope.agent.session import TraceSession
 from gpuscope.agent.tracer import TraceOptions
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
+from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
 from gpuscope.store.processes_write import ProcessRow, insert_processes
 from gpuscope.tui.findings import builtin_findings
 from gpuscope.tui.snapshot import LiveSnapshot, SnapshotBuilder
@@ -153,6 +155,22 @@ class LiveRun:
         self.targets.append(proc)
         return proc
 
+    def python_workload(
+        self, script: str, args: list[str], *, latency: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a traced Python workload shipped in ``gpuscope/demo/workloads`` (argv: the stand-in libcudart,
+        then ``args``), under this interpreter."""
+        path = Path(__file__).resolve().parent / "workloads" / script
+        env = dict(os.environ)
+        env.pop("GPUSCOPE_STANDIN_RESULT", None)
+        env["GPUSCOPE_STANDIN_LATENCY"] = ",".join(f"{k}={v}" for k, v in (latency or {}).items())
+        argv = [sys.executable, str(path), str(self.programs.cudart), *args]
+        proc = launch_held(
+            argv, lambda pid: self.session.add_target(pid, before_exec=True), env=env, stdout=subprocess.DEVNULL
+        )
+        self.targets.append(proc)
+        return proc
+
     @contextmanager
     def hogs(
         self, count: int, *, cpu: int | None = 0, busy_us: int = 0, idle_us: int = 0, name: str = "cpu_hog"
@@ -227,7 +245,8 @@ def record_live(
     ``snapshots`` hears the live view's snapshot once a second (what `gpuscope trace` shows).
     Raises the tracer's own errors (permission, BTF, libbpf) when eBPF is unusable.
     """
-    opts = TraceOptions(filter_targets=True, stacks=0, io=False, tcp=False)
+    # No call stacks (an empty stack policy), but on-CPU samples with Python frames: they name the host's code.
+    opts = TraceOptions(filter_targets=True, stacks=2, io=False, tcp=False, cpu_sample_hz=DEFAULT_CPU_SAMPLE_HZ)
     session = TraceSession(opts, db, argv=argv, libraries=[str(programs.cudart)], record_all=True)
     stop = threading.Event()
     failure: list[BaseException] = []

@@ -22,6 +22,7 @@ from gpuscope.demo.live import LiveRun, Progress, Workloads, build_workloads, re
 from gpuscope.demo.scenario import Scenario
 from gpuscope.demo.synthetic import SyntheticRecording
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
+from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
 from gpuscope.recording import open_recording
 from gpuscope.store.findings import save_findings
 from gpuscope.store.sessions_read import last_session, session_offsets
@@ -237,7 +238,8 @@ class DemoRunner:
         from gpuscope.agent.tracer import TraceOptions
 
         command = [sys.executable, str(script_path(scenario.gpu_script)), str(self.scale)]
-        opts = TraceOptions(filter_targets=True, stacks=0, io=False, tcp=False)
+        # No call stacks (an empty stack policy), but on-CPU samples with Python frames: they name the host's code.
+        opts = TraceOptions(filter_targets=True, stacks=2, io=False, tcp=False, cpu_sample_hz=DEFAULT_CPU_SAMPLE_HZ)
         session = TraceSession(opts, self.db, argv=argv, command=command, record_all=True)
         try:
             if not session.attached:

@@ -14,6 +14,7 @@ from gpuscope.demo.live import LiveRun
 from gpuscope.demo.scenario import Scenario, register
 from gpuscope.demo.synthetic import Process, SyntheticRecording, Thread
 from gpuscope.model.ops import Op
+from gpuscope.stacks.frames import Frame
 
 STREAM = 0x5151
 KERNEL_BASE = 0x55D0_4A21_1000  # addresses of the kernels' host stubs
@@ -205,6 +206,42 @@ def spikes_live(run: LiveRun, scale: float) -> None:
 # -- cpu-contention ----------------------------------------------------------------------------------------
 
 
+# -- dataloader-starvation -------------------------------------------------------------------------------
+
+
+def _py(function: str, file: str, line: int) -> Frame:
+    return Frame("python", function, file=file, line=line)
+
+
+_TORCH = "/usr/lib/python3/dist-packages/torch/utils/data"
+_LOOP = (_py("_next_data", f"{_TORCH}/dataloader.py", 675), _py("train", "/srv/train.py", 88))
+_FETCH = _py("fetch", f"{_TORCH}/_utils/fetch.py", 51)
+# Where a DataLoader with num_workers=0 spends the host's time: decoding samples one by one, then collating.
+_LOADER_STACKS = [
+    ((_py("Dataset.__getitem__", "/srv/data.py", 42), _py("<listcomp>", f"{_TORCH}/_utils/fetch.py", 51),
+      _FETCH, *_LOOP), 0.71),
+    ((_py("default_collate", f"{_TORCH}/_utils/collate.py", 265), _FETCH, *_LOOP), 0.22),
+    ((_py("train", "/srv/train.py", 91),), 0.07),
+]  # fmt: skip
+
+
+def dataloader_synthetic(rec: SyntheticRecording, scale: float) -> None:
+    rng = np.random.default_rng(6)
+    p = rec.process(6262, "python3", "python3 train.py --num-workers 0 --batch-size 32")
+    t = p.threads[0]
+    for _ in range(_n(60, scale, 25)):
+        # The batch is built on the feeding thread: the GPU has nothing queued meanwhile.
+        t.compute(_j(rng, 180 * MS, 0.1), _LOADER_STACKS)
+        for k in range(40):
+            _launch(t, rng, k % 4)
+        t.call(Op.cudaStreamSynchronize, _j(rng, 3 * MS, 0.1), stream=STREAM)
+
+
+def dataloader_live(run: LiveRun, scale: float) -> None:
+    w = run.python_workload("dataloader_loop.py", [str(_n(80, scale, 30))], latency={"cudaStreamSynchronize": "3ms"})
+    run.join([w], "building batches in Python on the feeding thread", timeout_s=120)
+
+
 def contention_synthetic(rec: SyntheticRecording, scale: float) -> None:
     rng = np.random.default_rng(5)
     p = rec.process(3141, "python3", "python3 train.py --num-workers 0")
@@ -348,6 +385,22 @@ register(
         spikes_live,
         1.0,
         "periodic_spike.py",
+    )
+)
+register(
+    Scenario(
+        "dataloader-starvation",
+        "the GPU waits for batches built in Python",
+        "A training loop loads its data with num_workers=0: each batch is decoded sample by sample in "
+        "Dataset.__getitem__ and collated on the thread that feeds the GPU, which idles ~98% of the time. explain "
+        "finds the idle gaps, reads the on-CPU samples taken in them, names the Python functions that hold the "
+        "host with their share, and gives the fix for that code (batched __getitems__, DataLoader workers).",
+        "data-starvation",
+        dataloader_synthetic,
+        dataloader_live,
+        10.0,
+        "dataloader.py",
+        ("data-starvation", "dataloader"),
     )
 )
 register(

@@ -24,11 +24,15 @@ import numpy as np
 from gpuscope._version import __version__
 from gpuscope.bpf.wire import EVENT_DTYPE, Flag, Stat
 from gpuscope.model.ops import Op
+from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ as CPU_SAMPLE_HZ
+from gpuscope.stacks.frames import Frame, Stack
 from gpuscope.store.aggregates import Aggregator, insert_aggregates
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.cpu_samples import insert_cpu_samples
 from gpuscope.store.processes_write import ProcessRow, insert_exec, insert_process, insert_processes
 from gpuscope.store.retention import build_indexes
-from gpuscope.store.sessions_write import SessionCounts, SessionInfo, close_session, create_session
+from gpuscope.store.sessions_write import SessionCounts, SessionInfo, close_session, create_session, set_session_flag
+from gpuscope.store.stacks_write import insert_stacks
 from gpuscope.store.writer import EventWriter, events_end_ns
 
 # What a thread's off-CPU interval records as its state when it blocked by itself (TASK_INTERRUPTIBLE).
@@ -101,6 +105,24 @@ class Thread:
         """Host work between calls: the clock moves, nothing is recorded."""
         self.now_ns += max(int(dur_ns), 0)
 
+    def compute(self, dur_ns: float, stacks: list[tuple[tuple[Frame, ...], float]]) -> None:
+        """Host work on the CPU for ``dur_ns``, sampled as the on-CPU sampler would: one sample every 1/hz of
+        it, each in one of ``stacks`` (frames innermost first) by its weight."""
+        rec = self.process.recording
+        period = 1_000_000_000 // CPU_SAMPLE_HZ
+        weights = np.array([w for _, w in stacks], dtype=np.float64)
+        cum = np.cumsum(weights / weights.sum())
+        start = self.now_ns
+        for k in range(int(dur_ns) // period):
+            # Where a sample falls in the weights: a fixed sequence, so recordings are reproducible.
+            at = ((k * 0.6180339887) + rec.sample_phase) % 1.0
+            frames = stacks[int(np.searchsorted(cum, at, side="right").clip(max=len(stacks) - 1))][0]
+            rec.samples.append(
+                (self.process.pid, self.tid, start + k * period + period // 2, Stack(frames, 0, len(frames), None))
+            )
+        rec.sample_phase = (rec.sample_phase + 0.37) % 1.0
+        self.idle(dur_ns)
+
 
 @dataclass
 class Process:
@@ -160,6 +182,9 @@ class SyntheticRecording:
         self.processes: list[Process] = []
         self.others: list[Process] = []  # preemptors: not traced, so no rows of their own
         self.events = 0
+        # On-CPU samples (Thread.compute): (pid, tid, ts, stack); the session says its rate once it has any.
+        self.samples: list[tuple[int, int, int, Stack]] = []
+        self.sample_phase = 0.0
 
     def process(
         self, pid: int, comm: str, cmdline: str, *, traced: bool = True, start_ns: int | None = None
@@ -230,10 +255,23 @@ class SyntheticRecording:
             stopped_wall_ns=self.started_wall_ns + (end_ns - self.start_ns),
             stopped_mono_ns=end_ns,
         )
+        if self.samples:
+            self._write_samples()
         self.writer.call_fn(build_indexes)
         self.writer.close()
         self.conn.close()
         return self.events
+
+    def _write_samples(self) -> None:
+        stacks = {st.hash: st for _, _, _, st in self.samples}
+        self.writer.write(
+            insert_stacks,
+            [(h, st.json, st.call_site, st.native_depth, st.python_depth, st.marker) for h, st in stacks.items()],
+        )
+        rows = [(self.session_id, pid, tid, ts, st.hash) for pid, tid, ts, st in self.samples]
+        self.writer.write(insert_cpu_samples, rows)
+        self.writer.write(set_session_flag, self.session_id, "cpu_sample_hz", CPU_SAMPLE_HZ)
+        self.writer.write(set_session_flag, self.session_id, "stacks", "native+python")
 
     def _events(self) -> np.ndarray:
         parts = []

@@ -24,6 +24,7 @@ SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
 # Installed or standard-library code: the user's code is what calls it.
 _LIBRARY = re.compile(r"(/(site|dist)-packages/|/lib/python3\.\d+/|^<frozen )")
+_COMPREHENSION = re.compile(r"<(listcomp|dictcomp|setcomp|genexpr)>$")
 # Data-pipeline functions worth naming even inside a library: the fix depends on them.
 _PIPELINE = re.compile(r"(collate|pin_memory|__getitems?__|_next_data|fetch|tokeni[sz]e|encode)", re.IGNORECASE)
 
@@ -151,10 +152,10 @@ def top_functions(profile: CpuProfile, limit: int = 10) -> list[HotFunction]:
 
 
 def count_functions(stacks: list[tuple[tuple[Frame, ...], int]], limit: int) -> list[HotFunction]:
-    """Samples per function a user can act on, most first: for each stack, the innermost Python frame of the
-    user's own code (not the standard library or an installed package), or a data-pipeline function by name
-    (``default_collate``, ``pin_memory``, ...), else the innermost Python frame, else the innermost named
-    native frame. A function's line is the one its samples were at most often."""
+    """Samples per function a user can act on, most first: for each stack, the innermost Python frame that is
+    the user's own code (not the standard library or an installed package) or a data-pipeline function by
+    name (``default_collate``, ``pin_memory``, ...), else the innermost Python frame, else the innermost
+    named native frame. A function's line is the one its samples were at most often."""
     counts: dict[tuple[str, str | None, bool], dict[int | None, int]] = {}
     for frames, n in stacks:
         frame = _actionable(frames)
@@ -172,13 +173,16 @@ def count_functions(stacks: list[tuple[tuple[Frame, ...], int]], limit: int) -> 
 
 
 def _actionable(frames: tuple[Frame, ...]) -> Frame:
-    """The frame of a stack that names code a user can change (see the module's docstring)."""
-    py = [f for f in frames if f.kind == "python" and f.function]
+    """The frame of a stack that names code a user can act on (see ``count_functions``).
+
+    Innermost first: the first Python frame that is the user's own code or a data-pipeline function by name
+    (so a batch collated by ``default_collate`` inside the user's loop is named by it, not by the loop).
+    """
+    # A comprehension or generator expression (its own frame before Python 3.12) is its function's code.
+    py = [f for f in frames if f.kind == "python" and f.function and not _COMPREHENSION.search(f.function)]
+    py = py or [f for f in frames if f.kind == "python" and f.function]
     for f in py:
-        if f.file and not _LIBRARY.search(f.file):
-            return f
-    for f in py:
-        if _PIPELINE.search(f.function or ""):
+        if (f.file and not _LIBRARY.search(f.file)) or _PIPELINE.search(f.function or ""):
             return f
     if py:
         return py[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -23,6 +24,10 @@ _PY_MARKERS = {
 }
 
 
+# A process's maps are read again for an address they lack at most this often (a busy JIT maps endlessly).
+MAPS_REREAD_S = 1.0
+
+
 class StackResolver:
     """Name frames with cached symbol tables, file index and code objects."""
 
@@ -35,6 +40,8 @@ class StackResolver:
         self._code: dict[tuple[int, int], CodeInfo | None] = {}
         # Descriptions BPF had to cut short: used only when the live process cannot be read.
         self._partial: dict[tuple[int, int], CodeInfo] = {}
+        # When each process's maps were last read again for an address they did not hold.
+        self._maps_reread: dict[int, float] = {}
 
     def note_code(self, rec: CodeRecord) -> None:
         """Cache a code object as BPF described it, so it resolves after the process exits."""
@@ -72,9 +79,22 @@ class StackResolver:
                 return Frame("native", offset=value, address=f"build-id {build_id}", marker="unknown build id"), None
             return self._name(path, build_id, value), (path, value)
         loc = self.files.locate(pid, value)
+        if loc is None and self._reread_maps(pid):
+            # Mapped since the maps were read (a module imported, a library loaded): read them again.
+            loc = self.files.locate(pid, value)
         if loc is None:
             return Frame("native", address=f"{value:#x}", marker="unmapped (anonymous, JIT or exited)"), None
         return self._name(loc[0], self.files.add_path(loc[0]), loc[1]), loc
+
+    def _reread_maps(self, pid: int) -> bool:
+        """Read a live process's maps again, at most once a second; whether they were read."""
+        now = time.monotonic()
+        if now - self._maps_reread.get(pid, 0.0) < MAPS_REREAD_S:
+            return False
+        self._maps_reread[pid] = now
+        if len(self._maps_reread) > 10_000:
+            self._maps_reread = {pid: now}
+        return bool(self.files.add_process(pid))
 
     def _ret_frame(self, raw: RawStack) -> tuple[Frame, tuple[str, int] | None] | None:
         if not raw.ret_ip:

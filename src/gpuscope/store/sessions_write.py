@@ -86,6 +86,14 @@ def create_session(conn: sqlite3.Connection, info: SessionInfo) -> int:
     return int(cur.lastrowid or 0)
 
 
+def set_session_flag(conn: sqlite3.Connection, session_id: int, key: str, value: object) -> None:
+    """Set one key of a session's ``flags`` (a JSON object) to a JSON value."""
+    conn.execute(
+        "UPDATE sessions SET flags = json_set(coalesce(flags, '{}'), ?, json(?)) WHERE id = ?",
+        ("$." + key, json.dumps(value), session_id),
+    )
+
+
 def update_session_counts(conn: sqlite3.Connection, session_id: int, counts: SessionCounts) -> None:
     """Store what a running recording has counted so far."""
     conn.execute(_UPDATE_COUNTS, (*counts._params(), session_id))

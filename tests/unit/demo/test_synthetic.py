@@ -19,8 +19,8 @@ SCENARIOS = list(REGISTRY)
 
 
 @pytest.fixture(scope="module")
-def all_six(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str | None]]:
-    """All six scenarios recorded synthetically into one database, like `gpuscope demo --synthetic`."""
+def all_seven(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str | None]]:
+    """All seven scenarios recorded synthetically into one database, like `gpuscope demo --synthetic`."""
     db = tmp_path_factory.mktemp("demo") / "demo.db"
     runner = DemoRunner(db)
     tops = {s.name: runner.run(s, DemoMode.SYNTHETIC).top_kind for s in SCENARIOS}
@@ -31,12 +31,13 @@ def _ro(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{db}?mode=ro", uri=True)
 
 
-def test_the_registry_holds_the_six_scenarios_in_order() -> None:
+def test_the_registry_holds_the_seven_scenarios_in_order() -> None:
     assert REGISTRY.names() == [
         "incident",
         "cold-start",
         "memcpy-bottleneck",
         "periodic-spike",
+        "dataloader-starvation",
         "cpu-contention",
         "gpu-steal",
     ]
@@ -56,9 +57,9 @@ def test_registering_a_duplicate_name_is_refused() -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_explain_names_each_scenarios_cause_as_the_top_finding(
-    scenario: Scenario, all_six: tuple[Path, dict[str, str | None]]
+    scenario: Scenario, all_seven: tuple[Path, dict[str, str | None]]
 ) -> None:
-    _, tops = all_six
+    _, tops = all_seven
     assert tops[scenario.name] == scenario.expected_kind
 
 
@@ -67,8 +68,8 @@ def test_each_scenario_alone_in_a_fresh_database_gives_the_same_top_finding(tmp_
         assert DemoRunner(tmp_path / f"{s.name}.db").run(s, DemoMode.SYNTHETIC).as_expected, s.name
 
 
-def test_synthetic_recordings_have_the_tables_of_a_real_trace(all_six: tuple[Path, dict[str, str | None]]) -> None:
-    db, _ = all_six
+def test_synthetic_recordings_have_the_tables_of_a_real_trace(all_seven: tuple[Path, dict[str, str | None]]) -> None:
+    db, _ = all_seven
     fresh = connect_writer(db.parent / "fresh.db")
     want = fresh.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY 2").fetchall()
     fresh.close()
@@ -79,8 +80,8 @@ def test_synthetic_recordings_have_the_tables_of_a_real_trace(all_six: tuple[Pat
         assert conn.execute(f"SELECT count(*) FROM {view}").fetchone()[0] > 0, view
 
 
-def test_aggregates_count_every_row_like_record_all(all_six: tuple[Path, dict[str, str | None]]) -> None:
-    conn = _ro(all_six[0])
+def test_aggregates_count_every_row_like_record_all(all_seven: tuple[Path, dict[str, str | None]]) -> None:
+    conn = _ro(all_seven[0])
     rows = dict(conn.execute("SELECT session_id || ':' || pid || ':' || op_id, count(*) FROM event_log GROUP BY 1"))
     aggs = conn.execute(
         "SELECT session_id || ':' || pid || ':' || op_id, sum(count), sum(stored) FROM event_aggregates GROUP BY 1"
@@ -88,8 +89,8 @@ def test_aggregates_count_every_row_like_record_all(all_six: tuple[Path, dict[st
     assert {k: (c, s) for k, c, s in aggs} == {k: (n, n) for k, n in rows.items()}
 
 
-def test_every_op_is_a_known_op_and_every_process_is_named(all_six: tuple[Path, dict[str, str | None]]) -> None:
-    conn = _ro(all_six[0])
+def test_every_op_is_a_known_op_and_every_process_is_named(all_seven: tuple[Path, dict[str, str | None]]) -> None:
+    conn = _ro(all_seven[0])
     ops = {int(o) for (o,) in conn.execute("SELECT DISTINCT op_id FROM event_log")}
     assert ops <= {int(op) for op in OPS}
     assert conn.execute("SELECT count(*) FROM events WHERE op IS NULL").fetchone()[0] == 0
@@ -100,8 +101,8 @@ def test_every_op_is_a_known_op_and_every_process_is_named(all_six: tuple[Path, 
     assert pids <= named
 
 
-def test_preemptions_carry_the_preemptor_and_task_state(all_six: tuple[Path, dict[str, str | None]]) -> None:
-    conn = _ro(all_six[0])
+def test_preemptions_carry_the_preemptor_and_task_state(all_seven: tuple[Path, dict[str, str | None]]) -> None:
+    conn = _ro(all_seven[0])
     rows = conn.execute(
         "SELECT handle >> 32, arg0, arg1, flags, duration_ns FROM event_log WHERE op_id = 192"
     ).fetchall()
@@ -110,11 +111,11 @@ def test_preemptions_carry_the_preemptor_and_task_state(all_six: tuple[Path, dic
     assert all(r[2] != 0 for r in rows if r[1] == 0)  # voluntary switches say so (not "stateless")
 
 
-def test_session_rows_are_complete(all_six: tuple[Path, dict[str, str | None]]) -> None:
-    conn = _ro(all_six[0])
+def test_session_rows_are_complete(all_seven: tuple[Path, dict[str, str | None]]) -> None:
+    conn = _ro(all_seven[0])
     conn.row_factory = sqlite3.Row
     sessions = conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
-    assert len(sessions) == 6
+    assert len(sessions) == len(REGISTRY)
     for s in sessions:
         # no agent ran: a synthetic session names no agent process
         assert s["agent_pid"] is None
@@ -128,8 +129,8 @@ def test_session_rows_are_complete(all_six: tuple[Path, dict[str, str | None]]) 
         assert json.loads(s["libraries"])[0]["kind"] == "cudart"
 
 
-def test_sessions_in_one_database_do_not_overlap_in_time(all_six: tuple[Path, dict[str, str | None]]) -> None:
-    conn = _ro(all_six[0])
+def test_sessions_in_one_database_do_not_overlap_in_time(all_seven: tuple[Path, dict[str, str | None]]) -> None:
+    conn = _ro(all_seven[0])
     spans = conn.execute(
         "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log GROUP BY session_id ORDER BY session_id"
     ).fetchall()

@@ -2,120 +2,250 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.coverage import MIN_BUCKET_COVERAGE, Coverage
-from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, SYNC_OPS
+from gpuscope.analysis.cpu_profile import host_time_cause
+from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, SYNC_OPS
+from gpuscope.analysis.gil import gil_waits
+from gpuscope.analysis.idle_gaps import STARVE_GAP_NS, IdleGaps, idle_gaps
 from gpuscope.analysis.intervals import distinct, merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import symptom_for
 from gpuscope.analysis.stats import severity_for
+from gpuscope.analysis.steps import sync_turns
+from gpuscope.analysis.workers import WORKER_FIX, family, workers_of
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
-from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
-STARVE_GAP_NS = 1_000_000
-STARVE_SHARE = 0.2
-STARVE_MIN_SYNC_NS = 100_000
 SYNC_SHARE = 0.3
 HOST_EXPLAINED_MAX = 0.25
 DROP = 0.4
+STARVE_SHARE = 0.2
+MIN_GAPS = 5
+HOST_BOUND_ON_CPU = 0.8
+STEADY_SPREAD = 2.0  # p75/p25 of the gaps at most: the steady beat of a loop
+NOT_OWN_SHARE = 0.5
+# A process whose host and GPU take turns (sync-in-loop) is starved only where the GPU idles most of the time.
+TAKES_TURNS_IDLE = 0.5
 
 
 class DataStarvationRule:
-    """Long gaps with no GPU work while the feeding thread computes on the CPU or waits for data."""
+    """The GPU idles between batches because the process's own host side does not feed it.
+
+    The gaps are ``idle_gaps``': from a synchronisation's end to the next GPU call, known free of the
+    process's GPU work in whatever way the recording stored its calls (every call, probe windows, or the
+    reference's selective rows with its counts). A finding when:
+
+    1. at least 5 gaps of ≥ 1 ms, together ≥ 20% of the process's wall time;
+    2. the gaps are the process's own: other processes preempting its feeding thread cover less than half
+       of them (that is ``cpu-preemption``), and its off-CPU time in them is not mostly waiting for its own
+       block I/O (``blocking-io``);
+    3. its host is what the GPU waits for, one of:
+
+       - fed: most gaps end when a thread of its own or a forked child (a loader) wakes the feeding thread;
+       - host-bound: the feeding thread is on-CPU in the gaps, and either the syncs waited on real GPU work
+         (median ≥ 100 µs: the GPU's idleness is a loss by itself), or the scheduler was recorded for that
+         thread, it ran ≥ 80% of the gaps, and the gaps come at a steady beat (p75/p25 ≤ 2: a loop that
+         prepares each batch on the host while the GPU waits);
+       - blocked: the feeding thread waits off-CPU, the syncs waited on real GPU work, and the gaps come at
+         a steady beat (a loop that waits for its queue each step).
+
+    Not starvation: quick syncs in irregular gaps (a program that uses the GPU now and then), a thread
+    off-CPU between irregular bursts and not woken by its own (a server waiting for requests), quick syncs
+    and no scheduler record of the thread (computing cannot be told from sleeping). Where gaps rest on an
+    inferred bound that no count of the recording could check, the severity is at most HIGH. The process's
+    forked children are named as its own workers (``workers_of``), a consequence of its configuration.
+    """
 
     id = "data-starvation"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        f, c = ctx.frame, ctx.calls
         out = []
         for p in ctx.call_pids:
-            w = c[ctx.pid_calls_of(p, GPU_WORK)]
-            is_sync = in_ops(f.op[w], SYNC_OPS)
-            if int(is_sync.sum()) < 10:
+            g = idle_gaps(ctx, p)
+            if g is None or len(g.idle) < MIN_GAPS or int(g.idle.sum()) < STARVE_SHARE * g.wall_ns:
                 continue
-            # Waits that saw real GPU work make the GPU's idleness meaningful by themselves; after quick
-            # ones (a small model, a fast GPU) it needs the evidence of a feeder, below.
-            quick = float(np.median(f.dur[w[is_sync]])) < STARVE_MIN_SYNC_NS
-            # After a synchronisation returns the GPU has nothing queued (on that stream) until the next
-            # call: those gaps are GPU idle time for sure; gaps after async launches are not.
-            after = np.flatnonzero(is_sync[:-1])
-            gap_s = f.ts[w[after]] + f.dur[w[after]]
-            gap_e = f.ts[w[after + 1]]
-            gap = np.maximum(gap_e - gap_s, 0)
-            if ctx.coverage is not None:
-                # Launches and copies are probed in windows (the overhead budget): a gap is known to be
-                # free of them only inside a window; one that reaches outside may hide a whole step's work.
-                gap = np.where(ctx.coverage.fully_covered(gap_s, gap_e), gap, 0)
-            # A GPU shared with other processes is not idle while they use it.
-            ps, pe = ctx.peer_work_spans(p)
-            gap = gap - overlap_ns(gap_s, np.maximum(gap_e, gap_s), ps, pe)
-            long = gap >= STARVE_GAP_NS
-            wall = ctx.pid_span_ns(p)
-            if ctx.coverage is not None:
-                # Idle time is seen only inside the windows: compared with the time they covered.
-                lo, hi = ctx.call_spans.get(p, (0, 0))
-                wall = min(wall, max(ctx.coverage.covered_ns(lo, hi), 1))
-            idle = int(gap[long].sum())
-            if idle < STARVE_SHARE * wall:
-                continue
-            tids = f.tid[w[after + 1]][long]
-            s = ctx.sched
-            s = s[f.pid[s] == p]
-            off = overlap_by_key(tids, gap_s[long], gap_e[long], f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
-            on_cpu = 1.0 - float(off.sum()) / max(idle, 1)
-            fed = _fed_gaps(ctx, p, tids, gap_s[long], gap_e[long])
-            if quick and (on_cpu >= 0.5 or fed[0] < 0.5 * int(long.sum())):
-                # Quick waits and gaps spent computing, or idle without a feeder: a program that uses the
-                # GPU lightly, or a server waiting for requests. Not starvation.
-                continue
-            if fed[0]:
-                what = (
-                    f"the CUDA thread was blocked waiting for its feeder: {fed[0]} of {int(long.sum())} gaps ended "
-                    f"when {fed[1]} woke it"
-                )
-            elif on_cpu >= 0.5:
-                what = "the feeding thread was on-CPU doing host work (preprocessing, Python overhead)"
-            else:
-                what = "the feeding thread was blocked waiting (data-loader workers, queues, I/O)"
-            lines = (
-                f"{int(long.sum())} gaps ≥ {fmt_ns(STARVE_GAP_NS)} between a synchronisation and the next GPU call: "
-                f"{fmt_ns(idle)} = {idle / wall:.0%} of wall time",
-                f"{what}: on-CPU {on_cpu:.0%} of the gaps",
-            )
-            sym = Symptom(
-                f"the GPU of pid {p} idles {idle / wall:.0%} of the time between a wait and the next call",
-                "gpu-idle",
-                p,
-                f.comm(p),
-                int(long.sum()),
-                int(np.median(gap[long])),
-                int(np.percentile(gap[long], 99, method="inverted_cdf")),
-                int(gap[long].max()),
-                idle,
-            )
-            metrics = {
-                "idle_ns": idle,
-                "gaps": int(long.sum()),
-                "on_cpu_share": round(on_cpu, 3),
-                "fed_gaps": fed[0],
-            }
-            out.append(
-                Finding(
-                    rule=self.id,
-                    kind=self.id,
-                    severity=severity_for(idle, wall),
-                    symptom=sym,
-                    causes=(Cause(self.id, lines, metrics=metrics),),
-                    fix="feed the GPU ahead of time: more DataLoader workers, pin_memory=True, prefetch_factor, "
-                    "move preprocessing to the GPU or an earlier stage",
-                    lost_ns=idle,
-                    wall_ns=wall,
-                )
-            )
+            if int(g.idle.sum()) < TAKES_TURNS_IDLE * g.wall_ns and sync_turns(ctx, p) is not None:
+                continue  # the GPU is busy as long as it idles, in turns with the host: sync-in-loop
+            if gil_waits(ctx, p) is not None:
+                continue  # its feeding thread waits for the GIL another of its threads holds: gil-bound
+            found = self._finding(ctx, g)
+            if found is not None:
+                out.append(found)
         return out
+
+    def _finding(self, ctx: Context, g: IdleGaps) -> Finding | None:
+        p, n, idle, wall = g.pid, len(g.idle), int(g.idle.sum()), g.wall_ns
+        host = _feeder_time(ctx, g)
+        span = max(int((g.end - g.start).sum()), 1)
+        if host.not_own_ns >= NOT_OWN_SHARE * span:
+            return None  # other processes held its CPU: cpu-preemption
+        on_cpu = 1.0 - host.off_ns / span
+        if on_cpu < 0.5 and host.io_ns >= 0.5 * host.off_ns:
+            return None  # it waited for its own reads: blocking-io
+        q25, q75 = np.percentile(g.idle, [25, 75])
+        spread = float(q75 / max(q25, 1))
+        steady = spread <= STEADY_SPREAD
+        fed = _fed_gaps(ctx, p, g.tid, g.start, g.end)
+        if fed[0] >= 0.5 * n:
+            what = (
+                f"the CUDA thread was blocked waiting for its feeder: {fed[0]} of {n} gaps ended when {fed[1]} woke it"
+            )
+            summary = "while it waits for its feeder"
+        elif on_cpu >= 0.5:
+            if g.quick and not (host.measured(n) and on_cpu >= HOST_BOUND_ON_CPU and steady):
+                return None  # a program that uses the GPU lightly, or one whose thread may be sleeping
+            what = "the feeding thread was on-CPU doing host work (preprocessing, Python overhead)"
+            summary = "while its feeding thread computes on the CPU"
+        else:
+            if g.quick or not steady:
+                return None  # a server waiting for requests, or a GPU used now and then
+            what = "the feeding thread was blocked waiting (data-loader workers, queues, I/O)"
+            summary = "while its feeding thread waits off-CPU"
+        sched = (
+            f" (switched out {host.in_gaps:,} times in them; {host.switches:,} times over the window, "
+            f"{fmt_ns(host.off_total_ns)} off-CPU in all)"
+            if host.measured(n)
+            else " (no switch of it recorded in the gaps)"
+        )
+        lines = [
+            f"{n} gaps ≥ {fmt_ns(STARVE_GAP_NS)} between a synchronisation and the next GPU call: "
+            f"{fmt_ns(idle)} = {idle / wall:.0%} of wall time; p50 {fmt_ns(np.median(g.idle))}, "
+            f"{'at a steady beat' if steady else 'irregular'} (p75/p25 {spread:.1f})",
+            f"{what}: on-CPU {_share(on_cpu)} of the gaps{sched}",
+        ]
+        if g.basis:
+            lines.append(f"the gaps rest on: {g.basis}")
+        metrics = {
+            "idle_ns": idle,
+            "gaps": n,
+            "on_cpu_share": round(on_cpu, 3),
+            "on_cpu_measured": int(host.measured(n)),
+            "fed_gaps": fed[0],
+            "inferred_gaps": int(g.inferred.sum()),
+            "unchecked_gaps": g.unchecked,
+            "dropped_gaps": g.dropped,
+        }
+        causes = [Cause(self.id, tuple(lines), metrics=metrics)]
+        fix = (
+            "feed the GPU ahead of time: more DataLoader workers, pin_memory=True, prefetch_factor, "
+            "move preprocessing to the GPU or an earlier stage"
+        )
+        # Where the host's CPU time went in the gaps, from on-CPU samples of the process and its workers.
+        sampled = host_time_cause(ctx.cpu_samples, set(family(ctx, p)), g.start, g.end, set(g.tid.tolist()))
+        if sampled is not None:
+            causes.append(sampled.cause)
+            fix = sampled.fix or fix
+        workers = workers_of(ctx, p)
+        if workers is not None:
+            line = workers.describe(ctx)
+            if host.own_ns:
+                line += f"; they held the feeding thread's CPU {fmt_ns(host.own_ns)} in the gaps"
+            wm: dict[str, float | int] = {
+                "workers": len(workers.pids),
+                "worker_switches": workers.switches,
+                "own_preempted_ns": host.own_ns,
+            }
+            causes.append(Cause("own-workers", (line,), metrics=wm))
+            if sampled is None:
+                # It has workers already: more of them is not the fix, taking the feeding thread's work is.
+                fix = (
+                    "move the per-batch host work off the feeding thread into its DataLoader workers (Dataset "
+                    "__getitem__ / __getitems__, collate_fn), pin_memory=True, prefetch_factor"
+                )
+            fix += "; " + WORKER_FIX
+        sev = severity_for(idle, wall)
+        if g.unchecked:
+            sev = min(sev, Severity.HIGH)  # some gaps rest on a shape no count could check
+        sym = Symptom(
+            f"the GPU of pid {p} idles {idle / wall:.0%} of the time between a wait and the next call, {summary}",
+            "gpu-idle",
+            p,
+            ctx.frame.comm(p),
+            n,
+            int(np.median(g.idle)),
+            int(np.percentile(g.idle, 99, method="inverted_cdf")),
+            int(g.idle.max()),
+            idle,
+        )
+        return Finding(
+            rule=self.id,
+            kind=self.id,
+            severity=sev,
+            symptom=sym,
+            causes=tuple(causes),
+            fix=fix,
+            lost_ns=idle,
+            wall_ns=wall,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _HostTime:
+    """What the feeding threads did in the gaps: off the CPU in all, preempted by other processes or by the
+    process's own children, blocked on its own block I/O; and their scheduler record: switches inside the
+    gaps, and over the window.
+
+    ``measured``: at least one switch of the feeding thread per gap. Only then does a gap without off-CPU
+    time say the thread ran through it: the scheduler is seen watching it there (a thread that computes for
+    long is switched out now and then); a gap with no switch at all may as well be a silent record.
+    """
+
+    off_ns: int
+    not_own_ns: int
+    own_ns: int
+    io_ns: int
+    in_gaps: int
+    switches: int
+    off_total_ns: int
+
+    def measured(self, gaps: int) -> bool:
+        return self.in_gaps >= gaps
+
+
+def _feeder_time(ctx: Context, g: IdleGaps) -> _HostTime:
+    f = ctx.frame
+    s = ctx.sched[f.pid[ctx.sched] == g.pid]
+
+    def within(rows: np.ndarray) -> int:
+        ends = f.ts[rows] + f.dur[rows]
+        return int(overlap_by_key(g.tid, g.start, g.end, f.tid[rows], f.ts[rows], ends).sum())
+
+    pre = ctx.preempting[f.pid[ctx.preempting] == g.pid]
+    fam = np.fromiter(family(ctx, g.pid), dtype=np.int64)
+    by = f.handle[pre] >> 32
+    own = np.isin(by, fam) & (by != g.pid)
+    blocked = s[f.arg0[s] == 0]  # blocked, or without task state (imported)
+    io = np.flatnonzero((f.op == int(Op.block_io)) & (f.pid == g.pid))
+    waited = overlap_by_key(
+        f.tid[blocked],
+        f.ts[blocked],
+        f.ts[blocked] + f.dur[blocked],
+        f.tid[io],
+        f.ts[io],
+        f.ts[io] + np.maximum(f.dur[io], 1),
+    )
+    feeders = s[np.isin(f.tid[s], g.tid)]
+    ends = f.ts[feeders] + f.dur[feeders]
+    seen = overlap_by_key(f.tid[feeders], f.ts[feeders], np.maximum(ends, f.ts[feeders] + 1), g.tid, g.start, g.end)
+    return _HostTime(
+        off_ns=within(s),
+        not_own_ns=within(pre[~np.isin(by, fam)]),
+        own_ns=within(pre[own]),
+        io_ns=within(blocked[waited > 0]),
+        in_gaps=int(np.count_nonzero(seen)),
+        switches=len(feeders),
+        off_total_ns=int(f.dur[feeders].sum()),
+    )
+
+
+def _share(x: float) -> str:
+    """A share in percent, with a decimal where rounding would say 100% of what is not all."""
+    return f"{x:.1%}" if 0.99 <= x < 1 else f"{x:.0%}"
 
 
 def _fed_gaps(ctx: Context, pid: int, tids: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> tuple[int, str]:
@@ -125,10 +255,8 @@ def _fed_gaps(ctx: Context, pid: int, tids: np.ndarray, gs: np.ndarray, ge: np.n
     wk = np.flatnonzero((f.op == int(Op.sched_wakeup)) & (f.pid == pid))
     if len(wk) == 0 or len(gs) == 0:
         return 0, ""
-    forks = np.flatnonzero((f.op == int(Op.process_fork)) & (f.pid == pid))
-    family = {pid, *(int(h) for h in f.handle[forks].tolist())}
     waker_pid, waker_tid = f.handle[wk] >> 32, f.handle[wk] & 0xFFFFFFFF
-    mine = np.isin(waker_pid, np.fromiter(family, dtype=np.int64)) & (waker_tid != f.tid[wk])
+    mine = np.isin(waker_pid, np.fromiter(family(ctx, pid), dtype=np.int64)) & (waker_tid != f.tid[wk])
     wk, waker_pid, waker_tid = wk[mine], waker_pid[mine], waker_tid[mine]
     fed = np.zeros(len(gs), dtype=bool)
     wakers: dict[tuple[int, int], int] = {}
@@ -169,6 +297,8 @@ class SyncStallRule:
             host = preempted * total // max(int(f.dur[c[pos]].sum()), 1)
             if total < SYNC_SHARE * wall or host > HOST_EXPLAINED_MAX * total:
                 continue
+            if sync_turns(ctx, p) is not None:
+                continue  # the host holds the GPU idle after each wait as well: sync-in-loop, not the GPU alone
             # Waiting while another process's work holds the GPU is gpu-contention, not this process's own load.
             ps, pe = ctx.peer_work_spans(p)
             if int(overlap_ns(s, e, ps, pe).sum()) > HOST_EXPLAINED_MAX * total:

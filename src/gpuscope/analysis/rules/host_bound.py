@@ -22,10 +22,12 @@ from __future__ import annotations
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause, hot_functions
+from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause
 from gpuscope.analysis.frame import GPU_WORK, LAUNCH_OPS, SYNC_OPS
+from gpuscope.analysis.gil import gil_waits
 from gpuscope.analysis.intervals import distinct, overlap_by_key
 from gpuscope.analysis.stats import severity_for
+from gpuscope.analysis.steps import MIN_STEPS, sync_turns
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
 from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import Op
@@ -39,16 +41,6 @@ LAUNCH_PER_STEP = 20
 LAUNCH_SHARE = 0.4
 # A sync that finds the GPU done returns in well under the host time of one launch.
 QUICK_SYNC_NS = 200_000
-# gil-bound: the feeding thread's voluntary waits woken by its own process, short and many.
-GIL_MIN_WAITS = 20
-GIL_WAIT_MAX_NS = 20_000_000
-GIL_SHARE = 0.15
-# sync-in-loop: both the waits and the host time after them take this share of the wall time.
-LOOP_MIN_STEPS = 10
-LOOP_SHARE = 0.15
-# ... in turns long enough to matter: below these a step's wait and host work are launch-path noise.
-LOOP_MIN_WAIT_NS = 500_000
-LOOP_MIN_HOST_NS = 1_000_000
 
 
 def _feeders(ctx: Context, pid: int) -> tuple[np.ndarray, set[int]]:
@@ -85,7 +77,7 @@ class LaunchBoundRule:
             is_sync = in_ops(f.op[rows], SYNC_OPS)
             after = np.flatnonzero(is_sync[:-1])
             launches = self._launches(ctx, p, rows)
-            if len(after) < LOOP_MIN_STEPS or launches < LAUNCH_MIN:
+            if len(after) < MIN_STEPS or launches < LAUNCH_MIN:
                 continue
             sync_rows = rows[is_sync]
             if float(np.median(f.dur[sync_rows])) > QUICK_SYNC_NS:
@@ -100,7 +92,7 @@ class LaunchBoundRule:
             if ctx.coverage is not None:
                 keep &= ctx.coverage.fully_covered(ps, pe)
             ps, pe, tids = ps[keep], pe[keep], f.tid[first[keep]]
-            if len(ps) < LOOP_MIN_STEPS:
+            if len(ps) < MIN_STEPS:
                 continue
             per_step = launches / max(int(is_sync.sum()), 1)  # each step ends with its sync
             # On-CPU time only: time the thread was off its CPU in the phase (preempted, waiting) is other rules'.
@@ -174,69 +166,25 @@ class LaunchBoundRule:
 
 
 class GilBoundRule:
-    """The feeding thread waits, again and again, for the GIL another thread of its process holds."""
+    """The feeding thread waits, again and again, for the GIL another thread of its process holds
+    (``gpuscope.analysis.gil`` says how that is read)."""
 
     id = "gil-bound"
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
-        samples = ctx.cpu_samples
-        if samples is None or not len(samples):
-            return []  # which thread ran Python meanwhile is read from the samples: none, no claim
-        s = ctx.sched
-        voluntary = s[(f.arg0[s] == 0) & (f.arg1[s] != 0)]
-        wk = np.flatnonzero(f.op == int(Op.sched_wakeup))
         out = []
         for p in ctx.call_pids:
-            _, feeders = _feeders(ctx, p)
-            fed = np.fromiter(feeders, np.int64)
-            # Two ways a thread loses the GIL's race: it waits (futex) until the holder lets go, or, woken, it
-            # is preempted by the holder taking its CPU back. Both end with its own process's thread.
-            own_pre = ctx.preempting[(f.pid[ctx.preempting] == p) & ((f.handle[ctx.preempting] >> 32) == p)]
-            own_pre = own_pre[np.isin(f.tid[own_pre], fed) & ((f.handle[own_pre] & 0xFFFFFFFF) != f.tid[own_pre])]
-            waits = voluntary[(f.pid[voluntary] == p) & np.isin(f.tid[voluntary], fed)]
-            waits = waits[f.dur[waits] <= GIL_WAIT_MAX_NS]
-            if len(waits) + len(own_pre) < GIL_MIN_WAITS:
+            g = gil_waits(ctx, p)
+            if g is None:
                 continue
-            ws, we = f.ts[waits], f.ts[waits] + f.dur[waits]
-            # Woken by another thread of the same process (the GIL's holder letting go).
-            mine = wk[(f.pid[wk] == p) & ((f.handle[wk] >> 32) == p) & ((f.handle[wk] & 0xFFFFFFFF) != f.tid[wk])]
-            woken = np.zeros(len(waits), dtype=bool)
-            wakers: dict[int, int] = {}
-            for tid in distinct(f.tid[waits]).tolist():
-                wi = np.flatnonzero(f.tid[waits] == tid)
-                m = mine[f.tid[mine] == tid]
-                at = f.ts[m]
-                idx = np.searchsorted(we[wi], at, side="left")
-                ok = (idx < len(wi)) & (at >= ws[wi[np.minimum(idx, len(wi) - 1)]])
-                woken[wi[idx[ok]]] = True
-                for w in (f.handle[m[ok]] & 0xFFFFFFFF).tolist():
-                    wakers[int(w)] = wakers.get(int(w), 0) + 1
-            for w in (f.handle[own_pre] & 0xFFFFFFFF).tolist():
-                wakers[int(w)] = wakers.get(int(w), 0) + 1
-            if not wakers:
-                continue
-            ws = np.concatenate([ws[woken], f.ts[own_pre]])
-            we = np.concatenate([we[woken], f.ts[own_pre] + f.dur[own_pre]])
-            woken = np.ones(len(ws), dtype=bool)
-            wall = ctx.pid_span_ns(p)
-            waited = int((we - ws)[woken].sum())
-            if waited < GIL_SHARE * wall:
-                continue
-            holder = max(wakers.items(), key=lambda kv: kv[1])[0]
-            pos = samples.within({p}, ws[woken], we[woken], {holder})
-            hot = [h for h in hot_functions(samples, pos) if h.python]
-            if len(pos) < 5 or not hot:
-                continue  # the waker was not seen running Python: a hand-over, not the GIL
+            d = g.end - g.start
+            hot, holder, wall, waited = g.hot, g.holder, g.wall_ns, g.waited_ns
             lines = (
-                f"the thread that feeds the GPU lost its CPU {int(woken.sum())} times (median "
-                f"{fmt_ns(int(np.median((we - ws)[woken])))}) to thread {holder} of its own process (woken by "
-                "it, or preempted by it), "
-                f"{fmt_ns(waited)} = {waited / wall:.0%} of the time",
-                "thread "
-                + str(holder)
-                + " ran Python meanwhile: "
-                + describe_hot(hot, len(pos), f"of thread {holder} taken while it waited"),
+                f"the thread that feeds the GPU lost its CPU {len(d)} times (median {fmt_ns(int(np.median(d)))}) "
+                f"while thread {holder} of its own process ran, {fmt_ns(waited)} = {waited / wall:.0%} of the time",
+                f"thread {holder} ran Python meanwhile: "
+                + describe_hot(list(hot), g.samples, f"of thread {holder} taken while it waited"),
             )
             fix = (
                 f"thread {holder} holds the GIL in {hot[0].render()}: move that work to a process (DataLoader "
@@ -247,16 +195,17 @@ class GilBoundRule:
                 "gpu-idle",
                 p,
                 f.comm(p),
-                int(woken.sum()),
-                int(np.median((we - ws)[woken])),
-                int(np.percentile((we - ws)[woken], 99, method="inverted_cdf")),
-                int((we - ws)[woken].max()),
+                len(d),
+                int(np.median(d)),
+                int(np.percentile(d, 99, method="inverted_cdf")),
+                int(d.max()),
                 waited,
             )
             metrics: dict[str, float | int] = {
-                "waits": int(woken.sum()),
+                "waits": len(d),
                 "holder_tid": holder,
-                "host_samples": len(pos),
+                "host_samples": g.samples,
+                "holder_on_cpu": round(g.holder_on_cpu, 3),
             }
             out.append(
                 Finding(
@@ -282,27 +231,12 @@ class SyncInLoopRule:
         f = ctx.frame
         out = []
         for p in ctx.call_pids:
-            rows, feeders = _feeders(ctx, p)
-            is_sync = in_ops(f.op[rows], SYNC_OPS)
-            after = np.flatnonzero(is_sync[:-1])
-            if len(after) < LOOP_MIN_STEPS:
+            turns = sync_turns(ctx, p)
+            if turns is None:
                 continue
-            sync = rows[after]
-            gs, ge = f.ts[sync] + f.dur[sync], f.ts[rows[after + 1]]
-            gap = np.maximum(ge - gs, 0)
-            if ctx.coverage is not None:
-                gap = np.where(ctx.coverage.fully_covered(gs, ge), gap, 0)
-            wall = ctx.pid_span_ns(p)
-            waited, host = int(f.dur[sync].sum()), int(gap.sum())
-            if waited < LOOP_SHARE * wall or host < LOOP_SHARE * wall:
-                continue
-            if float(np.median(f.dur[sync])) < LOOP_MIN_WAIT_NS or float(np.median(gap)) < LOOP_MIN_HOST_NS:
-                continue
-            # Each step could overlap the shorter of the two: what removing the per-step sync can save at most.
-            saved = int(np.minimum(f.dur[sync], gap).sum())
-            tids = f.tid[sync]
-            if _off_cpu_share(ctx, p, tids, gs, ge) > 0.5:
-                continue  # the host time after the wait is spent off-CPU: waiting for data (other rules)
+            _, feeders = _feeders(ctx, p)
+            sync, wall, gs, ge = turns.sync_rows, turns.wall_ns, turns.host_start, turns.host_end
+            waited, host, saved = turns.waited_ns, turns.host_ns, turns.saved_ns
             op = Op(int(np.bincount(f.op[sync].astype(np.int64)).argmax()))
             lines = [
                 f"{len(sync)} steps each wait for the GPU ({op.name}: {fmt_ns(waited)} = {waited / wall:.0%} of "
