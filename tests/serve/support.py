@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.model.ops import Op
+from gpuscope.stacks.frames import Frame, Stack
 from gpuscope.store.connect import connect_writer
+from gpuscope.store.cpu_samples import insert_cpu_samples
+from gpuscope.store.stacks_write import insert_stacks
 from tests.unit.analysis.builder import MS, US, Events, steady_training
 
 HOSTILE_COMM = "<svg onload=1>"
+HOSTILE_FUNCTION = "<img src=x onerror=alert(1)>"
+SAMPLE_HZ = 99
 
 
 def contention_recording(path: Path, comm: str = HOSTILE_COMM, *, steps: int = 400, node: str | None = None) -> Path:
@@ -37,6 +42,45 @@ def contention_recording(path: Path, comm: str = HOSTILE_COMM, *, steps: int = 4
         conn = connect_writer(path)
         conn.execute("UPDATE sessions SET node = ?", (node,))
         conn.close()
+    return path
+
+
+# The on-CPU samples ``profile_recording`` adds: (stack, thread, how many, from when, 10 ms apart).
+HOT_STACK = Stack(
+    (
+        Frame("python", HOSTILE_FUNCTION, file="/home/user/train.py", line=42),
+        Frame("python", "train_step", file="/home/user/train.py", line=90),
+        Frame("native", "_PyEval_EvalFrameDefault", module="/usr/lib/libpython3.12.so", offset=0x40),
+    ),
+    native_depth=1,
+    python_depth=2,
+    marker=None,
+)
+COLLATE_STACK = Stack(
+    (
+        Frame("python", "default_collate", file="/usr/lib/python3/dist-packages/torch/utils/data/collate.py", line=7),
+        Frame("native", "memcpy", module="/usr/lib/libc.so.6", offset=0x10),
+    ),
+    native_depth=1,
+    python_depth=1,
+    marker=None,
+)
+PROFILE_SAMPLES = ((HOT_STACK, 100, 30, 100 * MS), (COLLATE_STACK, 101, 10, 3_800 * MS))
+
+
+def profile_recording(path: Path) -> Path:
+    """The contention run, with on-CPU samples of pid 100 at ``SAMPLE_HZ``: 30 of thread 100 in a function named
+    like markup (in the first second), then 10 of thread 101 collating (in the last 200 ms of the recording)."""
+    contention_recording(path)
+    conn = connect_writer(path)
+    insert_stacks(conn, [(s.hash, s.json, s.call_site, s.native_depth, s.python_depth, s.marker) for s in
+                         (HOT_STACK, COLLATE_STACK)])  # fmt: skip
+    insert_cpu_samples(
+        conn,
+        [(1, 100, tid, start + i * 10 * MS, stack.hash) for stack, tid, n, start in PROFILE_SAMPLES for i in range(n)],
+    )
+    conn.execute("UPDATE sessions SET flags = json_set(coalesce(flags, '{}'), '$.cpu_sample_hz', ?)", (SAMPLE_HZ,))
+    conn.close()
     return path
 
 

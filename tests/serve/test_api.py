@@ -42,9 +42,10 @@ def test_the_spec_names_every_route_and_only_those(spec: dict[str, Any]) -> None
     assert spec["openapi"].startswith("3.1")
     expected = {f"/api/v1{e.path}" for e in ENDPOINTS} | {"/api/v1/query"}
     assert set(spec["paths"]) == expected
-    assert {"time", "overview", "ops", "findings", "snapshots", "capabilities", "graph_metrics", "graph_events"} <= {
-        op["operationId"] for path in spec["paths"].values() for op in path.values()
-    }
+    assert {
+        "time", "overview", "ops", "findings", "snapshots", "capabilities", "graph_metrics", "graph_events", "profile",
+        "profile_speedscope",
+    } <= {op["operationId"] for path in spec["paths"].values() for op in path.values()}  # fmt: skip
 
 
 def test_every_get_endpoint_answers_200_with_json(served: Server, spec: dict[str, Any]) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.serve.support import HOSTILE_COMM, contention_recording, dashboard
+from tests.serve.support import HOSTILE_COMM, HOSTILE_FUNCTION, contention_recording, dashboard, profile_recording
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -54,6 +55,9 @@ def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tm
         assert HOSTILE_COMM in findings
         assert page.evaluate("document.querySelectorAll('svg[onload], img[onerror]').length") == 0
         assert page.evaluate("document.querySelectorAll('#timeline svg polyline').length") >= 2
+        # a recording without on-CPU samples has no profile section
+        page.wait_for_selector("#profile-section[data-samples='0']", state="attached", timeout=30_000)
+        assert not page.is_visible("#profile-section")
         # a click on a process keeps only its calls and findings, until the chip is clicked
         page.click("#processes tbody tr >> nth=0")
         page.wait_for_selector("#pid-filter:not([hidden])", timeout=10_000)
@@ -70,3 +74,35 @@ def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tm
     assert problems == []
     origin = server.info["url"].split("/?", 1)[0]
     assert all(u.startswith(origin) for u in requests), [u for u in requests if not u.startswith(origin)]
+
+
+def test_the_host_time_section_shows_the_sampled_functions_as_text_and_downloads_speedscope(  # type: ignore[no-untyped-def]
+    page, tmp_path: Path
+) -> None:
+    db = profile_recording(tmp_path / "run.db")
+    problems: list[str] = []
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        # when the recording has samples, the section shows its top functions with their shares
+        page.wait_for_selector("#profile-section:not([hidden]) #profile tbody tr", timeout=30_000)
+        rows = page.locator("#profile tbody tr")
+        assert rows.count() == 2
+        first = rows.nth(0).inner_text()
+        assert HOSTILE_FUNCTION in first and "75.0%" in first and "train.py:42" in first
+        assert "default_collate" in rows.nth(1).inner_text()
+        # said to be sample counts: estimates
+        assert "estimates" in page.inner_text("#profile-note") and "99 a second" in page.inner_text("#profile-note")
+        # the function named like markup is text: no element made of it, no script run
+        assert page.evaluate("document.querySelectorAll('#profile img, img[onerror]').length") == 0
+        assert page.evaluate("document.querySelectorAll('#profile .share').length") == 2
+        # and the speedscope file downloads under the recording's name, with the page's own session
+        with page.expect_download(timeout=30_000) as got:
+            page.click("#profile-download")
+        download = got.value
+        assert download.suggested_filename == "run.speedscope.json"
+        doc = json.loads(Path(download.path()).read_text())
+        assert [sum(p["weights"]) for p in doc["profiles"]] == [30, 10]
+    assert problems == []

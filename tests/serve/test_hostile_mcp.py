@@ -36,7 +36,7 @@ from tests.serve.support import Server, contention_recording
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 TOOLS = (
     "check", "trace_stats", "explain", "stacks", "query", "events", "graph_lifecycle", "graph_frequency", "diff",
-    "run_demo", "query_fleet",
+    "run_demo", "query_fleet", "cpu_profile",
 )  # fmt: skip
 
 

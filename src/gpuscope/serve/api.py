@@ -26,6 +26,7 @@ from gpuscope.query.engine import ResultLimits, open_reader
 from gpuscope.query.filters import EventFilter, parse_time
 from gpuscope.query.guard import MiB
 from gpuscope.recording.open import open_recording
+from gpuscope.serve.profile import profile_speedscope, profile_summary
 from gpuscope.serve.untrusted import json_scalar
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
@@ -45,12 +46,16 @@ Handler = Callable[["Api", Params], dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One GET endpoint: its path under /api/v1, what it returns, and its query parameters (name -> meaning)."""
+    """One GET endpoint: its path under /api/v1, what it returns, and its query parameters (name -> meaning).
+
+    ``download``: the answer is a file to save, named after the recording with this suffix.
+    """
 
     path: str
     summary: str
     params: dict[str, str]
     handler: Handler
+    download: str | None = None
 
 
 def _since(params: Params) -> int | None:
@@ -87,6 +92,8 @@ class Api:
         self.db = db
         # overview, ops and findings are views of one explain: a page refresh asks for all three at once.
         self._reports = ReportCache()
+        # The page asks for the profile on every refresh: read again only when the recording changed.
+        self._profiles = ReportCache(size=8)
 
     def _explain(self, params: Params) -> Any:
         pid = _int(params, "pid", lo=0)
@@ -182,6 +189,25 @@ class Api:
                 for s in found
             ]
         }
+
+    def profile(self, params: Params) -> dict[str, Any]:
+        """Where the traced threads' CPU time went: hot functions and stacks, by on-CPU samples (estimates)."""
+        pid, since_ns = _int(params, "pid", lo=0), _since(params)
+        limit = int(_int(params, "limit", default=10, lo=1, hi=100) or 10)
+        found: dict[str, Any] = self._profiles.get(
+            (pid, since_ns, limit),
+            file_signature(self.db),
+            lambda: self.read(profile_summary, pid=pid, since_ns=since_ns, limit=limit),
+        )
+        return found
+
+    def profile_speedscope(self, params: Params) -> dict[str, Any]:
+        """The same samples as a speedscope file: one sampled profile per thread."""
+        pid, since_ns = _int(params, "pid", lo=0), _since(params)
+        doc: dict[str, Any] = self.read(
+            profile_speedscope, pid=pid, since_ns=since_ns, name=f"{self.db.name}: on-CPU samples"
+        )
+        return doc
 
     def events(self, params: Params) -> dict[str, Any]:
         """A page of events in id order: ``after`` the last id of the previous page (keyset paging)."""
@@ -375,6 +401,19 @@ ENDPOINTS = [
             "limit": "at most this many stacks (1..100)",
         },
         Api.stacks,
+    ),
+    Endpoint(
+        "/profile",
+        "where the traced threads' CPU time went: hot functions and stacks by on-CPU samples (estimates)",
+        {"since": SINCE, "pid": PID, "limit": "at most this many functions and stacks (1..100, default 10)"},
+        Api.profile,
+    ),
+    Endpoint(
+        "/profile.speedscope",
+        "the on-CPU samples as a speedscope file to download, one sampled profile per thread",
+        {"since": SINCE, "pid": PID},
+        Api.profile_speedscope,
+        download=".speedscope.json",
     ),
     Endpoint(
         "/events",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def openapi_spec() -> dict[str, Any]:
         paths[f"/api/v1{ep.path}"] = {
             "get": {
                 "summary": ep.summary,
-                "operationId": ep.path.strip("/").replace("-", "_"),
+                "operationId": re.sub(r"[-.]", "_", ep.path.strip("/")),
                 "parameters": parameters,
                 "responses": {"200": ok, "400": error, "401": error, "503": error},
             }
@@ -155,6 +156,12 @@ def openapi_spec() -> dict[str, Any]:
     }
 
 
+def download_name(db: Path, suffix: str) -> str:
+    """A download's file name: the recording's, in characters that any header and file system take."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", db.stem)[:100].lstrip(".") or "recording"
+    return stem + suffix
+
+
 def static_file(name: str) -> Response:
     return Response(_static(name), media_type=STATIC_TYPES.get(Path(name).suffix, "application/octet-stream"))
 
@@ -197,7 +204,7 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
     # otherwise wait for each one's imports and first open.
     api.warm()
 
-    async def run(call: Any, *args: Any) -> Response:
+    async def run(call: Any, *args: Any, headers: dict[str, str] | None = None) -> Response:
         try:
             result = await run_in_threadpool(call, *args)
         except Exception as exc:  # the API's own errors become the error shape; a bug is logged, not shown
@@ -206,11 +213,16 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
                 log.exception("internal error")
                 return _error(500, "internal", "internal error (see the server's log)")
             return _error(*mapped)
-        return JSONResponse(result, headers=_NO_STORE)
+        return JSONResponse(result, headers={**_NO_STORE, **(headers or {})})
 
     def get_route(ep: Endpoint) -> Route:
+        # A download is saved under the recording's name, not the endpoint's (profile.speedscope).
+        extra = (
+            {"content-disposition": f'attachment; filename="{download_name(db, ep.download)}"'} if ep.download else {}
+        )
+
         async def endpoint(request: Request) -> Response:
-            return await run(ep.handler, api, dict(request.query_params))
+            return await run(ep.handler, api, dict(request.query_params), headers=extra)
 
         return Route(f"/api/v1{ep.path}", endpoint, methods=["GET"])
 

@@ -30,10 +30,14 @@ function fmtWall(ns) {
   return new Date(Number(BigInt(ns) / 1000000n)).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
-async function api(path, params) {
+function apiUrl(path, params) {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) if (v !== null && v !== undefined && v !== "") q.set(k, v);
-  const res = await fetch(`/api/v1/${path}${q.toString() ? "?" + q : ""}`, { credentials: "same-origin" });
+  return `/api/v1/${path}${q.toString() ? "?" + q : ""}`;
+}
+
+async function api(path, params) {
+  const res = await fetch(apiUrl(path, params), { credentials: "same-origin" });
   const body = await res.json();
   if (!res.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : res.statusText);
   return body;
@@ -223,6 +227,37 @@ async function refreshStacks() {
   }
 }
 
+// On-CPU samples of the traced threads: shown only when the recording has them. Counts, not times: each
+// sample stands for 1/hz of a thread's CPU time, so every share and second here is an estimate.
+function renderProfile(p) {
+  const section = document.getElementById("profile-section");
+  section.dataset.samples = String(p.samples);
+  section.hidden = !p.samples;
+  if (!p.samples) return;
+  const rate = p.hz ? ` (${p.hz} a second of each thread's CPU time)` : "";
+  const cpu = p.estimated_cpu_s === null ? "" : `: ≈ ${p.estimated_cpu_s.toFixed(2)} s of CPU time`;
+  document.getElementById("profile-note").textContent = `${p.samples.toLocaleString()} on-CPU samples${rate}`
+    + `${cpu}. These are sample counts: the shares and seconds are estimates.`;
+  document.getElementById("profile-download").setAttribute("href", apiUrl("profile.speedscope", windowParams()));
+  const body = document.querySelector("#profile tbody");
+  body.replaceChildren();
+  for (const f of p.top_functions) {
+    const bar = el("span", { class: "share", style: { width: `${Math.round(120 * Math.min(1, f.share))}px` } });
+    const where = f.file ? `${f.file}${f.line === null ? "" : `:${f.line}`}` : "—";
+    body.append(el("tr", {}, el("td", {}, f.function), el("td", {}, where), el("td", {}, f.samples.toLocaleString()),
+      el("td", {}, bar, `${(100 * f.share).toFixed(1)}%`)));
+  }
+}
+
+async function refreshProfile() {
+  try {
+    renderProfile(await api("profile", { ...windowParams(), limit: 10 }));
+  } catch (err) {
+    document.getElementById("profile-section").hidden = true;
+    document.getElementById("status").textContent = `error: ${err.message}`;
+  }
+}
+
 async function refresh() {
   const status = document.getElementById("status");
   try {
@@ -239,6 +274,7 @@ async function refresh() {
     renderProcesses(processes, containers);
     renderTimeline(timeline);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    await refreshProfile();
   } catch (err) {
     status.textContent = `error: ${err.message}`;
   }

@@ -1,0 +1,87 @@
+"""The on-CPU profile as the API serves it: where the traced threads' CPU time went, in samples.
+
+``profile_summary`` is the answer of ``GET /api/v1/profile`` (and, compacted,
+of the MCP tool ``cpu_profile``): the hot functions
+(``gpuscope.stacks.profile.top_functions``, as ``gpuscope stacks --cpu``
+names them: the user's own code where a stack has it) and the stacks the
+threads were sampled in most.
+``profile_speedscope`` is the speedscope file of the same samples. Both read
+through one read-only connection the caller opens.
+
+Every figure is a count of samples, each standing for 1/hz of a thread's CPU
+time: shares and seconds are estimates, and the answer says so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from gpuscope.analysis.engine import ExplainOptions, resolve_window
+from gpuscope.stacks.profile import cpu_profile, speedscope_document, top_functions
+from gpuscope.store.cpu_samples_read import has_cpu_samples
+from gpuscope.store.processes_read import process_rows
+
+NO_SAMPLES = (
+    "this recording holds no on-CPU samples (traced with --cpu-samples off or --no-stack, or by an older gpuscope)"
+)
+NONE_SELECTED = "no on-CPU samples of the traced threads in this window or process"
+NO_RATE = "the recording does not say its sampling rate: shares of the samples only, no CPU seconds"
+
+
+def _bounds(conn: sqlite3.Connection, since_ns: int | None) -> tuple[int | None, int | None]:
+    """The monotonic bounds of the last ``since_ns`` of the recording (as explain counts it); None: all of it."""
+    if since_ns is None:
+        return None, None
+    window = resolve_window(conn, ExplainOptions(since_ns=since_ns))
+    return window.start_ns, window.end_ns
+
+
+def estimate_note(hz: int) -> str:
+    """What one sample stands for, said wherever a profile's figures are shown."""
+    return f"counts of on-CPU samples, {hz} a second of each thread's CPU time: shares and seconds are estimates"
+
+
+def profile_summary(conn: sqlite3.Connection, *, pid: int | None, since_ns: int | None, limit: int) -> dict[str, Any]:
+    """The hot functions and the top ``limit`` stacks of ``pid``'s samples (all processes' when None).
+
+    ``since_ns``: only the last DURATION of the recording, counted back from
+    its end as ``explain --since`` does. An empty profile carries a note
+    saying why it is empty.
+    """
+    start_ns, end_ns = _bounds(conn, since_ns)
+    profile = cpu_profile(conn, pid=pid, start_ns=start_ns, end_ns=end_ns)
+    total = profile.samples
+    if total:
+        notes = [estimate_note(profile.hz) if profile.hz else NO_RATE]
+    else:
+        notes = [NONE_SELECTED if has_cpu_samples(conn) else NO_SAMPLES]
+    return {
+        "hz": profile.hz or None,
+        "samples": total,
+        "estimated_cpu_s": round(profile.estimated_cpu_s(), 3) if profile.hz else None,
+        "estimate": True,
+        "top_functions": [h.as_dict() for h in top_functions(profile, limit)],
+        "stacks": [
+            {
+                "pid": s.pid,
+                "tid": s.tid,
+                "samples": s.samples,
+                "share": round(s.samples / total, 4),
+                "frames": [f.render() for f in s.frames],  # innermost first, as `stacks` shows calls' stacks
+            }
+            for s in profile.stacks[:limit]
+        ],
+        "notes": notes,
+    }
+
+
+def profile_speedscope(
+    conn: sqlite3.Connection, *, pid: int | None, since_ns: int | None, name: str
+) -> dict[str, object]:
+    """The samples as a speedscope file named ``name``: one sampled profile per thread, weights in samples."""
+    start_ns, end_ns = _bounds(conn, since_ns)
+    profile = cpu_profile(conn, pid=pid, start_ns=start_ns, end_ns=end_ns)
+    # Rows come oldest session first: the newest name of each pid wins, as the exporter names them.
+    comms = {p: comm for p, comm, _ in process_rows(conn) if comm}
+    return speedscope_document(profile, name, comms)
