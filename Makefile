@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh Debian 12 machine (as root):
-#   make demo   set up and install, then `gpuscope demo`: six slowdowns traced live and explained
+#   make demo   set up and install, then `gpuscope demo`: seven slowdowns traced live and explained
 #   make test   set up, then run the whole test suite (privileged eBPF tests included)
 # Also: make install (a `gpuscope` launcher on PATH, tab completion), make uninstall, make wheel (dist/*.whl).
 

@@ -42,3 +42,21 @@ def test_each_live_scenario_is_its_own_complete_session(results: dict[str, DemoR
     assert ids == sorted(set(ids)) and len(ids) == len(REGISTRY)
     db = Path(next(iter(results.values())).db)
     assert db.exists()
+
+
+HOST_BOUND = {"data-starvation", "launch-bound", "gil-bound", "sync-in-loop"}
+
+
+@pytest.mark.parametrize("scenario", [s for s in REGISTRY if s.expected_kind not in HOST_BOUND], ids=lambda s: s.name)
+def test_no_host_bound_rule_fires_on_a_scenario_that_is_not_host_bound(
+    scenario: Scenario, results: dict[str, DemoResult]
+) -> None:
+    kinds = {f.kind for f in results[scenario.name].report.findings}
+    assert not kinds & HOST_BOUND, kinds
+
+
+def test_the_dataloader_scenario_names_the_python_code_from_its_samples(results: dict[str, DemoResult]) -> None:
+    (f,) = [f for f in results["dataloader-starvation"].report.findings if f.kind == "data-starvation"]
+    (host,) = [c for c in f.causes if c.kind == "host-time"]
+    assert "`Dataset.__getitem__` (dataloader_loop.py:" in host.evidence[0]
+    assert "__getitems__" in f.fix

@@ -104,3 +104,13 @@ def test_a_bad_rate_is_one_line_and_nothing_is_recorded(tmp_path: Path) -> None:
     p = run_gpuscope("trace", "--db", str(db), "--cpu-samples", "5000", "--", "true")
     assert p.returncode == 2 and "--cpu-samples 5000: from 1 to 999" in p.stderr
     assert "Traceback" not in p.stderr and not db.exists()
+
+
+def test_starvation_and_its_code_are_found_with_record_all_too(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+    run = _trace_loop(trace_command, standin, "4", "--record-all")
+    p = run_gpuscope("explain", "--db", str(run.db), "--json")
+    assert p.returncode == 0, p.stderr
+    (starved,) = [f for f in json.loads(p.stdout)["findings"] if f["kind"] == "data-starvation"]
+    assert any(
+        "`build_batch` (py_host_bound.py:" in c["evidence"][0] for c in starved["causes"] if c["kind"] == "host-time"
+    )

@@ -27,6 +27,7 @@ DEFAULT_BUDGET = 0.01
 
 # On-CPU samples of traced threads, per second of a thread's CPU time (`trace --cpu-samples`). 49, not 50: a
 # rate that shares no period with the millisecond timers of most programs, so samples do not lock onto them.
-# At this rate a busy thread pays ~0.1% of its CPU time (measured: bench/cpu_sample_bench.py).
+# At this rate a busy thread pays ~0.1% of its CPU time (measured in the program: 21.7 us a sample, 0.107%;
+# bench/cpu_sample_bench.py).
 DEFAULT_CPU_SAMPLE_HZ = 49
 MAX_CPU_SAMPLE_HZ = 999
