@@ -24,7 +24,13 @@ from gpuscope.commands._exporters import (
 from gpuscope.commands._options import add_db_option, db_from_args, duration_ns, duration_s, pid_arg, size_bytes
 from gpuscope.config import check_node_name, load_config
 from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
-from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ, MAX_CPU_SAMPLE_HZ, WARMUP_ROWS_PER_S
+from gpuscope.model.policy import (
+    DEFAULT_CPU_SAMPLE_HZ,
+    MAX_CPU_SAMPLE_HZ,
+    SAMPLE_COST_S,
+    SAMPLER_BUDGET_SHARE,
+    WARMUP_ROWS_PER_S,
+)
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
@@ -126,11 +132,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cpu-samples",
-        default=str(DEFAULT_CPU_SAMPLE_HZ),
+        default=None,
         metavar="HZ|off",
         help="sample the on-CPU stacks of traced threads this many times a second of their CPU time, to name the "
-        f"code that holds the host while the GPU waits (default {DEFAULT_CPU_SAMPLE_HZ}; its measured cost counts "
-        "against --budget; needs --stack)",
+        f"code that holds the host while the GPU waits (default {DEFAULT_CPU_SAMPLE_HZ}, fewer under a budget "
+        "below 0.5%%; its measured cost counts against --budget; needs --stack)",
     )
     p.add_argument(
         "--stack-every",
@@ -470,8 +476,25 @@ def _trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions
         stacks=(2 if args.python_stack else 1) if args.stack else 0,
         stack_policy=stack_policy(overrides=parse_overrides(args.stack_every)),
         sampled_probes=not args.record_all and budget_arg(args.budget) is not None,
-        cpu_sample_hz=cpu_samples_arg(args.cpu_samples) if args.stack else 0,
+        cpu_sample_hz=(
+            cpu_samples_arg(args.cpu_samples)
+            if args.cpu_samples is not None
+            else default_cpu_sample_hz(None if args.record_all else budget_arg(args.budget))
+        )
+        if args.stack
+        else 0,
     )
+
+
+def default_cpu_sample_hz(budget: float | None) -> int:
+    """The sampling rate when none is asked for: the default, or fewer where a small budget leaves less room.
+
+    A sample costs ~20 µs of the sampled thread's time (bench/cpu_sample_bench.py): the sampler is given at
+    most a quarter of the budget, so 49 a second down to a 0.5% budget, 9 at 0.1%.
+    """
+    if budget is None:
+        return DEFAULT_CPU_SAMPLE_HZ
+    return max(1, min(DEFAULT_CPU_SAMPLE_HZ, int(budget * SAMPLER_BUDGET_SHARE / SAMPLE_COST_S)))
 
 
 def cpu_samples_arg(text: str) -> int:

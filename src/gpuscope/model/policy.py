@@ -31,3 +31,7 @@ DEFAULT_BUDGET = 0.01
 # bench/cpu_sample_bench.py).
 DEFAULT_CPU_SAMPLE_HZ = 49
 MAX_CPU_SAMPLE_HZ = 999
+# What one sample costs the sampled thread, rounded up (bench/cpu_sample_bench.py: 13-22 us in the program),
+# and the most of the overhead budget the sampler is given by default (the rest is the probes').
+SAMPLE_COST_S = 25e-6
+SAMPLER_BUDGET_SHARE = 0.25
