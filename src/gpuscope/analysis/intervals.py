@@ -61,6 +61,36 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[idx].astype(np.int64), group_end.astype(np.int64)
 
 
+def intersect_all(groups: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The time every group's intervals cover at once, as sorted, disjoint [start, end) pairs."""
+    if not groups:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    merged = [merge(s, e) for s, e in groups]
+    at = np.concatenate([np.concatenate([s, e]) for s, e in merged])
+    step = np.concatenate([np.concatenate([np.ones(len(s)), -np.ones(len(e))]) for s, e in merged])
+    order = np.lexsort((step, at))  # at one instant, ends before starts: touching intervals do not meet
+    at, depth = at[order], np.cumsum(step[order])
+    full = np.flatnonzero(depth == len(groups))
+    ends = at[np.minimum(full + 1, len(at) - 1)]
+    keep = ends > at[full]
+    return at[full][keep].astype(np.int64), ends[keep].astype(np.int64)
+
+
+def outermost(tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which calls are not inside an earlier call of the same thread (by start time within each thread).
+
+    A runtime call makes its driver call inside it (cudaLaunchKernel -> cuLaunchKernel): counted once.
+    """
+    out = np.ones(len(tids), dtype=bool)
+    for tid in distinct(tids).tolist():
+        idx = np.flatnonzero(tids == tid)
+        idx = idx[np.argsort(starts[idx], kind="stable")]
+        e = ends[idx]
+        before = np.maximum.accumulate(np.concatenate(([np.iinfo(np.int64).min], e[:-1])))
+        out[idx] = e > before
+    return out
+
+
 def overlap_ns(q_start: np.ndarray, q_end: np.ndarray, i_start: np.ndarray, i_end: np.ndarray) -> np.ndarray:
     """For each query [q_start, q_end], total time covered by disjoint sorted intervals.
 

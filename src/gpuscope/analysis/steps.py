@@ -14,7 +14,7 @@ import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import GPU_WORK, SYNC_OPS
-from gpuscope.analysis.intervals import overlap_by_key
+from gpuscope.analysis.intervals import outermost, overlap_by_key
 from gpuscope.model.op_table import in_ops
 
 # At least this many steps; the waits and the host time after them each take this share of the wall time,
@@ -55,6 +55,8 @@ def sync_turns(ctx: Context, pid: int) -> Turns | None:
     """The process's steps when its host and GPU take turns; None when they do not."""
     f = ctx.frame
     rows = ctx.calls[ctx.pid_calls_of(pid, GPU_WORK)]
+    # A driver call made inside a runtime call (cudaStreamSynchronize -> cuStreamSynchronize) counted once.
+    rows = rows[outermost(f.tid[rows], f.ts[rows], f.ts[rows] + f.dur[rows])]
     is_sync = in_ops(f.op[rows], SYNC_OPS)
     after = np.flatnonzero(is_sync[:-1])
     if len(after) < MIN_STEPS:

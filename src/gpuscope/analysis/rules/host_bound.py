@@ -25,7 +25,7 @@ from gpuscope.analysis.context import Context
 from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause
 from gpuscope.analysis.frame import GPU_WORK, LAUNCH_OPS, SYNC_OPS
 from gpuscope.analysis.gil import gil_waits
-from gpuscope.analysis.intervals import distinct, overlap_by_key
+from gpuscope.analysis.intervals import distinct, intersect_all, outermost, overlap_by_key, overlap_ns
 from gpuscope.analysis.stats import severity_for
 from gpuscope.analysis.steps import MIN_STEPS, sync_turns
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
@@ -44,9 +44,30 @@ QUICK_SYNC_NS = 200_000
 
 
 def _feeders(ctx: Context, pid: int) -> tuple[np.ndarray, set[int]]:
-    """The process's GPU calls (frame rows, by time) and the threads that make them."""
+    """The process's GPU calls (frame rows, by time; a driver call made inside a runtime call counted once, as
+    the runtime call) and the threads that make them."""
+    f = ctx.frame
     rows: np.ndarray = ctx.calls[ctx.pid_calls_of(pid, GPU_WORK)]
-    return rows, set(distinct(ctx.frame.tid[rows]).tolist())
+    rows = rows[outermost(f.tid[rows], f.ts[rows], f.ts[rows] + f.dur[rows])]
+    return rows, set(distinct(f.tid[rows]).tolist())
+
+
+def _host_idle(ctx: Context, pid: int, tids: set[int], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per interval: the time none of the threads ``tids`` was on a CPU (each off it, for any reason).
+
+    A step's work moves between threads (PyTorch runs backward on its autograd thread while the main thread
+    waits for it): the host is busy while any of them runs.
+    """
+    f, s = ctx.frame, ctx.sched
+    s = s[f.pid[s] == pid]
+    groups = []
+    for t in sorted(tids):
+        mine = s[f.tid[s] == t]
+        if not len(mine):
+            return np.zeros(len(starts), dtype=np.int64)  # a thread never off its CPU: the host never idle
+        groups.append((f.ts[mine], f.ts[mine] + f.dur[mine]))
+    os_, oe = intersect_all(groups)
+    return overlap_ns(starts, ends, os_, oe)
 
 
 def _off_cpu_share(ctx: Context, pid: int, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float:
@@ -73,7 +94,7 @@ class LaunchBoundRule:
         f = ctx.frame
         out = []
         for p in ctx.call_pids:
-            rows, _ = _feeders(ctx, p)
+            rows, feeders = _feeders(ctx, p)
             is_sync = in_ops(f.op[rows], SYNC_OPS)
             after = np.flatnonzero(is_sync[:-1])
             launches = self._launches(ctx, p, rows)
@@ -91,30 +112,38 @@ class LaunchBoundRule:
             keep = pe > ps
             if ctx.coverage is not None:
                 keep &= ctx.coverage.fully_covered(ps, pe)
-            ps, pe, tids = ps[keep], pe[keep], f.tid[first[keep]]
+            ps, pe = ps[keep], pe[keep]
+            launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]
+            n = self._phase_launches(ctx, p, launch_rows, launches, ps, pe)
+            # Steps of many launches; host time only while a feeding thread was on a CPU.
+            many = n >= LAUNCH_PER_STEP
+            ps, pe, n = ps[many], pe[many], n[many]
             if len(ps) < MIN_STEPS:
                 continue
-            per_step = launches / max(int(is_sync.sum()), 1)  # each step ends with its sync
-            # On-CPU time only: time the thread was off its CPU in the phase (preempted, waiting) is other rules'.
-            on_cpu = 1.0 - _off_cpu_share(ctx, p, tids, ps, pe)
-            phase = int((pe - ps).sum() * on_cpu)
-            per_launch = int((pe - ps).mean() * on_cpu / max(per_step, 1))
-            launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]
+            busy = (pe - ps) - _host_idle(ctx, p, feeders, ps, pe)
+            on_cpu = float(busy.sum()) / max(float((pe - ps).sum()), 1.0)
+            phase = int(busy.sum())
+            per_step = float(np.median(n))
+            per_launch = int(np.median(busy / n))
             launch_ns = int(np.median(f.dur[launch_rows])) if len(launch_rows) else 0
-            if per_step < LAUNCH_PER_STEP or per_launch < max(LAUNCH_GAP_NS, 2 * launch_ns):
-                continue  # few launches a step, or back to back: the launch call's own cost
+            if per_launch < max(LAUNCH_GAP_NS, 2 * launch_ns):
+                continue  # back to back: the launch call's own cost, not host code between launches
             wall = ctx.pid_span_ns(p)
             if ctx.coverage is not None:
                 lo, hi = ctx.call_spans.get(p, (0, 0))
                 wall = min(wall, max(ctx.coverage.covered_ns(lo, hi), 1))
-            share = phase / max(int(len(ps) * wall / len(after)), 1)
+            share = phase / max(wall, 1)
             if share < LAUNCH_SHARE:
                 continue  # launching on a CPU is a small part of the time
             between = int(share * wall)
             lines = [
-                f"{len(after)} steps of ~{per_step:.0f} launches each; launching takes {share:.0%} of the time on a "
+                f"{len(ps)} steps of ~{per_step:.0f} launches each; launching takes {share:.0%} of the time on a "
                 f"CPU, {fmt_ns(per_launch)} of host time per launch (the launch call itself {fmt_ns(launch_ns)})"
-                + (f"; off its CPU {1 - on_cpu:.0%} of the launch phases besides" if on_cpu < 0.9 else ""),
+                + (
+                    f"; no feeding thread on a CPU {1 - on_cpu:.0%} of the launch phases besides"
+                    if on_cpu < 0.9
+                    else ""
+                ),
                 f"the synchronisations found the GPU done (median {fmt_ns(int(np.median(f.dur[sync_rows])))}): "
                 "the GPU waited for each launch",
             ]
@@ -124,7 +153,7 @@ class LaunchBoundRule:
             )
             metrics: dict[str, float | int] = {"per_launch_ns": per_launch, "launches_per_step": round(per_step, 1)}
             causes = [Cause(self.id, tuple(lines), metrics=metrics)]
-            host = host_time_cause(ctx.cpu_samples, {p}, ps, pe, set(distinct(tids).tolist()), "between launches")
+            host = host_time_cause(ctx.cpu_samples, {p}, ps, pe, feeders, "between launches")
             if host is not None:
                 causes.append(host.cause)
                 fix += f"; between launches the host runs {host.hot[0].render()} most: make it cheaper or move it out of the step"
@@ -155,14 +184,33 @@ class LaunchBoundRule:
 
     @staticmethod
     def _launches(ctx: Context, pid: int, rows: np.ndarray) -> int:
-        """The process's launches in the window: every call counted (aggregates), else its rows."""
+        """The process's launches in the window, a runtime launch and the driver launch inside it once: its
+        launch rows where they are all stored, else every call counted (aggregates, estimates under the
+        budget) scaled by the share of stored launch rows that are not inside another."""
+        f = ctx.frame
+        outer = int(in_ops(f.op[rows], LAUNCH_OPS).sum())
         if ctx.aggregates is None:
-            return int(in_ops(ctx.frame.op[rows], LAUNCH_OPS).sum())
-        total = 0
+            return outer
+        counted = 0
         for op in LAUNCH_OPS:
             summary = ctx.op_summary(pid, op)
-            total += summary[0] if summary is not None else 0
-        return total
+            counted += summary[0] if summary is not None else 0
+        stored = len(ctx.pid_calls_of(pid, LAUNCH_OPS))
+        return int(counted * outer / stored) if stored else counted
+
+    @staticmethod
+    def _phase_launches(
+        ctx: Context, pid: int, launch_rows: np.ndarray, launches: int, ps: np.ndarray, pe: np.ndarray
+    ) -> np.ndarray:
+        """Launches in each phase, from its launch rows: whole inside a probe window, and scaled by the calls
+        each stored row stands for where rows were kept selectively (a sample of them)."""
+        f = ctx.frame
+        ts = np.sort(f.ts[launch_rows])
+        rows_in: np.ndarray = np.searchsorted(ts, pe, side="left") - np.searchsorted(ts, ps, side="left")
+        thinned = any((pid, op) in ctx.thinned for op in LAUNCH_OPS)
+        if thinned and len(launch_rows):
+            return rows_in * max(launches / len(launch_rows), 1.0)
+        return rows_in.astype(np.float64)
 
 
 class GilBoundRule:
