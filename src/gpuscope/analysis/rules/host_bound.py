@@ -124,7 +124,8 @@ class LaunchBoundRule:
             on_cpu = float(busy.sum()) / max(float((pe - ps).sum()), 1.0)
             phase = int(busy.sum())
             per_step = float(np.median(n))
-            per_launch = int(np.median(busy / n))
+            per_step_launch = busy / n  # each step's host time per launch
+            per_launch = int(np.median(per_step_launch))
             launch_ns = int(np.median(f.dur[launch_rows])) if len(launch_rows) else 0
             if per_launch < max(LAUNCH_GAP_NS, 2 * launch_ns):
                 continue  # back to back: the launch call's own cost, not host code between launches
@@ -164,8 +165,8 @@ class LaunchBoundRule:
                 f.comm(p),
                 launches,
                 per_launch,
-                per_launch,
-                per_launch,
+                int(np.percentile(per_step_launch, 99, method="inverted_cdf")),
+                int(per_step_launch.max()),
                 between,
             )
             out.append(
