@@ -50,10 +50,6 @@ class PermissionDeniedError(EnvironmentUnsupported):
     )
 
 
-class NoBtfError(EnvironmentUnsupported):
-    remedy = "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux must exist)"
-
-
 class BpfObjectMissingError(EnvironmentUnsupported):
     remedy = "reinstall gpuscope so its build compiles the BPF programs: apt-get install clang llvm libbpf-dev && pip install ."
 

@@ -316,7 +316,7 @@ class ProbeSampler:
         try:
             costs = calibrate(self.tracer, with_return=not self.tracer.opts.entry_only)
         except Exception as exc:  # a missing library or a refused attach: the cost is reported as not measured
-            self.calibration_error = str(exc)
+            self.calibration_error = f"the probe cost could not be calibrated: {exc}"
             return
         table = np.zeros(_COST_FLAGS + 1, dtype=np.float64)
         for f in range(_COST_FLAGS + 1):

@@ -68,6 +68,7 @@ from gpuscope.store.sessions_write import (
     close_session,
     create_session,
     mark_committed,
+    set_session_flag,
     update_session_counts,
 )
 from gpuscope.store.writer import Durability, EventWriter
@@ -601,6 +602,10 @@ class TraceSession:
     def _save_self_cost(self) -> None:
         """Each traced process's probe and CPU time of the last second, and the calibration once known."""
         sampler = self.sampler
+        if not self._costs_saved and sampler.calibration_error is not None:
+            # Nothing to measure the self-cost with: the recording says why, instead of saying nothing.
+            self._costs_saved = True
+            self.writer.write(set_session_flag, self.session_id, "self_cost_error", sampler.calibration_error)
         if not self._costs_saved and sampler.costs is not None:
             self._costs_saved = True
             costs = sampler.costs

@@ -248,9 +248,6 @@ class Tracer:
             raise ProcessNotFoundError(f"no process with pid {pid}")
         self._host.lib.map_update(self._host.map_fd("targets"), struct.pack("<I", pid), b"\x01")
 
-    def is_target(self, pid: int) -> bool:
-        return self._host.lib.map_lookup(self._host.map_fd("targets"), struct.pack("<I", pid), 1) is not None
-
     # -- uprobes -------------------------------------------------------------
 
     def attach_library(self, lib: CudaLibrary) -> AttachedLibrary | None:

@@ -3,7 +3,7 @@
 The attribution tables (``processes``, ``nccl_comms``, ``cgroups``) are not
 part of the event frame. A caller that has the recording loads them with
 ``load_attribution`` and passes them to the analysis, which carries them in
-its ``Context``. Rules read them through ``attribution_of(ctx)``, which adds
+its ``Context``. Rules read them through ``Context.window_attribution``, which adds
 what the frame itself holds: the rank, size and unique-id hash of every
 communicator whose ``ncclCommInitRank`` lies in the window.
 """
@@ -21,8 +21,7 @@ from gpuscope.model.ops import Op
 from gpuscope.store.attribution import cgroup_rows, communicator_rows, process_ranks
 
 if TYPE_CHECKING:
-    # For annotations only: context.py imports this module at run time (a Context carries an Attribution).
-    from gpuscope.analysis.context import Context
+    from gpuscope.analysis.frame import EventFrame
 
 _INIT_OPS = (int(Op.ncclCommInitRank), int(Op.ncclCommInitRankConfig))
 
@@ -49,10 +48,6 @@ class Container:
         if self.slurm_job_id:
             return f"slurm job {self.slurm_job_id}"
         return f"cgroup {self.path or self.cgroup_id}"
-
-    @property
-    def is_container(self) -> bool:
-        return bool(self.container_id or self.pod_name or self.slurm_job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +97,11 @@ def load_attribution(conn: sqlite3.Connection) -> Attribution:
     return Attribution(process_ranks(conn), containers, communicators)
 
 
-def from_frame(ctx: Context) -> Attribution:
+def from_frame(f: EventFrame) -> Attribution:
     """Communicators whose init call lies in the window: handle, hash (``stream``), rank, nranks."""
-    f = ctx.frame
     i = np.flatnonzero(np.isin(f.op, np.array(_INIT_OPS, dtype=np.int64)))
     comms = {
         (int(f.pid[k]), int(f.handle[k])): Communicator(int(f.stream[k]), int(f.arg0[k]), int(f.arg1[k]))
         for k in i.tolist()
     }
     return Attribution(communicators=comms)
-
-
-def attribution_of(ctx: Context) -> Attribution:
-    """Return what is known of the window's processes: what the context carries, then what the frame holds."""
-    return ctx.attribution.merged(from_frame(ctx))

@@ -23,8 +23,8 @@ from gpuscope.analysis.context import Context
 from gpuscope.analysis.engine import ExplainOptions, reading_events, resolve_window
 from gpuscope.analysis.frame import load_frame
 from gpuscope.analysis.intervals import distinct, merge, overlap_ns
+from gpuscope.analysis.nccl_ranks import COLLECTIVES, INIT_OPS, Member, calls_of, communicators, hash_text, rank_steps
 from gpuscope.analysis.overhead import identify_tracer
-from gpuscope.analysis.rules.nccl import COLLECTIVES, INIT_OPS, Member, calls_of, communicators, hash_text, rank_steps
 from gpuscope.model.ops import Op, op_name
 from gpuscope.store.dashboard_read import sessions_brief
 

@@ -8,7 +8,7 @@ from typing import Generic, TypeVar, overload
 
 import numpy as np
 
-from gpuscope.analysis.attribution import EMPTY, Attribution
+from gpuscope.analysis.attribution import EMPTY, Attribution, from_frame
 from gpuscope.analysis.coverage import ANCHOR_OPS, Coverage, anchor_counts
 from gpuscope.analysis.cpu_profile import CpuSamples
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, LAUNCH_OPS, Aggregates, EventFrame, Window
@@ -72,7 +72,7 @@ class Context:
     ``frees_recorded`` is False and ``pids_without_frees`` names processes
     when the recorder never saw cudaFree (Ingero imports).
     ``attribution``: ranks, communicators and containers read from the
-    recording's tables (rules read them with ``attribution_of``, which adds
+    recording's tables (rules read them with ``window_attribution``, which adds
     the communicators initialised in the window).
     ``imported_rates``: the exact per-bucket counts of processes recorded by
     the reference system (None: no imported process in the window); their
@@ -276,6 +276,11 @@ class Context:
     @shared
     def sched(self) -> np.ndarray:
         return np.flatnonzero(self.frame.op == SCHED)
+
+    @shared
+    def window_attribution(self) -> Attribution:
+        """What is known of the window's processes: what the context carries, then what the frame holds."""
+        return self.attribution.merged(from_frame(self.frame))
 
     @shared
     def forks(self) -> dict[int, tuple[int, ...]]:

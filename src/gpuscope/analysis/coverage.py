@@ -240,6 +240,7 @@ class SamplingSummary:
     estimated_ops: tuple[str, ...]
     coverage: float | None  # the share of the window the probe windows covered
     self_costs: tuple[ProcessCost, ...]
+    unmeasured: tuple[str, ...] = ()  # why a session's self-cost could not be measured (its calibration failed)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -247,6 +248,7 @@ class SamplingSummary:
             "estimated_ops": list(self.estimated_ops),
             "coverage": round(self.coverage, 4) if self.coverage is not None else None,
             "self_cost": [c.as_dict() for c in self.self_costs],
+            "self_cost_unmeasured": list(self.unmeasured),
         }
 
 
@@ -258,11 +260,14 @@ def sampling_summary(
         ProcessCost(int(pid), int(probe or 0), int(cpu or 0), int(calls or 0), budget, int(bp or 0), int(bc or 0))
         for pid, calls, probe, cpu, budget, bp, bc in self_cost_totals(conn, start_ns, end_ns)
     )
-    if coverage is None and not costs:
+    unmeasured = tuple(
+        sorted({str(d["self_cost_error"]) for d in session_flag_docs(conn).values() if d.get("self_cost_error")})
+    )
+    if coverage is None and not costs and not unmeasured:
         return None
     share = coverage.covered_ns(start_ns, end_ns) / max(end_ns - start_ns, 1) if coverage is not None else None
     budget = coverage.budget if coverage is not None else next((c.budget for c in costs if c.budget), None)
-    return SamplingSummary(budget, estimated_ops, min(share, 1.0) if share is not None else None, costs)
+    return SamplingSummary(budget, estimated_ops, min(share, 1.0) if share is not None else None, costs, unmeasured)
 
 
 def with_sampling_caveats(

@@ -18,7 +18,7 @@ import os
 
 from gpuscope.analysis.background import Background
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.rules import HOST_SIDE, Rule
+from gpuscope.analysis.rules import Rule
 from gpuscope.model.findings import Finding
 
 # Below this many rows a second thread saves less than it costs to start (about 0.1 ms), and one thread
@@ -48,8 +48,8 @@ def evaluate(rules: tuple[Rule, ...], ctx: Context, threads: int | None = None) 
         for i in which:
             found[i] = rules[i].evaluate(ctx)
 
-    host = [i for i, r in enumerate(rules) if r.id in HOST_SIDE]
-    rest = [i for i, r in enumerate(rules) if r.id not in HOST_SIDE]
+    host = [i for i, r in enumerate(rules) if r.host_side]
+    rest = [i for i, r in enumerate(rules) if not r.host_side]
     if threads < 2 or not host or not rest:
         run(list(range(len(rules))))
     else:

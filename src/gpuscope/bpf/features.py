@@ -31,10 +31,6 @@ def kernel_version() -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def kernel_at_least(v: tuple[int, int]) -> bool:
-    return kernel_version() >= v
-
-
 def probe_btf() -> Feature:
     ok = os.path.exists("/sys/kernel/btf/vmlinux")
     return Feature("BTF", (5, 4), ok, "/sys/kernel/btf/vmlinux" if ok else "no /sys/kernel/btf/vmlinux")

@@ -78,15 +78,12 @@ class Libbpf:
         for fn, (restype, argtypes) in _SIGNATURES.items():
             f = getattr(self._lib, fn, None)
             if f is None:
-                continue  # optional in old releases; callers check has()
+                continue  # absent from old releases: calling it raises AttributeError
             f.restype = restype
             f.argtypes = argtypes
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._libc.syscall.restype = c_long
         self._quiet_cb: Any = None
-
-    def has(self, fn: str) -> bool:
-        return hasattr(self._lib, fn)
 
     def __getattr__(self, fn: str) -> Any:
         if fn not in _SIGNATURES:

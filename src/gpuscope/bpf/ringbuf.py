@@ -60,9 +60,6 @@ class RingReader(_MappedRing):
     def _release_views(self) -> None:
         del self._data, self._hdr_u32
 
-    def pending_bytes(self) -> int:
-        return int(self._prod_view[0]) - int(self._cons.value)
-
     def read(self, max_records: int = 1 << 18) -> np.ndarray:
         """Return the committed records after the consumer position, and consume them.
 

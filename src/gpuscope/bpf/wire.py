@@ -111,11 +111,6 @@ class HoldKind(enum.IntEnum):
     VISIBLE = 2
 
 
-def unpack_dim(packed: int) -> tuple[int, int, int]:
-    """Grid/block dims packed as x | y << 32 | z << 48."""
-    return packed & 0xFFFFFFFF, (packed >> 32) & 0xFFFF, (packed >> 48) & 0xFFFF
-
-
 # Stack records on the `stack_events` ring (struct gs_stack_header, then
 # n_native gs_native_frame, then n_py gs_py_frame).
 STACK_HEADER_DTYPE = np.dtype(

@@ -160,8 +160,3 @@ def apply_filter(conn: sqlite3.Connection, f: EventFilter) -> None:
             conn.execute(f"CREATE TEMP VIEW {quoted} AS SELECT * FROM main.{quoted} WHERE {where}")
     finally:
         conn.execute("PRAGMA query_only=1")
-
-
-def filtered_relations(conn: sqlite3.Connection) -> list[str]:
-    """Names the active filter applies to (the TEMP views of ``apply_filter``)."""
-    return [r[0] for r in conn.execute("SELECT name FROM temp.sqlite_master WHERE type = 'view' ORDER BY name")]

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscope.model.findings import Finding, Severity
+from gpuscope.model.findings import Finding
 from gpuscope.store.findings import latest_stored_findings
 
 
@@ -103,10 +103,3 @@ def finding_marker(f: Finding, wall_ns: int | None = None) -> FindingMarker:
         kind=f.kind,
         op=f.symptom.op,
     )
-
-
-def severity_rank(text: str) -> int:
-    try:
-        return int(Severity.parse(text))
-    except ValueError:
-        return 0

@@ -40,8 +40,12 @@ def _stats_table(rows: tuple[OpStats, ...] | list[OpStats], limit: int = 12) -> 
 def _self_cost_lines(report: Report) -> list[str]:
     """gpuscope's measured cost to each traced process, against its budget."""
     s = report.sampling
-    if s is None or not s.self_costs:
+    if s is None:
         return []
+    # A session whose calibration failed measured nothing: say so, not nothing.
+    out = [f"gpuscope's own cost: not measured ({why})" for why in s.unmeasured]
+    if not s.self_costs:
+        return out
     parts = []
     for c in sorted(s.self_costs, key=lambda c: -c.share)[:4]:
         if not c.budget:
@@ -51,7 +55,7 @@ def _self_cost_lines(report: Report) -> list[str]:
         after = f"; {steady:.2%} after its first seconds" if steady is not None else ""
         parts.append(f"{c.share:.2%} of pid {c.pid}'s CPU time{after} (budget {c.budget:.1%})")
     more = f" (+{len(s.self_costs) - 4} more processes)" if len(s.self_costs) > 4 else ""
-    return [f"gpuscope's own cost (measured): {'; '.join(parts)}{more}"]
+    return [*out, f"gpuscope's own cost (measured): {'; '.join(parts)}{more}"]
 
 
 def _recording_lines(report: Report) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gpuscope.analysis.attribution import Attribution, Communicator, Container, attribution_of, load_attribution
+from gpuscope.analysis.attribution import Attribution, Communicator, Container, load_attribution
 from gpuscope.analysis.engine import ExplainOptions, analyse, explain_db
 from gpuscope.model.ops import Op
 from gpuscope.recording import open_recording
@@ -54,7 +54,7 @@ def test_the_communicators_initialised_in_the_window_are_added_to_what_the_conte
         ev.add(Op.ncclCommInitRank, 0, 50 * US, pid, handle=handle, stream=0x99, arg0=pid - 100, arg1=2)
     carried = Attribution(ranks={100: 7}, communicators={(100, 0xC0): Communicator(0x11, 5, 8)})
     # when
-    att = attribution_of(ev.context(carried))
+    att = ev.context(carried).window_attribution
     # then what the context carries wins where both name a communicator, and the frame adds the rest
     assert att.communicators == {(100, 0xC0): Communicator(0x11, 5, 8), (101, 0xC1): Communicator(0x99, 1, 2)}
     assert att.ranks == {100: 7}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -154,3 +155,24 @@ def test_anchor_calls_are_counted_inside_the_windows_by_instant() -> None:
     ts = np.array([150, 250, 199, 150])
     assert anchor_counts(pids, ops, ts, cov) == {1: (3, 2), 2: (1, 1)}
     assert anchor_counts(pids, ops, ts, cov, {1: 10}) == {1: (10, 2), 2: (1, 1)}
+
+
+def test_a_session_whose_calibration_failed_says_its_cost_was_not_measured(tmp_path: Path) -> None:
+    from gpuscope.analysis.engine import ExplainOptions, explain_db
+    from gpuscope.render.explain import render_report
+    from gpuscope.store.connect import connect_writer
+    from gpuscope.store.sessions_write import set_session_flag
+
+    ev = Events()
+    ev.loop(Op.cudaLaunchKernel, 50, 1_000_000, 5 * US)
+    db = ev.to_db(tmp_path / "t.db")
+    conn = connect_writer(db)
+    set_session_flag(conn, 1, "self_cost_error", "the probe cost could not be calibrated: no library")
+    conn.commit()
+    conn.close()
+    report = explain_db(db, ExplainOptions())
+    assert report.sampling is not None
+    assert report.sampling.unmeasured == ("the probe cost could not be calibrated: no library",)
+    assert "gpuscope's own cost: not measured (the probe cost could not be calibrated: no library)" in render_report(
+        report
+    )

@@ -11,7 +11,7 @@ import pytest
 from gpuscope.analysis.context import Context, shared
 from gpuscope.analysis.engine import analyse
 from gpuscope.analysis.parallel import evaluate
-from gpuscope.analysis.rules import HOST_SIDE, RULES
+from gpuscope.analysis.rules import RULES
 from gpuscope.model.findings import Finding
 from gpuscope.model.ops import Op
 
@@ -51,6 +51,7 @@ class _NoteRule:
 
     def __init__(self, rule_id: str, after: threading.Event | None, done: threading.Event) -> None:
         self.id, self._after, self._done = rule_id, after, done
+        self.host_side = any(r.host_side for r in RULES if r.id == rule_id)
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         if self._after is not None:
@@ -64,7 +65,7 @@ def test_notes_follow_rule_order_whichever_thread_writes_first() -> None:
     # given a host-side rule listed first that writes its note only after a GPU-side rule wrote one
     frame, window = _both_sides().frame()
     gpu_wrote, host_wrote = threading.Event(), threading.Event()
-    host, gpu = sorted(HOST_SIDE)[0], "sync-stall"
+    host, gpu = next(r.id for r in RULES if r.host_side), "sync-stall"
     rules = (_NoteRule(host, gpu_wrote, host_wrote), _NoteRule(gpu, None, gpu_wrote))
     # when both run at once
     report = analyse(frame, window, rules=rules, threads=2)
@@ -76,7 +77,8 @@ def test_notes_follow_rule_order_whichever_thread_writes_first() -> None:
 
 
 class _Raises:
-    id = sorted(HOST_SIDE)[0]
+    id = next(r.id for r in RULES if r.host_side)
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         raise RuntimeError("a rule failed on the side thread")
@@ -86,7 +88,7 @@ def test_an_error_of_a_rule_on_the_side_thread_reaches_the_caller() -> None:
     frame, window = _both_sides().frame()
     ctx = Context(frame, window)
     with pytest.raises(RuntimeError, match="side thread"):
-        evaluate((_Raises(), *[r for r in RULES if r.id not in HOST_SIDE]), ctx, threads=2)
+        evaluate((_Raises(), *[r for r in RULES if not r.host_side]), ctx, threads=2)
 
 
 class _Counting(Context):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from gpuscope.analysis.attribution import Attribution, Container
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.rules.containers import ContainerNoisyNeighbourRule
-from gpuscope.analysis.rules.host import NoisyNeighbourRule
+from gpuscope.analysis.rules.containers import ContainerNoisyNeighbourRule, NoisyNeighbourRule
 
 from .builder import MS, Events, slow_syncs, steady_training
 

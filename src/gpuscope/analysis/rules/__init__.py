@@ -53,10 +53,3 @@ RULES: tuple[Rule, ...] = (
 RULE_IDS = tuple(r.id for r in RULES)
 
 __all__ = ["RULES", "RULE_IDS", "Rule"]
-
-# Rules whose causes are host intervals (off-CPU time, I/O, memory and network events). On a big window
-# they are evaluated on a thread of their own beside the others (``gpuscope.analysis.parallel``): they
-# share the per-call overlaps with off-CPU time, the others mostly the calls grouped by process and op.
-HOST_SIDE = frozenset(
-    {"cpu-preemption", "noisy-neighbour", "block-io", "blocking-io", "memory-pressure", "tcp-retransmit", "oom"}
-)

@@ -18,6 +18,10 @@ class Rule(Protocol):
     """One detection: a stable id (also the kind of its findings) and an evaluation over a window."""
 
     id: str
+    # True for a rule whose causes are host intervals (off-CPU time, I/O, memory and network events): on a big
+    # window these run on a thread of their own beside the others (gpuscope.analysis.parallel), sharing the
+    # per-call overlaps with off-CPU time while the others share the calls grouped by process and op.
+    host_side: bool
 
     def evaluate(self, ctx: Context) -> list[Finding]: ...
 

@@ -1,6 +1,6 @@
 """``noisy-neighbour`` per container: the preemption from another cgroup, named by its container.
 
-The detection is ``NoisyNeighbourRule``'s (host.py); this adds the tenancy:
+The detection is ``NoisyNeighbourRule``'s (below); the rule registered adds the tenancy:
 the preemptors' cgroups are grouped by container (docker, containerd, CRI-O,
 podman, pod, Slurm job; the ``containers`` view), the neighbour container
 that took most of the CPU is named in the summary, and the victim's own
@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuscope.analysis.attribution import Attribution, Container, attribution_of
+import numpy as np
+
+from gpuscope.analysis.attribution import Attribution, Container
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.rules.host import NoisyNeighbourRule
-from gpuscope.model.findings import Finding
+from gpuscope.analysis.preemption import preemptors
+from gpuscope.analysis.rules.base import host_cause_findings
+from gpuscope.analysis.workers import family
+from gpuscope.model.findings import Finding, Severity
 from gpuscope.model.units import fmt_ns
 
 
@@ -23,10 +27,50 @@ def _label(att: Attribution, cgroup_id: int) -> tuple[str, Container | None]:
     return (c.label(), c) if c is not None else (f"cgroup {cgroup_id}", None)
 
 
+class NoisyNeighbourRule:
+    """Preemption by tasks of another cgroup (another container or job on the node)."""
+
+    id = "noisy-neighbour"
+    host_side = True
+
+    def evaluate(self, ctx: Context) -> list[Finding]:
+        f, s = ctx.frame, ctx.preempting
+        s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
+        # A process's own forked children (its DataLoader workers) are its configuration, never a neighbour.
+        for pid in ctx.forks:
+            mine = f.pid[s] == pid
+            if mine.any():
+                fam = np.fromiter(family(ctx, pid), dtype=np.int64)
+                s = s[~(mine & np.isin(f.handle[s] >> 32, fam))]
+        if len(s) == 0:
+            return []
+        # Every preemption from another cgroup (a subset of ctx.preempting): the overlap cpu-preemption computed.
+        cause = ctx.preempted_ns if len(s) == len(ctx.preempting) else ctx.own_thread_overlap(s)
+        affected = ctx.affected(cause)
+        evidence, culprits = {}, {}
+        for pid in ctx.call_pids:
+            evidence[pid], culprits[pid] = preemptors(ctx, pid, other_cgroup_only=True)
+        fix = (
+            "isolate the GPU job: give its cgroup an exclusive cpuset (cpuset.cpus, cpuset.cpus.partition=root) "
+            "or raise its cpu.weight over the neighbour's"
+        )
+        out = host_cause_findings(
+            ctx, self.id, "preemption from another cgroup", cause, affected, evidence, culprits, fix
+        )
+        # The mechanism is CPU preemption (reported by cpu-preemption); this names the tenancy: one level lower.
+        return [_demote(x) for x in out]
+
+
+def _demote(x: Finding) -> Finding:
+    """One severity level lower, never below LOW."""
+    return replace(x, severity=Severity(max(Severity.LOW, x.severity - 1)))
+
+
 class ContainerNoisyNeighbourRule:
     """Preemption by another container's tasks, by container (wraps the per-cgroup detection)."""
 
     id = "noisy-neighbour"
+    host_side = True
 
     def __init__(self, inner: NoisyNeighbourRule | None = None) -> None:
         self.inner = inner or NoisyNeighbourRule()
@@ -35,7 +79,7 @@ class ContainerNoisyNeighbourRule:
         found = self.inner.evaluate(ctx)
         if not found:
             return found
-        att = attribution_of(ctx)
+        att = ctx.window_attribution
         return [self._named(ctx, att, x) for x in found]
 
     def _named(self, ctx: Context, att: Attribution, x: Finding) -> Finding:
@@ -87,4 +131,4 @@ def _cgroup_of(by_cgroup: dict[int, int], att: Attribution, name: str) -> int:
     return 0
 
 
-__all__ = ["ContainerNoisyNeighbourRule"]
+__all__ = ["ContainerNoisyNeighbourRule", "NoisyNeighbourRule"]

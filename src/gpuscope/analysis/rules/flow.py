@@ -62,6 +62,7 @@ class DataStarvationRule:
     """
 
     id = "data-starvation"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = []
@@ -281,6 +282,7 @@ class SyncStallRule:
     """Synchronisations take much of the wall time and no host cause explains them: the GPU is the bottleneck."""
 
     id = "sync-stall"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -330,6 +332,7 @@ class ThroughputDropRule:
     """An op's rate falls ≥ 40% below its peak for several consecutive bins."""
 
     id = "throughput-drop"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         # Every op of a process slows down together when the process does: one

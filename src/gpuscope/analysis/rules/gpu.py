@@ -19,6 +19,7 @@ class GpuContentionRule:
     """Several processes use the GPU at once: their waits overlap other processes' GPU work."""
 
     id = "gpu-contention"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -70,6 +71,7 @@ class ColdStartRule:
     """First calls (context init, the first launch of each kernel) cost 10× or more of steady state."""
 
     id = "cold-start"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -115,6 +117,7 @@ class MemcpyBoundRule:
     """Copies take at least 30% of the process's wall time and more than its launches and syncs."""
 
     id = "memcpy-bound"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -209,6 +212,7 @@ class AllocatorChurnRule:
     """
 
     id = "allocator-churn"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         out = self._spikes(ctx)
@@ -321,6 +325,7 @@ class MemoryLeakRule:
     """Allocations without frees: live device memory keeps growing over the window."""
 
     id = "memory-leak"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls

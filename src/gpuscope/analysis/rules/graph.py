@@ -51,6 +51,7 @@ class GraphRecaptureRule:
     """Graphs re-captured or re-instantiated after replay started (e.g. on every batch-size change)."""
 
     id = "graph-recapture"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame

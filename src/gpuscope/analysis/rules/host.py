@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.intervals import attribute_merged, count_in, distinct, first_of_each, overlap_by_key
+from gpuscope.analysis.intervals import count_in, distinct, overlap_by_key
+from gpuscope.analysis.preemption import preemptors
 from gpuscope.analysis.rules.base import host_cause_findings
 from gpuscope.analysis.workers import WORKER_FIX, family
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
@@ -16,59 +17,6 @@ from gpuscope.model.units import fmt_bytes, fmt_ns
 
 BURST_BYTES = 64 << 20
 BURST_MAX_NS = 100_000_000
-
-
-def _preemptors(ctx: Context, pid: int, other_cgroup_only: bool = False) -> tuple[list[str], tuple[Culprit, ...]]:
-    """Which tasks took the CPU from this process's threads during its calls, by overlapped time.
-
-    The tracer is never one of them (``Context.preempting``): its CPU time is
-    the measured overhead of recording, reported apart, not a task to move.
-    The process's own threads and forked children (DataLoader workers) are
-    named as its own; with ``other_cgroup_only`` they are left out, as a
-    neighbour they are not.
-    """
-    f, s = ctx.frame, ctx.preempting
-    s = s[f.pid[s] == pid]
-    own = family(ctx, pid)
-    if other_cgroup_only:
-        s = s[(f.stream[s] != f.cgroup[s]) & ~np.isin(f.handle[s] >> 32, np.fromiter(own, dtype=np.int64))]
-    by_task: dict[int, int] = {}
-    for tid in distinct(f.tid[s]).tolist():
-        st = s[f.tid[s] == tid]
-        qs, qe = ctx.thread_call_spans(pid, tid)
-        for label, t in attribute_merged(qs, qe, f.ts[st], f.ts[st] + f.dur[st], f.handle[st]).items():
-            by_task[label] = by_task.get(label, 0) + t
-    total = sum(by_task.values()) or 1
-    by_pid: dict[int, int] = {}
-    for h, t in by_task.items():
-        by_pid[h >> 32] = by_pid.get(h >> 32, 0) + t
-    # Each preemptor's cgroup as its first row names it.
-    preemptor, first = first_of_each(f.handle[s] >> 32)
-    cg_of = dict(zip(preemptor.tolist(), f.stream[s[first]].tolist(), strict=True))
-    culprits = tuple(
-        Culprit(
-            "preemptor",
-            p,
-            comm=ctx.frame.comm(p) or ("swapper" if p == 0 else None),
-            cgroup_id=cg_of.get(p) or None,
-            share=t / total,
-            time_ns=t,
-        )
-        for p, t in sorted(by_pid.items(), key=lambda kv: -kv[1])[:5]
-    )
-    lines = [
-        f"preempted during its calls by {_whose(c, pid, own)}{c.label()}: {fmt_ns(c.time_ns or 0)} "
-        f"({(c.share or 0):.0%})"
-        for c in culprits[:3]
-    ]
-    return lines, culprits
-
-
-def _whose(c: Culprit, pid: int, own: frozenset[int]) -> str:
-    """How a preemptor relates to the preempted process: its own thread, its own forked worker, or neither."""
-    if c.pid == pid:
-        return "its own threads: "
-    return "its own worker process (a forked child) " if c.pid in own else ""
 
 
 def _with_own_workers(ctx: Context, x: Finding, culprits: tuple[Culprit, ...]) -> Finding:
@@ -97,54 +45,17 @@ class CpuPreemptionRule:
     """Calls slowed because their thread was runnable but another task had the CPU (voluntary sleeps excluded)."""
 
     id = "cpu-preemption"
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         cause = ctx.preempted_ns
         affected = ctx.affected(cause)
         evidence, culprits = {}, {}
         for pid in ctx.call_pids:
-            evidence[pid], culprits[pid] = _preemptors(ctx, pid)
+            evidence[pid], culprits[pid] = preemptors(ctx, pid)
         fix = "pin the GPU process to dedicated cores (taskset -c / cgroup cpuset) and keep other work off them"
         found = host_cause_findings(ctx, self.id, "CPU preemption", cause, affected, evidence, culprits, fix)
         return [_with_own_workers(ctx, x, culprits.get(x.symptom.pid or 0, ())) for x in found]
-
-
-class NoisyNeighbourRule:
-    """Preemption by tasks of another cgroup (another container or job on the node)."""
-
-    id = "noisy-neighbour"
-
-    def evaluate(self, ctx: Context) -> list[Finding]:
-        f, s = ctx.frame, ctx.preempting
-        s = s[(f.stream[s] != f.cgroup[s]) & (f.stream[s] > 1)]
-        # A process's own forked children (its DataLoader workers) are its configuration, never a neighbour.
-        for pid in ctx.forks:
-            mine = f.pid[s] == pid
-            if mine.any():
-                fam = np.fromiter(family(ctx, pid), dtype=np.int64)
-                s = s[~(mine & np.isin(f.handle[s] >> 32, fam))]
-        if len(s) == 0:
-            return []
-        # Every preemption from another cgroup (a subset of ctx.preempting): the overlap cpu-preemption computed.
-        cause = ctx.preempted_ns if len(s) == len(ctx.preempting) else ctx.own_thread_overlap(s)
-        affected = ctx.affected(cause)
-        evidence, culprits = {}, {}
-        for pid in ctx.call_pids:
-            evidence[pid], culprits[pid] = _preemptors(ctx, pid, other_cgroup_only=True)
-        fix = (
-            "isolate the GPU job: give its cgroup an exclusive cpuset (cpuset.cpus, cpuset.cpus.partition=root) "
-            "or raise its cpu.weight over the neighbour's"
-        )
-        out = host_cause_findings(
-            ctx, self.id, "preemption from another cgroup", cause, affected, evidence, culprits, fix
-        )
-        # The mechanism is CPU preemption (reported by cpu-preemption); this names the tenancy: one level lower.
-        return [_demote(x) for x in out]
-
-
-def _demote(x: Finding) -> Finding:
-    """One severity level lower, never below LOW."""
-    return replace(x, severity=Severity(max(Severity.LOW, x.severity - 1)))
 
 
 def _same_pid_interval_cause(ctx: Context, op: Op) -> tuple[np.ndarray, np.ndarray]:
@@ -158,6 +69,7 @@ class BlockIoRule:
     """Calls slowed while block I/O of the same process was in flight."""
 
     id = "block-io"
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
@@ -187,6 +99,7 @@ class MemoryPressureRule:
     """Calls slowed by direct reclaim / page-allocation bursts of the same process."""
 
     id = "memory-pressure"
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -220,6 +133,7 @@ class TcpRetransmitRule:
     """Calls slowed while TCP segments of the same process were being retransmitted."""
 
     id = "tcp-retransmit"
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f, c = ctx.frame, ctx.calls
@@ -248,6 +162,7 @@ class OomRule:
     """A process was killed by the OOM killer."""
 
     id = "oom"
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
@@ -292,7 +207,6 @@ __all__ = [
     "BlockIoRule",
     "CpuPreemptionRule",
     "MemoryPressureRule",
-    "NoisyNeighbourRule",
     "OomRule",
     "TcpRetransmitRule",
 ]

@@ -25,7 +25,7 @@ from gpuscope.analysis.context import Context
 from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause
 from gpuscope.analysis.frame import GPU_WORK, LAUNCH_OPS, SYNC_OPS
 from gpuscope.analysis.gil import gil_waits
-from gpuscope.analysis.intervals import distinct, intersect_all, outermost, overlap_by_key, overlap_ns
+from gpuscope.analysis.intervals import distinct, intersect_all, outermost, overlap_ns
 from gpuscope.analysis.stats import severity_for
 from gpuscope.analysis.steps import MIN_STEPS, sync_turns
 from gpuscope.model.findings import Cause, Finding, Severity, Symptom
@@ -70,14 +70,6 @@ def _host_idle(ctx: Context, pid: int, tids: set[int], starts: np.ndarray, ends:
     return overlap_ns(starts, ends, os_, oe)
 
 
-def _off_cpu_share(ctx: Context, pid: int, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float:
-    """The share of the intervals the thread given for each was off its CPU (any reason)."""
-    f, s = ctx.frame, ctx.sched
-    s = s[f.pid[s] == pid]
-    off = overlap_by_key(tids, starts, ends, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
-    return float(off.sum()) / max(float((ends - starts).sum()), 1.0)
-
-
 class LaunchBoundRule:
     """Thousands of tiny kernels with host code between them: the GPU waits for each launch.
 
@@ -89,6 +81,7 @@ class LaunchBoundRule:
     """
 
     id = "launch-bound"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
@@ -219,6 +212,7 @@ class GilBoundRule:
     (``gpuscope.analysis.gil`` says how that is read)."""
 
     id = "gil-bound"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame
@@ -275,6 +269,7 @@ class SyncInLoopRule:
     """A synchronisation every step, then host work with the GPU idle: host and GPU take turns."""
 
     id = "sync-in-loop"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame

@@ -29,6 +29,7 @@ class BlockingIoRule:
     """
 
     id = "blocking-io"
+    host_side = True
 
     def evaluate(self, ctx: Context) -> list[Finding]:
         f = ctx.frame

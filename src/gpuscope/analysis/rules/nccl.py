@@ -1,9 +1,6 @@
 """NCCL straggler: one rank slower than its peers; and how ranks are grouped, for every NCCL rule.
 
-Ranks are grouped by communicator: the unique-id hash recorded at
-``ncclCommInitRank`` (the ``nccl_comms`` table, or the init call in the
-window). Without any communicator information every process that issues
-collectives is taken as one job.
+Ranks are grouped by communicator (``analysis.nccl_ranks``).
 
 What a straggler looks like. In a real NCCL job every rank waits inside the
 collective for the slowest one, so the straggler's own collectives are SHORT,
@@ -24,18 +21,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscope.analysis.attribution import Attribution, attribution_of
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import ops_of
 from gpuscope.analysis.intervals import attribute, distinct, merge, overlap_ns
+from gpuscope.analysis.nccl_ranks import (
+    COLLECTIVES,
+    Member,
+    RankSteps,
+    calls_of,
+    communicators,
+    hash_text,
+    rank_steps,
+    who,
+)
 from gpuscope.analysis.stats import pct, severity_for
 from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Symptom
-from gpuscope.model.ops import Op, OpKind, op_name
+from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
-COLLECTIVES = ops_of(OpKind.COLLECTIVE)
-NCCL_STEP_OPS = COLLECTIVES | {int(Op.ncclGroupStart), int(Op.ncclGroupEnd)}
-INIT_OPS = frozenset({int(Op.ncclCommInitRank), int(Op.ncclCommInitRankConfig)})
 SCHED = int(Op.sched_switch)
 
 MIN_STEPS = 10
@@ -47,71 +49,6 @@ RUNNER_UP_MAX = 0.5  # the second slowest rank's excess must be below half the s
 CAUSE_SHARE = 0.3  # a cause explains the straggler when it covers this share of its excess
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
-    pid: int
-    rank: int | None
-    nranks: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class RankSteps:
-    """One rank's steps: its calls of the communicator's main collective, with the time before each."""
-
-    member: Member
-    ts: np.ndarray  # entry of each main call
-    dur: np.ndarray
-    gap_start: np.ndarray  # end of the rank's previous NCCL call (the gap is [gap_start, ts])
-
-    @property
-    def gaps(self) -> np.ndarray:
-        g: np.ndarray = self.ts - self.gap_start
-        return g
-
-    @property
-    def cycles(self) -> np.ndarray:
-        c: np.ndarray = np.diff(self.ts)
-        return c
-
-
-def hash_text(comm_hash: int) -> str:
-    """The communicator hash as an unsigned hex string (the same in every rank)."""
-    return f"{comm_hash & (2**64 - 1):#x}"
-
-
-def who(m: Member, ctx: Context) -> str:
-    """Name a rank in a sentence: its rank when known, its command and pid."""
-    comm = ctx.frame.comm(m.pid)
-    name = f"{comm}, pid {m.pid}" if comm else f"pid {m.pid}"
-    return f"rank {m.rank} ({name})" if m.rank is not None else name
-
-
-def communicators(ctx: Context, att: Attribution) -> dict[int, list[Member]]:
-    """comm hash -> members: the pids that join or use a communicator (hash 0: no communicator known)."""
-    f = ctx.frame
-    c = ctx.calls
-    coll = c[ctx.calls_of_ops(COLLECTIVES | INIT_OPS)]
-    groups: dict[int, dict[int, Member]] = {}
-    for pid, handle in {(int(p), int(h)) for p, h in zip(f.pid[coll].tolist(), f.handle[coll].tolist(), strict=True)}:
-        comm = att.communicators.get((pid, handle))
-        if comm is not None:
-            groups.setdefault(comm.comm_hash, {})[pid] = Member(pid, comm.rank, comm.nranks)
-    known = {pid for g in groups.values() for pid in g}
-    rest = sorted({int(p) for p in f.pid[coll].tolist()} - known)
-    if rest:
-        groups.setdefault(0, {}).update({p: Member(p, att.ranks.get(p), None) for p in rest})
-    return {
-        h: sorted(g.values(), key=lambda m: (m.rank if m.rank is not None else 1 << 30, m.pid))
-        for h, g in groups.items()
-    }
-
-
-def calls_of(ctx: Context, pid: int, ops: frozenset[int]) -> np.ndarray:
-    """Rows of a process's calls of any of ``ops``."""
-    rows: np.ndarray = ctx.calls[ctx.pid_calls_of(pid, ops)]
-    return rows
-
-
 def _main_op(ctx: Context, members: list[Member]) -> int | None:
     """The collective every member calls most often (at least MIN_STEPS times each): one per step."""
     best: tuple[int, int] | None = None
@@ -120,19 +57,6 @@ def _main_op(ctx: Context, members: list[Member]) -> int | None:
         if n >= MIN_STEPS and (best is None or n > best[0]):
             best = (n, op)
     return best[1] if best else None
-
-
-def rank_steps(ctx: Context, m: Member, op: int) -> RankSteps:
-    f = ctx.frame
-    nccl = calls_of(ctx, m.pid, NCCL_STEP_OPS)
-    order = np.argsort(f.ts[nccl], kind="stable")
-    ts_all, end_all = f.ts[nccl][order], (f.ts[nccl] + f.dur[nccl])[order]
-    run_end = np.maximum.accumulate(end_all) if len(end_all) else end_all
-    main = nccl[order][f.op[nccl][order] == op]
-    ts = f.ts[main]
-    idx = np.searchsorted(ts_all, ts, side="left") - 1  # the calls that started before this one
-    prev_end = np.where(idx >= 0, run_end[np.maximum(idx, 0)], ts)
-    return RankSteps(m, ts, f.dur[main], np.minimum(prev_end, ts))
 
 
 def _chunk_means(values: np.ndarray) -> np.ndarray:
@@ -173,9 +97,10 @@ class NcclStragglerRule:
     """One rank of a communicator consistently slower than its peers, with what slowed it."""
 
     id = "nccl-straggler"
+    host_side = False
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        att = attribution_of(ctx)
+        att = ctx.window_attribution
         out = []
         for comm_hash, members in communicators(ctx, att).items():
             if len(members) < 2:
@@ -370,14 +295,4 @@ class NcclStragglerRule:
         )
 
 
-__all__ = [
-    "COLLECTIVES",
-    "INIT_OPS",
-    "NCCL_STEP_OPS",
-    "Member",
-    "NcclStragglerRule",
-    "calls_of",
-    "communicators",
-    "hash_text",
-    "who",
-]
+__all__ = ["NcclStragglerRule"]

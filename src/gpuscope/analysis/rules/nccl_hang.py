@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscope.analysis.attribution import attribution_of
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.rules.nccl import (
+from gpuscope.analysis.nccl_ranks import (
     COLLECTIVES,
     INIT_OPS,
     NCCL_STEP_OPS,
@@ -59,12 +58,13 @@ class NcclHangRule:
     """
 
     id = "nccl-hang"
+    host_side = False
 
     def __init__(self, threshold_ns: int = DEFAULT_HANG_THRESHOLD_NS) -> None:
         self.threshold_ns = threshold_ns
 
     def evaluate(self, ctx: Context) -> list[Finding]:
-        att = attribution_of(ctx)
+        att = ctx.window_attribution
         f = ctx.frame
         exits = np.flatnonzero(f.op == EXIT)
         exit_ts = {int(p): int(t) for p, t in zip(f.pid[exits].tolist(), f.ts[exits].tolist(), strict=True)}
