@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from gpuscope.agent.live_stats import LiveStats
+from gpuscope.exporters.metrics import TraceCollector, TraceMetrics
+from gpuscope.exporters.metrics_server import MetricsServer, serve_metrics
 from gpuscope.fleet.certs import Issued, init_fleet
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
-from gpuscope.serve.metrics import TraceCollector, TraceMetrics
-from gpuscope.serve.metrics_server import MetricsServer, serve_metrics
-from gpuscope.serve.tls import server_context
+from gpuscope.platform.tls import server_context
 from tests.prometheus_server import prometheus_server, query
 
 TOKEN = "scrape-token-of-some-length-0123456789"

@@ -130,3 +130,17 @@ def test_findings_present_in_only_one_run_are_listed(runs: tuple[Path, Path], mo
     assert report.findings.only_a == ()
     assert report.findings.only_b == ("slow-sync:cudaStreamSynchronize",)
     assert report.findings.both == ("cpu-preemption:cudaMalloc",)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_u_test_agrees_with_scipys_asymptotic_one(seed: int) -> None:
+    """The hand-written test is SciPy's asymptotic Mann-Whitney U (tie and continuity corrections) on the
+    samples diff compares: latencies with ties, sides of different sizes."""
+    from scipy import stats  # a test dependency (pyproject's test extra): the reference implementation
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.lognormal(3.0, 0.4, 40 + 17 * seed))
+    b = np.round(rng.lognormal(3.0 + 0.05 * seed, 0.4, 60 + 5 * seed))
+    p, prob = mann_whitney_u(a, b)
+    ref = stats.mannwhitneyu(b, a, alternative="two-sided", method="asymptotic", use_continuity=True)
+    assert p == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-12)
+    assert prob == pytest.approx(ref.statistic / (len(a) * len(b)), rel=1e-12)

@@ -6,9 +6,9 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuscope.agent.live_stats import LiveStats
+from gpuscope.exporters.metrics import TraceCollector, TraceMetrics
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
-from gpuscope.serve.metrics import TraceCollector, TraceMetrics
 
 
 def _scrape(stats: LiveStats, findings: dict[tuple[str, str], int] | None = None) -> str:

@@ -26,9 +26,9 @@ from gpuscope.platform.net import is_loopback, split_host_port
 if TYPE_CHECKING:
     import ssl
 
-    from gpuscope.serve.metrics import TraceMetrics
-    from gpuscope.serve.metrics_server import MetricsServer
-    from gpuscope.serve.otlp import OtlpPush
+    from gpuscope.exporters.metrics import TraceMetrics
+    from gpuscope.exporters.metrics_server import MetricsServer
+    from gpuscope.exporters.otlp import OtlpPush
 
 TLS_FILES = ("prometheus_tls_cert", "prometheus_tls_key", "prometheus_ca_cert", "prometheus_token_file")
 
@@ -132,8 +132,8 @@ def _prometheus(args: argparse.Namespace) -> PrometheusPlan | None:
                 "that is yours alone)",
             )
         return PrometheusPlan(host, address[1], None, None)
-    from gpuscope.serve.server import read_token
-    from gpuscope.serve.tls import server_context
+    from gpuscope.platform.access import read_token
+    from gpuscope.platform.tls import server_context
 
     found = read_token(args.prometheus_token_file, flag="--prometheus-token-file")
     if found is None:
@@ -151,7 +151,7 @@ def _otlp(args: argparse.Namespace) -> OtlpPlan | None:
             if given:
                 raise UsageError(f"{flag} without --otlp", remedy="add --otlp URL, or drop it")
         return None
-    from gpuscope.serve.otlp import DEFAULT_INTERVAL_NS, MIN_INTERVAL_NS, parse_endpoint
+    from gpuscope.exporters.otlp import DEFAULT_INTERVAL_NS, MIN_INTERVAL_NS, parse_endpoint
 
     endpoint = parse_endpoint(args.otlp, insecure=args.otlp_insecure, force=args.insecure)
     interval_ns = DEFAULT_INTERVAL_NS
@@ -185,8 +185,8 @@ def start_exporters(plan: ExporterPlan, source: TraceMetrics) -> RunningExporter
         return None
     server = None
     if (prom := plan.prometheus) is not None:
-        from gpuscope.serve.metrics import TraceCollector
-        from gpuscope.serve.metrics_server import serve_metrics
+        from gpuscope.exporters.metrics import TraceCollector
+        from gpuscope.exporters.metrics_server import serve_metrics
 
         try:
             server = serve_metrics(TraceCollector(source), prom.host, prom.port, tls=prom.tls, token=prom.token)
@@ -196,7 +196,7 @@ def start_exporters(plan: ExporterPlan, source: TraceMetrics) -> RunningExporter
             ) from None
     push = None
     if plan.otlp is not None:
-        from gpuscope.serve.otlp import OtlpPush
+        from gpuscope.exporters.otlp import OtlpPush
 
         try:
             push = OtlpPush(source, plan.otlp.endpoint, plan.otlp.interval_ns)

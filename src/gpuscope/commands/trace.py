@@ -397,8 +397,8 @@ def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: Expo
     """Start the metrics exporters asked for (closed after the session finishes: the last scrape or push sees it all)."""
     if plan.prometheus is None and plan.otlp is None:
         return None  # before the import: prometheus_client costs ~50 ms of every trace's start-up
+    from gpuscope.exporters.metrics import SamplingInputs, TraceMetrics
     from gpuscope.model.ops import op_name
-    from gpuscope.serve.metrics import SamplingInputs, TraceMetrics
 
     sampler = session.sampler
 

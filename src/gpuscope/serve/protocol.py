@@ -30,7 +30,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from gpuscope.serve.security import MAX_HEADER_BYTES, error_body
+from gpuscope.platform.access import error_body
+from gpuscope.serve.security import MAX_HEADER_BYTES
 
 REQUEST_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0

@@ -24,13 +24,11 @@ One ASGI middleware, outermost, so no route can be reached around it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+from gpuscope.platform.access import COOKIE, Guard, cookie_value, error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,58 +36,14 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-COOKIE = "gpuscope_session"
 MAX_BODY_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 16 * 1024  # the request line and headers together (h11's own default for what it buffers)
 MAX_HEADERS = 100
 MAX_IN_FLIGHT = 128
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost")
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-
-
-def error_body(code: str, message: str) -> bytes:
-    """The one error shape of the API: ``{"error": {"code", "message"}}``."""
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
-
-
-def cookie_value(token: str) -> str:
-    """What the session cookie holds: an HMAC of the token (the token itself never goes into a cookie)."""
-    return hmac.new(token.encode(), b"gpuscope dashboard session", hashlib.sha256).hexdigest()
-
-
-@dataclass
-class Guard:
-    """The middleware's settings: the token, the allowed Host names, and whether the server speaks TLS."""
-
-    token: str
-    allowed_hosts: set[str] = field(default_factory=set)
-    tls: bool = True
-
-    def host_allowed(self, host: str) -> bool:
-        name = host.strip().lower()
-        if name.startswith("["):  # [::1]:8080
-            name = name[: name.find("]") + 1]
-        elif name.count(":") == 1:
-            name = name.rsplit(":", 1)[0]
-        return name in self.allowed_hosts or name in LOOPBACK_NAMES
-
-    def token_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
-
-    def cookie_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), cookie_value(self.token).encode())
-
-
-def allowed_host_names(bound: str, extra: Iterable[str]) -> set[str]:
-    """The Host names to accept: the bound address (unless a wildcard) and the ``--allow-host`` names."""
-    names = {h.strip().lower() for h in extra if h.strip()}
-    if bound not in ("0.0.0.0", "::", ""):
-        names.add(bound.lower())
-        names.add(f"[{bound.lower()}]")
-    return names
 
 
 class GuardMiddleware:

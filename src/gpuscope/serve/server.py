@@ -7,7 +7,6 @@ user's), the same token rules and the same Guard in front of the app.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import socket
 import ssl
@@ -19,9 +18,8 @@ from typing import Any
 
 from gpuscope.config import expand_home
 from gpuscope.errors import UsageError
-from gpuscope.platform.files import require_private
+from gpuscope.platform.access import Guard, allowed_host_names, read_token
 from gpuscope.platform.net import is_loopback, split_host_port
-from gpuscope.serve.security import Guard, allowed_host_names
 
 DEFAULT_ADDR = "127.0.0.1:8080"
 TLS_DIR = "~/.gpuscope/tls"
@@ -165,34 +163,10 @@ def _token(args: argparse.Namespace) -> tuple[str, str]:
     return read_token(args.token_file) or (secrets.token_urlsafe(32), "new for this start")
 
 
-def read_token(token_file: str | None, *, flag: str = "--token-file") -> tuple[str, str] | None:
-    """The token from ``token_file`` (private, first line), else ``$GPUSCOPE_TOKEN``, and where it came from.
-
-    None when neither is given. Raises UsageError, naming ``flag``, for a file
-    others can read or a token under 16 characters.
-    """
-    if token_file:
-        path = Path(token_file)
-        require_private(path, flag)
-        try:
-            text = path.read_text().strip().splitlines()
-        except OSError as exc:
-            raise UsageError(f"{flag} {path}: cannot read: {exc.strerror}") from None
-        if not text or len(text[0]) < 16:
-            raise UsageError(f"{flag} {path}: the first line must hold a token of at least 16 characters")
-        return text[0], flag
-    env = os.environ.get("GPUSCOPE_TOKEN", "").strip()
-    if env:
-        if len(env) < 16:
-            raise UsageError("$GPUSCOPE_TOKEN: at least 16 characters")
-        return env, "$GPUSCOPE_TOKEN"
-    return None
-
-
 def _tls(args: argparse.Namespace, host: str) -> tuple[ssl.SSLContext | None, str | None]:
     if args.no_tls:
         return None, None
-    from gpuscope.serve.tls import fingerprint, self_signed, server_context
+    from gpuscope.platform.tls import fingerprint, self_signed, server_context
 
     if args.tls_cert:
         cert, key = Path(args.tls_cert), Path(args.tls_key)

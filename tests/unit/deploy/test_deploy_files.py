@@ -24,7 +24,7 @@ import yaml
 from gpuscope.cli import build_parser
 from gpuscope.commands._exporters import plan_exporters
 from gpuscope.platform.net import split_host_port
-from gpuscope.serve.tls import self_signed
+from gpuscope.platform.tls import self_signed
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuscope.platform.tls import self_signed
 from gpuscope.render.docs import find_topic
-from gpuscope.serve.tls import self_signed
 
 REPO = Path(__file__).resolve().parents[3]
 GUIDE = REPO / "docs" / "deploy.md"

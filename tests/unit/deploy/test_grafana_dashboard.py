@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscope.agent.live_stats import LiveStats
+from gpuscope.exporters.metrics import TraceCollector, TraceMetrics
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
-from gpuscope.serve.metrics import TraceCollector, TraceMetrics
 from tests import grafana_dashboard as dash
 
 NODE_MATCHER = 'node=~"$node"'

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuscope.agent.live_stats import LiveStats
+from gpuscope.exporters.metrics import BUCKET_BOUNDS_S, TraceCollector, TraceMetrics
+from gpuscope.exporters.otlp import OtlpPush, resource_attributes
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
-from gpuscope.serve.metrics import BUCKET_BOUNDS_S, TraceCollector, TraceMetrics
-from gpuscope.serve.otlp import OtlpPush, resource_attributes
 from tests.otlp_receiver import by_op, labels, metrics_by_name, otlp_receiver, points
 from tests.otlp_receiver import resource_attributes as pushed_resource
 

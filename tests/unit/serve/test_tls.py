@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from gpuscope.serve.tls import self_signed
+from gpuscope.platform.tls import self_signed
 
 
 def test_made_once_then_reused(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""TLS for the server: TLS 1.3 only, a self-signed certificate made once, and real mutual TLS on request.
+"""TLS for gpuscope's servers and clients: TLS 1.3 only, a self-signed certificate made once, real mutual TLS
+on request, and the X.509 helpers the fleet's certificate authority uses too.
 
 The self-signed certificate is ECDSA P-256, made with ``cryptography`` and
 kept under ``~/.gpuscope/tls/`` (key 0600), so a browser that trusted it once
@@ -9,17 +10,56 @@ client can pin it.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
+import os
 import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuscope.errors import UsageError
-from gpuscope.fleet.certs import san, subject, write_private_key
 
 CERT_NAME = "dashboard-cert.pem"
 KEY_NAME = "dashboard-key.pem"
 VALID_DAYS = 825  # the longest validity Apple and Chrome accept for a server certificate
+
+
+def subject(text: str) -> Any:
+    """An X.509 name with just a common name."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+
+def san(names: list[str]) -> Any:
+    """A subjectAltName extension: IP addresses as such, anything else as a DNS name (duplicates dropped)."""
+    from cryptography import x509
+
+    out: list[Any] = []
+    for n in dict.fromkeys(names):
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            out.append(x509.DNSName(n))
+    return x509.SubjectAlternativeName(out)
+
+
+def write_private_key(path: Path, key: Any, *, replace: bool = False) -> None:
+    """Write ``key`` (PEM, PKCS8) to a file created mode 0600 before a byte is in it.
+
+    With ``replace``, an existing file is removed first rather than truncated:
+    truncating would keep its old mode, which may let others read the new key.
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    if replace:
+        path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,8 +59,8 @@ from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from gpuscope._version import __version__
 from gpuscope.agent.identity import cgroup_paths, parse_cgroup_path, rank_info
 from gpuscope.errors import UsageError
+from gpuscope.exporters.metrics import BUCKET_BOUNDS_S, EventRate, MetricsSnapshot, TraceMetrics
 from gpuscope.platform.net import is_loopback
-from gpuscope.serve.metrics import BUCKET_BOUNDS_S, EventRate, MetricsSnapshot, TraceMetrics
 
 DEFAULT_INTERVAL_NS = 10_000_000_000
 MIN_INTERVAL_NS = 1_000_000_000

@@ -20,8 +20,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from gpuscope.serve.metrics import TraceCollector
-from gpuscope.serve.security import Guard, error_body
+from gpuscope.exporters.metrics import TraceCollector
+from gpuscope.platform.access import Guard, error_body
 
 # A scrape is one small request: a client slower than this is gone or hostile.
 REQUEST_TIMEOUT_S = 10.0
