@@ -14,7 +14,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from gpuscope.serve.api import Api
-from gpuscope.serve.assistant import MAX_PROFILE_FRAMES, _compact_profile
+from gpuscope.serve.mcp_server import MAX_PROFILE_FRAMES, _compact_profile
 from gpuscope.serve.profile import NO_SAMPLES, NONE_SELECTED
 from gpuscope.stacks.profile import SPEEDSCOPE_SCHEMA
 from tests.serve.support import (

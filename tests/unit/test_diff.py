@@ -137,6 +137,7 @@ def test_the_u_test_agrees_with_scipys_asymptotic_one(seed: int) -> None:
     """The hand-written test is SciPy's asymptotic Mann-Whitney U (tie and continuity corrections) on the
     samples diff compares: latencies with ties, sides of different sizes."""
     from scipy import stats  # a test dependency (pyproject's test extra): the reference implementation
+
     rng = np.random.default_rng(seed)
     a = np.round(rng.lognormal(3.0, 0.4, 40 + 17 * seed))
     b = np.round(rng.lognormal(3.0 + 0.05 * seed, 0.4, 60 + 5 * seed))

@@ -224,3 +224,31 @@ def test_the_documented_percentile_query_gives_explains_percentiles(tmp_path: Pa
         d = np.array([r["duration_ns"] for r in rows if r["op"] == op])
         want[op] = (len(d), pct(d, 50), pct(d, 99))
     assert got == want and len(want) > 20
+
+
+def _first_column(doc: str, header: str) -> list[str]:
+    """The first column of the markdown table whose header row starts with ``header``."""
+    text = (DOCS / doc).read_text()
+    table = text.split(header, 1)[1].split("\n\n", 1)[0]
+    return [row.split("|")[1].strip() for row in table.splitlines()[2:] if row.startswith("|")]
+
+
+def test_the_dashboard_guide_lists_exactly_the_apis_endpoints() -> None:
+    from gpuscope.serve.api import ENDPOINTS
+
+    listed = {
+        m for cell in _first_column("dashboard.md", "| endpoint |") for m in re.findall(r"`(GET|POST) ([\w.-]+)`", cell)
+    }
+    served = {("GET", ep.path.lstrip("/")) for ep in ENDPOINTS} | {("POST", "query")}
+    assert listed == served
+
+
+def test_the_mcp_guide_lists_exactly_the_servers_tools(tmp_path: Path) -> None:
+    import anyio
+
+    from gpuscope.serve.mcp_server import build_server
+
+    server = build_server(tmp_path / "none.db")
+    tools = {t.name for t in anyio.run(server.list_tools)}
+    listed = {cell.strip("`") for cell in _first_column("mcp.md", "| tool |")}
+    assert listed == tools

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuscope.recording.open import open_recording
-    from gpuscope.serve.assistant import build_server
+    from gpuscope.serve.mcp_server import build_server
 
     db = db_from_args(args)
     open_recording(db).close()  # a missing or damaged recording is reported now, not to the first tool call

@@ -175,7 +175,7 @@ def mcp_app(db: Path, guard: Guard) -> GuardMiddleware:
 def _mcp_starlette(db: Path) -> Starlette:
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from gpuscope.serve.assistant import build_server
+    from gpuscope.serve.mcp_server import build_server
 
     # The guard in front checks Host and Origin against the same allow-list as the dashboard's.
     return build_server(db, remote=True).streamable_http_app(
