@@ -25,50 +25,35 @@ import numpy as np
 from gpuscope._version import __version__
 from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, Discovery
-from gpuscope.agent.identity import (
-    CgroupInfo,
-    CgroupResolver,
-    cgroups_of,
-    parse_environ,
-    rank_info,
-    read_environ,
-)
 from gpuscope.agent.late_loads import LateLoads
 from gpuscope.agent.live_stats import LiveStats, Tick
 from gpuscope.agent.options import GIL_SWITCH_S
-from gpuscope.agent.procinfo import read_process
-from gpuscope.agent.sampling import ProbeSampler, WindowStats
+from gpuscope.agent.page_allocs import page_alloc_events
+from gpuscope.agent.process_notes import ProcessNotes
+from gpuscope.agent.sampling import ProbeSampler
+from gpuscope.agent.self_cost import SelfCostRecorder
+from gpuscope.agent.session_counts import DropDeltas, session_counts
 from gpuscope.agent.storage_policy import StoragePolicy
 from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
 from gpuscope.bpf.features import can_hold_processes
 from gpuscope.bpf.libbpf import libbpf
-from gpuscope.bpf.wire import EVENT_DTYPE, AuxKind
-from gpuscope.model.drops import DROP_SOURCES
+from gpuscope.bpf.wire import AuxKind
 from gpuscope.model.ops import FIRST_HOST_OP_ID, Op, op_name
 from gpuscope.model.policy import DEFAULT_BUDGET, SAMPLED_PROBE_OPS
 from gpuscope.platform.system import SystemSampler
 from gpuscope.stacks.collector import StackCollector
 from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates, insert_drops, insert_system_sample
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.coverage import insert_probe_costs, insert_probe_window, insert_self_costs
 from gpuscope.store.processes_write import (
-    NcclComm,
-    ProcessRow,
-    insert_cgroup,
     insert_exec,
-    insert_nccl_comms,
-    insert_process,
     set_process_cmdline,
-    set_process_ranks,
 )
 from gpuscope.store.retention import DEFAULT_MAX_DB, Reserve, SizeCap, index_within_cap
 from gpuscope.store.sessions_write import (
-    SessionCounts,
     SessionInfo,
     close_session,
     create_session,
     mark_committed,
-    set_session_flag,
     update_session_counts,
 )
 from gpuscope.store.writer import Durability, EventWriter
@@ -212,19 +197,16 @@ class TraceSession:
             blocks=self.cap.blocks,
         )
         self.stacks = StackCollector(self.session_id, self.tracer, python=opts.stacks >= 2) if opts.stacks else None
+        self.notes = ProcessNotes(self.session_id, self.writer, self.stacks, lambda pid: pid in self.stats.pids)
         self.max_db_bytes = max_db_bytes
         self.policy = StoragePolicy(record_all=record_all, start_ns=self.started_mono_ns, warmup_s=keep_first_s)
         self.aggregator = Aggregator(self.session_id)
         self.targets: list[int] = []
-        self._cgroups_seen: set[tuple[int, str]] = set()
-        self._environ: dict[int, dict[str, str]] = {}
-        self._resolver = CgroupResolver()
-        self._peers_seen: set[int] = set()
         self._page_interval_start = self.started_mono_ns
         self._last_tick = time.monotonic()
         self._last_flush = time.monotonic()
         self._last_events = 0
-        self._drops_logged: dict[str, int] = {}
+        self._drops = DropDeltas()
         self.committed_wall_ns: int | None = None
         self._final: dict[str, int] | None = None
         self._t0 = time.monotonic()
@@ -242,17 +224,16 @@ class TraceSession:
         self.late_loads = LateLoads(self.tracer, self.discovery)
         self.late_loads.start()
         # The overhead budget's windows, and the measured self-cost (also without a budget).
+        self.cost = SelfCostRecorder(self.session_id, self.writer, self.tracer, self.stacks)
         self.sampler = ProbeSampler(
             self.tracer,
             (budget or DEFAULT_BUDGET) if self.tracer.samples else None,
             keep_first_s,
-            self._on_window,
+            self.cost.on_window,
             open_since_ns=self.started_mono_ns,
         )
+        self.cost.sampler = self.sampler
         self.sampler.start()
-        self._costs_saved = False
-        self._samples_charged: dict[int, int] = {}
-        self._last_coverage = (0, 0)
 
     # -- setup ---------------------------------------------------------------
 
@@ -271,7 +252,7 @@ class TraceSession:
         """
         self.tracer.add_target(pid)
         self.targets.append(pid)
-        self._note_process(pid, traced=not before_exec)
+        self.notes.process(pid, traced=not before_exec)
         if not self._explicit_libs:
             for lib in self.discovery.scan_process(pid):
                 self.tracer.attach_library(lib)
@@ -309,7 +290,7 @@ class TraceSession:
             new_pids = self.stats.update(ev)
             self.sampler.observe(ev)
             for pid in new_pids:
-                self._note_process(pid)
+                self.notes.process(pid)
             if new_pids:
                 # Processes that call CUDA or were forked or exec'd as targets, not every pid a host event names.
                 own = ev["pid"][(ev["op"] < FIRST_HOST_OP_ID) | np.isin(ev["op"], _LIFECYCLE_OPS)]
@@ -317,12 +298,12 @@ class TraceSession:
                     self.sampler.note_process(pid)
             # A new process is read again at once: its maps name its frames, and it may soon be gone.
             self._new_processes |= bool(new_pids) or bool((ev["op"] == Op.process_exec).any())
-            self._note_communicators(ev)
-            self._note_cgroups(ev)
-            self._note_preemptors(ev)
+            self.notes.communicators(ev)
+            self.notes.cgroups(ev)
+            self.notes.preemptors(ev)
             # After exec, the process is another program: refresh what we know.
             for pid in np.unique(ev["pid"][ev["op"] == Op.process_exec]).tolist():
-                self._note_process(pid, refresh=True)
+                self.notes.process(pid, refresh=True)
             # The full stacks of these calls were taken at their entries, so
             # they are on the stack ring before their events (at their returns);
             # read once the processes above are known, to name their frames.
@@ -340,7 +321,7 @@ class TraceSession:
         """Exec records: argv, environment, and the new program for stacks."""
         for rec in self.tracer.read_aux():
             if rec.kind == AuxKind.EXEC_ENV:
-                self._exec_environ(rec.pid, rec.payload)
+                self.notes.exec_environ(rec.pid, rec.payload)
             elif rec.kind == AuxKind.EXEC_ARGV:
                 argv = rec.payload.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
                 if self.stacks is not None:
@@ -388,7 +369,7 @@ class TraceSession:
     def _tick(self, now: float) -> Tick:
         counters = self.tracer.counters()
         self._sample_system()
-        self._save_self_cost()
+        self.cost.save()
         rate = (self.stats.events - self._last_events) / max(now - self._last_tick, 1e-9)
         self._last_tick, self._last_events = now, self.stats.events
         self._save_counters(counters)
@@ -427,12 +408,7 @@ class TraceSession:
 
     def _log_drops(self, counters: dict[str, int]) -> None:
         """Store the drops of the last second by source, so analysis knows which windows are partial."""
-        delta: dict[str, int] = {}
-        for key, source in DROP_SOURCES.items():
-            n = counters.get(key, 0) - self._drops_logged.get(key, 0)
-            if n > 0:
-                delta[source] = delta.get(source, 0) + n
-            self._drops_logged[key] = counters.get(key, 0)
+        delta = self._drops.take(counters)
         if delta:
             bucket = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // BUCKET_NS * BUCKET_NS
             self.writer.write(insert_drops, self.session_id, bucket, delta)
@@ -444,21 +420,13 @@ class TraceSession:
         libraries: list[AttachedLibrary] | None = None,
         end_reason: str = "stopped",
     ) -> None:
-        drops = dict(counters)
-        # Rows the store could not keep (the aggregates still count their events).
-        drops["rows_shed_db_cap"] = self.writer.rows_shed
-        drops["rows_lost_store"] = self.writer.rows_lost
-        # Stored calls left without a stack: their site's full stack was lost to a full stack ring.
-        drops["stacks_unattributed"] = self.stacks.unattributed if self.stacks is not None else 0
-        counts = SessionCounts(
-            events_recorded=self.stats.events,
-            events_dropped=counters["dropped"],
-            drops=drops,
-            targets=tuple(self.targets),
-            libraries=tuple(
-                {"path": a.library.path, "kind": a.library.kind, "version": a.library.version, "probes": a.probes}
-                for a in (libraries if libraries is not None else self.attached)
-            ),
+        counts = session_counts(
+            counters,
+            self.writer,
+            self.stacks,
+            events=self.stats.events,
+            targets=self.targets,
+            libraries=libraries if libraries is not None else self.attached,
         )
         if final:
             self.writer.write(
@@ -472,119 +440,15 @@ class TraceSession:
         else:
             self.writer.write(update_session_counts, self.session_id, counts)
 
-    def _note_process(self, pid: int, refresh: bool = False, traced: bool = True) -> None:
-        """Record who a process is (command, cgroups, container, rank) while /proc has it."""
-        if self.stacks is not None and traced:
-            self.stacks.note_process(pid, refresh)
-        info = read_process(pid)
-        if info is None or (info.exited and refresh):
-            # Gone already: the exec records (argv, environment) fill the row; an exited process's blanks
-            # (no program, no command line) must not replace what an earlier look saw.
-            return
-        env = read_environ(pid)
-        if not env:
-            # Exited already (its environ is gone): keep what an earlier look saw;
-            # exec passes the environment on in practice.
-            env = self._environ.get(pid, {})
-        self._environ[pid] = env
-        ranks = rank_info(env)
-        cgroups = cgroups_of(pid, env)
-        v2 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v2"), None)
-        v1 = next((c.cgroup_id for c in cgroups if c.hierarchy == "v1:memory"), None)
-        row = ProcessRow(
-            pid,
-            time.time_ns(),
-            comm=info.comm,
-            cmdline=info.cmdline,
-            exe=info.exe,
-            cgroup_id=v2,
-            cgroup_path=info.cgroup_path,
-            cgroup_v1_id=v1,
-            ranks=ranks,
-        )
-        self.writer.write(insert_process, self.session_id, row, replace=refresh)
-        for c in cgroups:
-            self._insert_cgroup(c)
-
-    def _exec_environ(self, pid: int, payload: bytes) -> None:
-        """Rank and job identity from the environment the program was exec'd with."""
-        env = parse_environ(payload)
-        self._environ[pid] = env
-        ranks = rank_info(env)
-        if ranks.launcher is None and ranks.slurm_job_id is None:
-            return
-        # An upsert: the process may be gone before /proc was read, so the
-        # row may not exist yet.
-        self.writer.write(set_process_ranks, self.session_id, pid, ranks, time.time_ns())
-
-    def _note_preemptors(self, ev: np.ndarray) -> None:
-        """Name the processes that take the CPU from traced threads (they are not targets)."""
-        sel = (ev["op"] == Op.sched_switch) & (ev["arg0"] != 0)
-        if not sel.any():
-            return
-        for pid in np.unique(ev["handle"][sel] >> np.uint64(32)).tolist():
-            if pid and pid not in self._peers_seen and pid not in self.stats.pids:
-                self._peers_seen.add(pid)
-                self._note_process(pid, traced=False)
-
-    def _note_cgroups(self, ev: np.ndarray) -> None:
-        """Resolve cgroup ids seen on events (a process may move and exit between /proc reads)."""
-        # sched_switch rows name the cgroup of the task that took the CPU (stream):
-        # the neighbour's container must be resolvable too.
-        switches = ev["stream"][ev["op"] == Op.sched_switch]
-        for hierarchy, ids in (
-            ("v2", np.concatenate([ev["cgroup_id"], switches])),
-            ("v1:memory", ev["cgroup_v1_id"]),
-        ):
-            for cid in np.unique(ids).tolist():
-                if cid <= 1 or (cid, hierarchy) in self._cgroups_seen:
-                    continue
-                info = self._resolver.resolve(hierarchy, cid)
-                if info is not None:
-                    self._insert_cgroup(info)
-
-    def _insert_cgroup(self, c: CgroupInfo) -> None:
-        if (c.cgroup_id, c.hierarchy) in self._cgroups_seen:
-            return
-        self._cgroups_seen.add((c.cgroup_id, c.hierarchy))
-        self.writer.write(insert_cgroup, c, time.time_ns())
-
-    def _note_communicators(self, ev: np.ndarray) -> None:
-        """Remember each NCCL communicator's rank and size, joined to its calls in SQL."""
-        sel = ((ev["op"] == Op.ncclCommInitRank) | (ev["op"] == Op.ncclCommInitRankConfig)) & (ev["ret"] == 0)
-        if not sel.any():
-            return
-        comms = [
-            NcclComm(
-                pid=int(r["pid"]),
-                comm_handle=int(np.int64(r["handle"].view(np.int64))),
-                comm_hash=int(r["stream"].view(np.int64)),
-                rank=int(r["arg0"]),
-                nranks=int(r["arg1"]),
-                ts_ns=int(r["ts_ns"]),
-            )
-            for r in ev[sel]
-        ]
-        self.writer.write(insert_nccl_comms, self.session_id, comms)
-
     def _flush_page_allocs(self) -> None:
         """Turn the kernel's exact per-process page counters into mm_page_alloc rows."""
         now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         counts = self.tracer.drain_page_allocs()
         start, self._page_interval_start = self._page_interval_start, now
-        if not counts:
-            return
-        ev = np.zeros(len(counts), dtype=EVENT_DTYPE)
-        for i, (pid, (n, nbytes)) in enumerate(sorted(counts.items())):
-            ev[i]["pid"] = ev[i]["tid"] = pid
-            ev[i]["bytes"] = nbytes
-            ev[i]["arg0"] = n
-        ev["ts_ns"] = start
-        ev["duration_ns"] = now - start
-        ev["op"] = int(Op.mm_page_alloc)
-        ev["comm"] = [self._comm_of(int(p)).encode()[:15] for p in ev["pid"]]
-        self.stats.update(ev)
-        self._store(ev, keep_all=True)
+        if counts:
+            ev = page_alloc_events(counts, start, now)
+            self.stats.update(ev)
+            self._store(ev, keep_all=True)
 
     def _store(self, ev: np.ndarray, keep_all: bool = False) -> None:
         """Count every event in the aggregates; store the rows the policy keeps."""
@@ -595,54 +459,10 @@ class TraceSession:
         for listener in self.stored_listeners:
             listener(stored)
 
-    def _on_window(self, start_ns: int, end_ns: int, exact: bool, stats: list[WindowStats]) -> None:
-        """A window of the sampled ops' probes closed and its calls were read: record it."""
-        self.writer.write(insert_probe_window, self.session_id, start_ns, end_ns, exact, stats)
-
-    def _save_self_cost(self) -> None:
-        """Each traced process's probe and CPU time of the last second, and the calibration once known."""
-        sampler = self.sampler
-        if not self._costs_saved and sampler.calibration_error is not None:
-            # Nothing to measure the self-cost with: the recording says why, instead of saying nothing.
-            self._costs_saved = True
-            self.writer.write(set_session_flag, self.session_id, "self_cost_error", sampler.calibration_error)
-        if not self._costs_saved and sampler.costs is not None:
-            self._costs_saved = True
-            costs = sampler.costs
-            rows = [(p.value, costs.entry_ns[p], costs.return_ns) for p in costs.entry_ns]
-            self.writer.write(insert_probe_costs, self.session_id, rows)
-        self._charge_cpu_samples()
-        covered, elapsed = sampler.coverage()
-        (c0, e0), self._last_coverage = self._last_coverage, (covered, elapsed)
-        duty = (covered - c0) / (elapsed - e0) if sampler.budget is not None and elapsed > e0 else None
-        interval = sampler.take_interval()
-        if interval:
-            bucket = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // BUCKET_NS * BUCKET_NS
-            rows_ = [(c.pid, c.calls, c.probe_ns, c.cpu_ns) for c in interval]
-            self.writer.write(insert_self_costs, self.session_id, bucket, sampler.budget, duty, rows_)
-
-    def _charge_cpu_samples(self) -> None:
-        """Each process's on-CPU samples since the last second, at the sampler's measured time per sample."""
-        if self.stacks is None or not self.tracer.cpu_sample_hz:
-            return
-        c = self.tracer.counters()
-        per_sample = c.get("cpu_sample_ns", 0) / max(c.get("cpu_samples", 0) + c.get("drop_cpu_sample", 0), 1)
-        for pid, n in self.stacks.cpu_samples.items():
-            new = n - self._samples_charged.get(pid, 0)
-            if new > 0:
-                self.sampler.add_cost(pid, new * per_sample)
-                self._samples_charged[pid] = n
-
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)
         if rows:
             self.writer.write(insert_aggregates, rows)
-
-    def _comm_of(self, pid: int) -> str:
-        if pid == 0:
-            return "(other)"
-        info = read_process(pid)
-        return info.comm if info else ""
 
     # -- teardown ------------------------------------------------------------
 
@@ -653,7 +473,7 @@ class TraceSession:
         tracer = self.tracer
         self.late_loads.stop()
         self.sampler.stop()
-        self._save_self_cost()
+        self.cost.save()
         libraries = self.attached
         # Detach on a thread and drain meanwhile: closing the probes waits out
         # RCU grace periods, a backlog in the ring needs the CPU. Once

@@ -13,7 +13,6 @@ from gpuscope.agent.live_stats import LiveStats
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op, Source
-from gpuscope.tui.fakes import FakeCollector, FixedSystem, FrozenClock, histogram
 from gpuscope.tui.findings import DropFindings, TailLatencyFindings
 from gpuscope.tui.snapshot import (
     FLAG_SHARE,
@@ -24,6 +23,7 @@ from gpuscope.tui.snapshot import (
     op_flags,
     window_histogram,
 )
+from tests.unit.tui.fakes import FakeCollector, FixedSystem, FrozenClock, histogram
 
 
 def builder(collector: FakeCollector, clock: FrozenClock, **kw: object) -> SnapshotBuilder:

@@ -18,12 +18,12 @@ from rich.console import Console
 
 from gpuscope.model.ops import Op
 from gpuscope.platform.system import SystemStats
-from gpuscope.tui.fakes import FakeCollector, FixedSystem, FrozenClock
 from gpuscope.tui.findings import DropFindings, TailLatencyFindings
 from gpuscope.tui.output import OutputMode, choose_mode
 from gpuscope.tui.screen import render_screen
 from gpuscope.tui.snapshot import Header, LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.view import JsonView, PlainView, plain_line
+from tests.unit.tui.fakes import FakeCollector, FixedSystem, FrozenClock
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("GPUSCOPE_UPDATE_SNAPSHOTS") == "1"
