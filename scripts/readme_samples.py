@@ -80,8 +80,8 @@ def section(text: str, name: str) -> str | None:
 def render_live(snap: object) -> str:
     from rich.console import Console
 
+    from gpuscope.tui.live_snapshot import LiveSnapshot
     from gpuscope.tui.screen import render_screen
-    from gpuscope.tui.snapshot import LiveSnapshot
 
     assert isinstance(snap, LiveSnapshot)
     console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"), color_system=None)  # noqa: SIM115
@@ -104,7 +104,7 @@ def main() -> int:
         return 1 if problems else 0
     from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
     from gpuscope.render.explain import render_report
-    from gpuscope.tui.snapshot import LiveSnapshot
+    from gpuscope.tui.live_snapshot import LiveSnapshot
 
     best: list[LiveSnapshot] = []
 

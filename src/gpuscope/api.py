@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Finding
-from gpuscope.query.engine import GuardedReader, open_reader
 from gpuscope.query.filters import EventFilter
-from gpuscope.query.findings import explain_findings
+from gpuscope.query.finding_sources import explain_findings
+from gpuscope.query.guarded import GuardedReader, open_reader
 from gpuscope.query.output import unique_columns
 from gpuscope.store.events_read import events_statement
 from gpuscope.store.sessions_read import ALL_SESSIONS

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from gpuscope.errors import GpuscopeError
-from gpuscope.query.engine import open_reader
 from gpuscope.query.filters import EventFilter
-from gpuscope.query.findings import explain_findings, finding_marker, stored_markers
+from gpuscope.query.finding_sources import explain_findings, finding_marker, stored_markers
+from gpuscope.query.guarded import open_reader
 from gpuscope.store.events_read import call_chunks
 
 ENTRY_ONLY = 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.findings import save_findings
+from gpuscope.store.findings_history import save_findings
 from gpuscope.store.stacks_write import insert_stacks
 from tests.shared_fixtures import ingero_fixture
 from tests.unit.analysis.builder import MS, US, Events, end_session, steady_training

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from gpuscope.serve.api import ENDPOINTS
+from gpuscope.serve.http_api import ENDPOINTS
 from tests.serve.support import HOSTILE_COMM, Server, contention_recording, dashboard
 
 # Values a fuzzer would try first: empty, signs, huge, fractions, SQL, markup, unicode, NUL, a very long string.
@@ -150,8 +150,8 @@ def test_the_time_endpoint_reads_no_recording(tmp_path: Path) -> None:
 def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gpuscope.serve.api as api_module
-    from gpuscope.serve.api import Api
+    import gpuscope.serve.http_api as api_module
+    from gpuscope.serve.http_api import Api
     from gpuscope.store.connect import connect_writer
 
     db = contention_recording(tmp_path / "run.db")
@@ -181,7 +181,7 @@ def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows
 
 
 def test_snapshots_are_the_recorded_host_samples(tmp_path: Path) -> None:
-    from gpuscope.serve.api import Api
+    from gpuscope.serve.http_api import Api
     from gpuscope.store.aggregates import insert_system_sample
     from gpuscope.store.connect import connect_writer
     from tests.unit.analysis.builder import WALL0

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import pytest
 
-from gpuscope.serve.api import ENDPOINTS
+from gpuscope.serve.http_api import ENDPOINTS
 from gpuscope.serve.protocol import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, TLS_HANDSHAKE_TIMEOUT_S
 from gpuscope.serve.security import MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_HEADERS
 from tests.serve.hostile import (

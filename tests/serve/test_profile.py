@@ -13,7 +13,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from gpuscope.serve.api import Api
+from gpuscope.serve.http_api import Api
 from gpuscope.serve.mcp_server import MAX_PROFILE_FRAMES, _compact_profile
 from gpuscope.serve.profile import NO_SAMPLES, NONE_SELECTED
 from gpuscope.stacks.profile import SPEEDSCOPE_SCHEMA

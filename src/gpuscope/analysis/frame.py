@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuscope.analysis.background import Background
 from gpuscope.analysis.intervals import distinct
+from gpuscope.analysis.side_thread import Background
 from gpuscope.model.latency import NBUCKETS
 from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import OPS, Op, OpKind, Source

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from gpuscope.analysis.background import Background
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.rules import Rule
+from gpuscope.analysis.side_thread import Background
 from gpuscope.model.findings import Finding
 
 # Below this many rows a second thread saves less than it costs to start (about 0.1 ms), and one thread

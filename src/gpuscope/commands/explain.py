@@ -18,7 +18,7 @@ from gpuscope.query.filters import EventFilter
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format
 from gpuscope.render.colour import SEVERITY_STYLES, write_styled
 from gpuscope.render.explain import render_fleet_findings, render_report
-from gpuscope.store.findings import save_findings
+from gpuscope.store.findings_history import save_findings
 
 NAME = "explain"
 HELP = "explain why GPU calls were slow: ranked findings with evidence, effect sizes and fixes"

@@ -20,7 +20,7 @@ from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, PROFILE_FORMATS, ExportOptions, ExportStats, export_to_file
 from gpuscope.model.units import fmt_count
 from gpuscope.platform.files import refuse_same_file
-from gpuscope.query.engine import open_reader
+from gpuscope.query.guarded import open_reader
 from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
 
 NAME = "export"

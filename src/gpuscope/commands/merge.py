@@ -11,8 +11,8 @@ from typing import Any
 from gpuscope.errors import UsageError
 from gpuscope.model.units import fmt_ns, parse_duration_ns
 from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
-from gpuscope.recording.merge import merge_recordings
-from gpuscope.store.merge import ClockOffset, MergeReport
+from gpuscope.recording.merge_formats import merge_recordings
+from gpuscope.store.merge_recordings import ClockOffset, MergeReport
 
 NAME = "merge"
 HELP = "merge databases of several nodes (gpuscope or Ingero files) into one, node-namespaced"

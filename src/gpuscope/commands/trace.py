@@ -237,7 +237,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     try:
         from gpuscope.render.summary import render_summary
         from gpuscope.tui.explain_source import ExplainFindings
-        from gpuscope.tui.findings import builtin_findings
+        from gpuscope.tui.live_findings import builtin_findings
         from gpuscope.tui.output import LiveOutput, choose_mode
 
         session = _session(args, command, setup, loading)

@@ -28,8 +28,8 @@ from gpuscope.agent.tracer import TraceOptions
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
 from gpuscope.store.processes_write import ProcessRow, insert_processes
-from gpuscope.tui.findings import builtin_findings
-from gpuscope.tui.snapshot import LiveSnapshot, SnapshotBuilder
+from gpuscope.tui.live_findings import builtin_findings
+from gpuscope.tui.live_snapshot import LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.source import SessionSource
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"

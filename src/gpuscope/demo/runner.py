@@ -24,10 +24,10 @@ from gpuscope.demo.synthetic import SyntheticRecording
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
 from gpuscope.recording import open_recording
-from gpuscope.store.findings import save_findings
+from gpuscope.store.findings_history import save_findings
+from gpuscope.store.private_snapshot import user_cache_dir
 from gpuscope.store.sessions_read import last_session, session_offsets
-from gpuscope.store.snapshot import user_cache_dir
-from gpuscope.tui.snapshot import LiveSnapshot
+from gpuscope.tui.live_snapshot import LiveSnapshot
 
 
 class DemoMode(enum.Enum):

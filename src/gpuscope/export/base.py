@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TextIO
 
-from gpuscope.query.engine import GuardedReader
+from gpuscope.query.guarded import GuardedReader
 
 
 @dataclass(frozen=True, slots=True)

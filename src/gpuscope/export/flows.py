@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpuscope.query.findings import FindingMarker
+from gpuscope.query.finding_sources import FindingMarker
 
 
 class Span(NamedTuple):

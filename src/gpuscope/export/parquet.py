@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscope.errors import UsageError
-from gpuscope.query.engine import GuardedReader
+from gpuscope.query.guarded import GuardedReader
 from gpuscope.store.events_read import COLUMNAR_COLUMNS, columnar_batches, columnar_sessions
 
 _STRING = {"event_id", "comm", "source", "op"}

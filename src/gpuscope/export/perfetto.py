@@ -29,8 +29,8 @@ from gpuscope.export.base import ExportOptions, ExportStats
 from gpuscope.export.flows import CAUSE_LINKS, MAX_LINKS_PER_FINDING, Span, flow_points, link_causes, symptom_pid
 from gpuscope.model.ops import Op
 from gpuscope.model.units import fmt_ns
-from gpuscope.query.engine import GuardedReader
-from gpuscope.query.findings import FindingMarker, explain_markers, stored_markers
+from gpuscope.query.finding_sources import FindingMarker, explain_markers, stored_markers
+from gpuscope.query.guarded import GuardedReader
 from gpuscope.store.connect import database_path
 from gpuscope.store.events_read import count_events, events_statement, export_rows, op_counts_by_interval
 from gpuscope.store.imported_read import imported_chain_rows

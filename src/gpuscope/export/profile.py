@@ -11,7 +11,7 @@ import json
 from typing import TextIO
 
 from gpuscope.export.base import ExportOptions, ExportStats
-from gpuscope.query.engine import GuardedReader
+from gpuscope.query.guarded import GuardedReader
 from gpuscope.stacks.profile import CpuProfile, cpu_profile, folded_lines, speedscope_document
 from gpuscope.store.processes_read import process_rows
 

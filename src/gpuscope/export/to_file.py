@@ -6,7 +6,7 @@ import os
 
 from gpuscope.export.base import Exporter, ExportOptions, ExportStats
 from gpuscope.platform.files import OutputError, atomic_output
-from gpuscope.query.engine import GuardedReader
+from gpuscope.query.guarded import GuardedReader
 
 
 def export_to_file(

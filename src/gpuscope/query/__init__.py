@@ -1,7 +1,9 @@
 """Read-only, time-limited SQL over a recording: filters as views, shared output formats."""
 
 from gpuscope.model.times import TimePoint
-from gpuscope.query.engine import (
+from gpuscope.query.filters import EventFilter
+from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError, QueryTooLargeError
+from gpuscope.query.guarded import (
     DEFAULT_TIMEOUT_S,
     GuardedReader,
     QueryResult,
@@ -9,8 +11,6 @@ from gpuscope.query.engine import (
     open_reader,
     run_query,
 )
-from gpuscope.query.filters import EventFilter
-from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError, QueryTooLargeError
 from gpuscope.query.output import OutputFormat, add_output_options, chosen_format, write_rows
 
 __all__ = [

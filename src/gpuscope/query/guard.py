@@ -10,7 +10,7 @@ statement once a deadline has passed.
 Memory is bounded in two ways, because the time limit covers only SQLite's
 virtual machine, not one call of a function: ``randomblob(1000000000)`` is a
 single step. ``SQLITE_LIMIT_LENGTH`` on the reader caps every string or blob
-SQLite makes (``ResultLimits`` in ``gpuscope.query.engine``), and a process
+SQLite makes (``ResultLimits`` in ``gpuscope.query.guarded``), and a process
 that exists to run user SQL (``query``, the servers) caps SQLite's whole heap
 (``cap_sqlite_heap``), which also bounds a row of many long columns.
 """

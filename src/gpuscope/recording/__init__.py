@@ -6,7 +6,7 @@ opened read-only as it is; a database recorded by Ingero is converted once
 into gpuscope's schema and the cached conversion is opened instead, so the
 user's file is only ever read.
 
-``gpuscope.recording.merge`` merges recordings of either format into a new one.
+``gpuscope.recording.merge_formats`` merges recordings of either format into a new one.
 """
 
 from gpuscope.recording.formats import Format, detect_format

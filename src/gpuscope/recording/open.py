@@ -11,7 +11,7 @@ from gpuscope.importers import every_event_has_a_node, import_file
 from gpuscope.importers.detect import is_ingero
 from gpuscope.recording.formats import Format, detect_format
 from gpuscope.store.connect import PendingCheck, connect_reader, open_read_only, verify_reader, verify_reader_meanwhile
-from gpuscope.store.snapshot import user_cache_dir
+from gpuscope.store.private_snapshot import user_cache_dir
 
 
 def open_recording(path: str | os.PathLike[str]) -> sqlite3.Connection:

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from gpuscope._version import __version__
 from gpuscope.platform.access import Guard, error_body
 from gpuscope.query.guard import cap_sqlite_heap
-from gpuscope.serve.api import ENDPOINTS, Api, Endpoint, handle_errors
+from gpuscope.serve.http_api import ENDPOINTS, Api, Endpoint, handle_errors
 from gpuscope.serve.security import MAX_BODY_BYTES, GuardMiddleware
 from gpuscope.serve.untrusted import MAX_ERROR_CHARS, clean
 

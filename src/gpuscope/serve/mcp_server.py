@@ -1,7 +1,7 @@
 """The MCP server: a recording's reads as tools for AI assistants, over stdio or streamable HTTP.
 
 Built on the official SDK's ``MCPServer``. The tools are thin: each calls the
-same read-only core as the dashboard's API (``gpuscope.serve.api.Api``) or a
+same read-only core as the dashboard's API (``gpuscope.serve.http_api.Api``) or a
 command, and returns compact JSON fenced as untrusted data
 (``gpuscope.serve.untrusted``). Failures the user can act on are tool errors
 with a one-line reason; the server keeps serving.
@@ -23,7 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from gpuscope._version import __version__
 from gpuscope.errors import GpuscopeError
 from gpuscope.query.guard import cap_sqlite_heap
-from gpuscope.serve.api import INT64_MAX, MAX_ROWS, Api
+from gpuscope.serve.http_api import INT64_MAX, MAX_ROWS, Api
 from gpuscope.serve.untrusted import MAX_ERROR_CHARS, clean, fenced
 
 QUERY_VIEWS = ("events", "cuda_calls", "sched_switches", "nccl_calls", "graph_events", "containers", "processes")

@@ -25,8 +25,8 @@ from gpuscope.store.integrity import (
     is_damage,
 )
 from gpuscope.store.liveness import PROC_LOCKS, recording_holders, wal_has_frames
+from gpuscope.store.private_snapshot import SourceChangedError, private_snapshot
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION, lookup_rows
-from gpuscope.store.snapshot import SourceChangedError, private_snapshot
 
 
 def default_db_path() -> Path:
@@ -187,7 +187,7 @@ def read_uri(path: str | os.PathLike[str]) -> tuple[str, ReadMode]:
     read-only connection never checkpoints, truncates or deletes them when it
     closes; a reader who may not write the ``-shm`` (another user) reads
     through SQLite's read-only shared memory. A killed one is read from a
-    private snapshot (``gpuscope.store.snapshot``).
+    private snapshot (``gpuscope.store.private_snapshot``).
 
     The race that remains: a writer that opens a recording *after* a reader
     chose ``immutable=1`` (a new ``gpuscope trace --db`` on the same file)

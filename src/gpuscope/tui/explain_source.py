@@ -29,7 +29,7 @@ from gpuscope.platform.threads import lower_thread_priority
 from gpuscope.store.attribution import LIVE_EVENT_COLUMNS, event_rows_after, newest_event_rowid
 from gpuscope.store.connect import connect_reader
 from gpuscope.store.sessions_read import session_wall_offsets
-from gpuscope.tui.snapshot import LiveWindow
+from gpuscope.tui.live_snapshot import LiveWindow
 
 if TYPE_CHECKING:
     # The rules and the frame they read are imported by the first evaluation, on

@@ -9,8 +9,8 @@ from typing import IO, TYPE_CHECKING
 
 from gpuscope.agent.live_stats import Tick
 from gpuscope.agent.session import TraceSession
-from gpuscope.tui.findings import builtin_findings
-from gpuscope.tui.snapshot import FindingSource, LiveSnapshot, SnapshotBuilder
+from gpuscope.tui.live_findings import builtin_findings
+from gpuscope.tui.live_snapshot import FindingSource, LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.source import SessionSource
 from gpuscope.tui.view import JsonView, PlainView
 

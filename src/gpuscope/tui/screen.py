@@ -18,7 +18,7 @@ from rich.text import Text
 from gpuscope.model.ops import Source
 from gpuscope.model.units import fmt_bytes, fmt_ns
 from gpuscope.platform.system import SystemStats
-from gpuscope.tui.snapshot import LiveSnapshot, OpRow, layer_title
+from gpuscope.tui.live_snapshot import LiveSnapshot, OpRow, layer_title
 from gpuscope.tui.view import fmt_elapsed, fmt_rate
 
 BAR_CELLS = 10

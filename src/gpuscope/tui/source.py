@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuscope.agent.live_stats import Tick
 from gpuscope.agent.session import TraceSession
-from gpuscope.tui.snapshot import CollectorSample, Header, LibraryInfo
+from gpuscope.tui.live_snapshot import CollectorSample, Header, LibraryInfo
 
 
 class SessionSource:

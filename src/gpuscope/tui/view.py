@@ -14,7 +14,7 @@ from typing import IO
 
 from gpuscope.model.ops import Source
 from gpuscope.model.units import fmt_ns
-from gpuscope.tui.snapshot import LiveSnapshot
+from gpuscope.tui.live_snapshot import LiveSnapshot
 
 
 def fmt_elapsed(seconds: float) -> str:

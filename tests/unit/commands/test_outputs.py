@@ -22,9 +22,9 @@ from gpuscope.cli import main
 from gpuscope.export import EXPORTERS, ExportOptions, ExportStats
 from gpuscope.importers import ingero as ingero_importer
 from gpuscope.platform import files
-from gpuscope.query.engine import GuardedReader
+from gpuscope.query.guarded import GuardedReader
 from gpuscope.recording import as_gpuscope_file, conversion_cache_dir
-from gpuscope.store import merge as store_merge
+from gpuscope.store import merge_recordings as store_merge
 from gpuscope.store.connect import connect_reader, connect_writer
 from tests.shared_fixtures import ingero_fixture
 from tests.unit.query.builder import build_db

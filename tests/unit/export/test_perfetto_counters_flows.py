@@ -19,7 +19,7 @@ from gpuscope.export.flows import (
     symptom_pid,
 )
 from gpuscope.model.ops import Op
-from gpuscope.query.findings import FindingMarker
+from gpuscope.query.finding_sources import FindingMarker
 from tests.conftest import run_gpuscope
 from tests.unit.analysis.builder import MS, US, Events, S, steady_training
 from tests.unit.export.test_perfetto import assert_valid_trace_event_format

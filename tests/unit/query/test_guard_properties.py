@@ -15,8 +15,8 @@ from pathlib import Path
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpuscope.query.engine import ResultLimits, one_statement, open_reader
 from gpuscope.query.guard import QueryRefusedError, QuerySyntaxError, QueryTimeoutError, QueryTooLargeError
+from gpuscope.query.guarded import ResultLimits, one_statement, open_reader
 from tests.unit.properties import quick
 from tests.unit.query.builder import build_db
 

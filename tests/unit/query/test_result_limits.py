@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import gpuscope.query.engine as engine
+import gpuscope.query.guarded as engine
 from gpuscope.query import QueryTooLargeError, ResultLimits, open_reader
 from gpuscope.query.guard import SQLITE_HEAP_BYTES
 from gpuscope.query.output import TABLE_HEAD_CHARS, TABLE_HEAD_ROWS, write_table

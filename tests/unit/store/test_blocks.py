@@ -14,7 +14,7 @@ import gpuscope.store.writer as writer_module
 from gpuscope.analysis.frame import _FIELDS, EventFrame, load_frame
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.ops import Op
-from gpuscope.recording.merge import merge_recordings
+from gpuscope.recording.merge_formats import merge_recordings
 from gpuscope.store.blocks import BLOCK_COLUMNS, BlockError, build_blocks, decode_block, encode_block
 from gpuscope.store.blocks_read import block_coverage
 from gpuscope.store.connect import connect_writer

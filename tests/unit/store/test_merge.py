@@ -10,9 +10,9 @@ import pytest
 
 from gpuscope.cli import main
 from gpuscope.model.ops import Op
-from gpuscope.recording.merge import merge_recordings as merge_files
+from gpuscope.recording.merge_formats import merge_recordings as merge_files
 from gpuscope.store.connect import connect_reader, connect_writer
-from gpuscope.store.merge import ClockOffset, MergeConflictError
+from gpuscope.store.merge_recordings import ClockOffset, MergeConflictError
 from gpuscope.store.sessions_write import SessionInfo, create_session
 
 T0 = 1_700_000_000_000_000_000

@@ -13,7 +13,7 @@ import numpy as np
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
 from gpuscope.platform.system import SystemStats
-from gpuscope.tui.snapshot import CollectorSample, Header, LibraryInfo
+from gpuscope.tui.live_snapshot import CollectorSample, Header, LibraryInfo
 
 GIB = 1 << 30
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuscope.model.ops import Op
 from gpuscope.tui.explain_source import ExplainFindings
-from gpuscope.tui.snapshot import LiveWindow, Preemptions
+from gpuscope.tui.live_snapshot import LiveWindow, Preemptions
 from tests.unit.analysis.builder import MS, US, Events, S, steady_training
 from tests.unit.analysis.test_explain_overhead import _preempt
 from tests.unit.analysis.test_rules_nccl import PIDS

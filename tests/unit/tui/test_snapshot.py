@@ -13,8 +13,8 @@ from gpuscope.agent.live_stats import LiveStats
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op, Source
-from gpuscope.tui.findings import DropFindings, TailLatencyFindings
-from gpuscope.tui.snapshot import (
+from gpuscope.tui.live_findings import DropFindings, TailLatencyFindings
+from gpuscope.tui.live_snapshot import (
     FLAG_SHARE,
     FLAG_TAIL,
     LiveSnapshot,

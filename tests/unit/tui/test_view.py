@@ -18,10 +18,10 @@ from rich.console import Console
 
 from gpuscope.model.ops import Op
 from gpuscope.platform.system import SystemStats
-from gpuscope.tui.findings import DropFindings, TailLatencyFindings
+from gpuscope.tui.live_findings import DropFindings, TailLatencyFindings
+from gpuscope.tui.live_snapshot import Header, LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.output import OutputMode, choose_mode
 from gpuscope.tui.screen import render_screen
-from gpuscope.tui.snapshot import Header, LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.view import JsonView, PlainView, plain_line
 from tests.unit.tui.fakes import FakeCollector, FixedSystem, FrozenClock
 

@@ -22,9 +22,9 @@ from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
-from gpuscope.query.engine import ResultLimits, open_reader
 from gpuscope.query.filters import EventFilter, parse_time
 from gpuscope.query.guard import MiB
+from gpuscope.query.guarded import ResultLimits, open_reader
 from gpuscope.recording.open import open_recording
 from gpuscope.serve.profile import profile_speedscope, profile_summary
 from gpuscope.serve.untrusted import json_scalar

@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuscope.importers import import_file
 from gpuscope.recording.formats import Format, detect_format
 from gpuscope.store.connect import connect_reader
-from gpuscope.store.merge import ClockOffset, MergeInput, MergeReport, check_merge_request, merge_files
+from gpuscope.store.merge_recordings import ClockOffset, MergeInput, MergeReport, check_merge_request, merge_files
 
 
 def merge_recordings(
@@ -29,7 +29,7 @@ def merge_recordings(
     before any work, and ``dest`` is replaced only when every input merged.
 
     Raises UsageError, DatabaseError, SchemaTooNewError or MergeConflictError
-    (see ``gpuscope.store.merge.merge_files``).
+    (see ``gpuscope.store.merge_recordings.merge_files``).
     """
     out_path = _real(dest)
     paths = [_real(p) for p in inputs]

@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuscope.model.drops import drop_advice
 from gpuscope.model.ops import Source
 from gpuscope.model.units import fmt_ns
-from gpuscope.tui.snapshot import FLAG_TAIL, LiveWindow, Preemptions
+from gpuscope.tui.live_snapshot import FLAG_TAIL, LiveWindow, Preemptions
 
 MAX_TAIL_LINES = 3
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.model.findings import Finding
-from gpuscope.store.findings import latest_stored_findings
+from gpuscope.store.findings_history import latest_stored_findings
 
 
 @dataclass(frozen=True, slots=True)
