@@ -45,8 +45,11 @@ def _host_cause(finding: dict) -> dict:  # type: ignore[type-arg]
 def test_tiny_kernels_with_python_between_them_are_launch_bound(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
     _, findings = _explain(trace_command, standin, "launch")
     (f,) = [f for f in findings if f["kind"] == "launch-bound"]
-    # ~400 launches a step, tens of microseconds of host time before each
-    assert 300 <= f["causes"][0]["effect"]["launches_per_step"] <= 500
+    # 400 launches a step (read from a sample of the rows on a long run, so an estimate, and said so), tens of
+    # microseconds of host time before each
+    per_step = f["causes"][0]["effect"]["launches_per_step"]
+    assert 250 <= per_step <= 550, per_step
+    assert per_step == 400 or "estimated" in f["causes"][0]["evidence"][0]
     assert f["causes"][0]["effect"]["per_launch_ns"] >= 5_000
     assert "CUDA Graph" in f["fix"] and "`add_bias` (py_host_shapes.py:" in f["fix"]
     assert "`add_bias` (py_host_shapes.py:" in _host_cause(f)["evidence"][0]

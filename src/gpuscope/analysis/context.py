@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Generic, TypeVar, overload
 
 import numpy as np
@@ -67,8 +68,9 @@ class Context:
 
     ``aggregates``: the window's exact per-second counts, when the recording
     has them (None: rows are the only source, as in older or imported files).
-    ``thinned``: (pid, op) groups whose rows were read selectively (slow calls
-    and a sample): their counts and percentiles must come from ``aggregates``.
+    ``thinned``: (pid, op) groups whose rows were read selectively (every call slower than the duration
+    given, and one row in ``THIN_SAMPLE`` of the rest): their counts and percentiles must come from
+    ``aggregates``.
     ``frees_recorded`` is False and ``pids_without_frees`` names processes
     when the recorder never saw cudaFree (Ingero imports).
     ``attribution``: ranks, communicators and containers read from the
@@ -90,7 +92,7 @@ class Context:
         pids: tuple[int, ...] = (),
         *,
         aggregates: Aggregates | None = None,
-        thinned: frozenset[tuple[int, int]] = frozenset(),
+        thinned: Mapping[tuple[int, int], int] = MappingProxyType({}),
         frees_recorded: bool = True,
         pids_without_frees: frozenset[int] = frozenset(),
         attribution: Attribution = EMPTY,

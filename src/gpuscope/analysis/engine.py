@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
+from types import MappingProxyType
 
 import numpy as np
 
@@ -51,6 +52,9 @@ from gpuscope.store.cpu_samples_read import has_cpu_samples
 from gpuscope.store.imported_read import imported_chain_rows
 from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
 from gpuscope.store.stacks_read import any_call_stacks
+
+# No (pid, op) group read selectively.
+_NOT_THINNED: Mapping[tuple[int, int], int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +188,7 @@ def analyse(
     min_severity: Severity = Severity.LOW,
     *,
     aggregates: Aggregates | None = None,
-    thinned: frozenset[tuple[int, int]] = frozenset(),
+    thinned: Mapping[tuple[int, int], int] = _NOT_THINNED,
     frees_recorded: bool = True,
     pids_without_frees: frozenset[int] = frozenset(),
     attribution: Attribution = EMPTY,
@@ -453,7 +457,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             pids=opts.pids,
             min_severity=opts.min_severity,
             aggregates=aggregates,
-            thinned=frozenset(thin),
+            thinned=thin,
             frees_recorded=no_frees is not None,
             pids_without_frees=no_frees or frozenset(),
             attribution=attribution,

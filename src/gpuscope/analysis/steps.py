@@ -73,9 +73,10 @@ def sync_turns(ctx: Context, pid: int) -> Turns | None:
         return None
     if float(np.median(waits)) < MIN_WAIT_NS or float(np.median(gap)) < MIN_HOST_NS:
         return None
-    # Host work is on a CPU: a thread mostly off its CPU after the wait is waiting for data (other rules).
+    # Host work is on a CPU: a thread mostly asleep after the wait is waiting for data (other rules). Time it
+    # was preempted is host work delayed (cpu-preemption says by whom), not a wait.
     s = ctx.sched
-    s = s[f.pid[s] == pid]
+    s = s[(f.pid[s] == pid) & (f.arg0[s] == 0) & (f.arg1[s] != 0)]
     off = overlap_by_key(f.tid[sync], gs, gs + gap, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
     if float(off.sum()) > 0.5 * max(float(gap.sum()), 1.0):
         return None

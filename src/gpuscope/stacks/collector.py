@@ -30,6 +30,7 @@ P = ParamSpec("P")
 # A process that looks like Python but has not mapped its runtime yet (just
 # exec'd) is looked at again on every drain for this long.
 PYTHON_LOOKUP_S = 3.0
+PYTHON_RECHECK_S = 1.0
 _MAX_CACHED = 200_000
 # A call whose site's full stack has not been read yet waits this long for it
 # (the stack ring is read 2,048 records a poll) before it counts as unattributed.
@@ -79,6 +80,10 @@ class StackCollector:
         self._stored: set[int] = set()
         self._python_pending: dict[int, float] = {}
         self._python_done: set[int] = set()
+        # Until when a runtime whose thread list did not read as sane is looked at again (per process).
+        self._python_insane_until: dict[int, float] = {}
+        # When each process not registered as Python was last looked at again for its runtime.
+        self._python_rechecked: dict[int, float] = {}
         self._loaded_layouts: set[int] = set()
         self._registered: dict[int, int] = {}
         # gpuscope's own libraries (libc, ld.so, libstdc++, ...) are what most
@@ -100,6 +105,7 @@ class StackCollector:
         """Index a live process's files; find its Python runtime for the in-kernel walk."""
         if refresh:
             self._python_done.discard(pid)
+            self._python_insane_until.pop(pid, None)
         maps = self.resolver.files.add_process(pid)
         if not self.python or pid in self._python_done or not maps:
             return
@@ -114,10 +120,19 @@ class StackCollector:
             if "python" in exe:
                 self._python_pending.setdefault(pid, time.monotonic() + PYTHON_LOOKUP_S)
             return
+        lay = interp.layout
+        sane = lay.minor >= 0 and sanity_check(interp)
+        if not sane and lay.minor >= 0:
+            # A thread list read mid-way through the interpreter's start-up (an on-CPU sample can come that
+            # early): look again, for a while, before calling the layout unknown.
+            now = time.monotonic()
+            until = self._python_insane_until.setdefault(pid, now + PYTHON_LOOKUP_S)
+            if now < until:
+                self._python_pending[pid] = until
+                return
         self._python_pending.pop(pid, None)
         self._python_done.add(pid)
-        lay = interp.layout
-        if lay.minor < 0 or not sanity_check(interp):
+        if not sane:
             # Known interpreter, unknown layout: register it with an empty
             # slot so its events say why they have no Python frames.
             self.tracer.set_python_process(pid, interp.runtime, len(LAYOUTS) + 1)
@@ -129,6 +144,21 @@ class StackCollector:
         self.resolver.interpreters[pid] = interp
         self.tracer.set_python_process(pid, interp.runtime, lay.slot)
         self._registered[pid] = interp.runtime
+
+    def _python_unknown(self, pid: int) -> bool:
+        """Whether to look at a process again for a Python runtime (never registered, not waiting already)."""
+        if not self.python or pid in self._python_done or pid in self._python_pending:
+            return False
+        now = time.monotonic()
+        if now - self._python_rechecked.get(pid, 0.0) < PYTHON_RECHECK_S:
+            return False
+        if len(self._python_rechecked) > _MAX_CACHED:
+            self._python_rechecked.clear()
+        self._python_rechecked[pid] = now
+        try:
+            return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            return False  # exited: nothing left to look at
 
     def _retry_python(self) -> None:
         now = time.monotonic()
@@ -158,6 +188,11 @@ class StackCollector:
                 self.resolver.note_code(raw)
                 continue
             if raw.window and not self.resolver.files.has_maps(raw.pid):
+                self.note_process(raw.pid)
+            elif raw.op != STACK_OP_CPU_SAMPLE and self._python_unknown(raw.pid):
+                # A call made by a process whose runtime was not found yet: its first on-CPU samples may
+                # have come while the interpreter was still starting (on a loaded machine, for longer than
+                # the lookup waits). Look again, at most once a second.
                 self.note_process(raw.pid)
             key = raw.key + self.resolver.scan_key(raw)
             h = self._by_key.get(key)

@@ -107,7 +107,7 @@ class LaunchBoundRule:
                 keep &= ctx.coverage.fully_covered(ps, pe)
             ps, pe = ps[keep], pe[keep]
             launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]
-            n = self._phase_launches(ctx, p, launch_rows, launches, ps, pe)
+            n, sampled = self._phase_launches(ctx, p, rows, launches, ps, pe)
             # Steps of many launches; host time only while a feeding thread was on a CPU.
             many = n >= LAUNCH_PER_STEP
             ps, pe, n = ps[many], pe[many], n[many]
@@ -131,7 +131,9 @@ class LaunchBoundRule:
                 continue  # launching on a CPU is a small part of the time
             between = int(share * wall)
             lines = [
-                f"{len(ps)} steps of ~{per_step:.0f} launches each; launching takes {share:.0%} of the time on a "
+                f"{len(ps)} steps of ~{per_step:.0f} launches each"
+                + (" (estimated: the rows were read as a sample)" if sampled else "")
+                + f"; launching takes {share:.0%} of the time on a "
                 f"CPU, {fmt_ns(per_launch)} of host time per launch (the launch call itself {fmt_ns(launch_ns)})"
                 + (
                     f"; no feeding thread on a CPU {1 - on_cpu:.0%} of the launch phases besides"
@@ -194,17 +196,20 @@ class LaunchBoundRule:
 
     @staticmethod
     def _phase_launches(
-        ctx: Context, pid: int, launch_rows: np.ndarray, launches: int, ps: np.ndarray, pe: np.ndarray
-    ) -> np.ndarray:
-        """Launches in each phase, from its launch rows: whole inside a probe window, and scaled by the calls
-        each stored row stands for where rows were kept selectively (a sample of them)."""
+        ctx: Context, pid: int, rows: np.ndarray, launches: int, ps: np.ndarray, pe: np.ndarray
+    ) -> tuple[np.ndarray, bool]:
+        """Launches in each phase, and whether that is an estimate: its launch rows where every launch has
+        one (inside a probe window too); where they were read selectively, its rows times the calls each
+        stored row stands for over the whole window."""
         f = ctx.frame
+        launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]
         ts = np.sort(f.ts[launch_rows])
-        rows_in: np.ndarray = np.searchsorted(ts, pe, side="left") - np.searchsorted(ts, ps, side="left")
-        thinned = any((pid, op) in ctx.thinned for op in LAUNCH_OPS)
-        if thinned and len(launch_rows):
-            return rows_in * max(launches / len(launch_rows), 1.0)
-        return rows_in.astype(np.float64)
+        counted: np.ndarray = (np.searchsorted(ts, pe, side="left") - np.searchsorted(ts, ps, side="left")).astype(
+            np.float64
+        )
+        if any((pid, op) in ctx.thinned for op in LAUNCH_OPS) and len(launch_rows):
+            return counted * max(launches / len(launch_rows), 1.0), True
+        return counted, False
 
 
 class GilBoundRule:
