@@ -27,14 +27,15 @@ MIN_HOST_NS = 1_000_000
 
 @dataclass(frozen=True)
 class Turns:
-    """A process's steps: each sync (frame rows), how long it waited, and the host time after it to the
-    next GPU call (``host_start``/``host_end``)."""
+    """A process's steps: each sync (frame rows), how long it waited, the interval after it to the next GPU
+    call (``host_start``/``host_end``), and the time the thread ran in that interval (``host_on_cpu``)."""
 
     pid: int
     sync_rows: np.ndarray
     waits: np.ndarray
     host_start: np.ndarray
     host_end: np.ndarray
+    host_on_cpu: np.ndarray
     wall_ns: int
 
     @property
@@ -43,12 +44,12 @@ class Turns:
 
     @property
     def host_ns(self) -> int:
-        return int((self.host_end - self.host_start).sum())
+        return int(self.host_on_cpu.sum())
 
     @property
     def saved_ns(self) -> int:
-        """What overlapping them could save at most: per step, the shorter of the wait and the host time."""
-        return int(np.minimum(self.waits, self.host_end - self.host_start).sum())
+        """What overlapping them could save at most: per step, the shorter of the wait and the host work."""
+        return int(np.minimum(self.waits, self.host_on_cpu).sum())
 
 
 def sync_turns(ctx: Context, pid: int) -> Turns | None:
@@ -69,15 +70,16 @@ def sync_turns(ctx: Context, pid: int) -> Turns | None:
         gap = np.where(ctx.coverage.fully_covered(gs, ge), gap, 0)
     wall = ctx.pid_span_ns(pid)
     waits = f.dur[sync]
-    if int(waits.sum()) < TURN_SHARE * wall or int(gap.sum()) < TURN_SHARE * wall:
-        return None
-    if float(np.median(waits)) < MIN_WAIT_NS or float(np.median(gap)) < MIN_HOST_NS:
-        return None
-    # Host work is on a CPU: a thread mostly asleep after the wait is waiting for data (other rules). Time it
-    # was preempted is host work delayed (cpu-preemption says by whom), not a wait.
+    # Host work is done on a CPU: the time after a wait counts as host work only where the thread ran. Time
+    # it was preempted is cpu-preemption's; a thread mostly asleep after the wait is waiting for data.
     s = ctx.sched
-    s = s[(f.pid[s] == pid) & (f.arg0[s] == 0) & (f.arg1[s] != 0)]
+    s = s[f.pid[s] == pid]
     off = overlap_by_key(f.tid[sync], gs, gs + gap, f.tid[s], f.ts[s], f.ts[s] + f.dur[s])
+    host = np.maximum(gap - off, 0)
+    if int(waits.sum()) < TURN_SHARE * wall or int(host.sum()) < TURN_SHARE * wall:
+        return None
+    if float(np.median(waits)) < MIN_WAIT_NS or float(np.median(host)) < MIN_HOST_NS:
+        return None
     if float(off.sum()) > 0.5 * max(float(gap.sum()), 1.0):
         return None
-    return Turns(pid, sync, waits, gs, gs + gap, wall)
+    return Turns(pid, sync, waits, gs, gs + gap, host, wall)
