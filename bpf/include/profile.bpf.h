@@ -79,18 +79,7 @@ int gs_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (stack_mode >= 2)
 		b->h.py_status = gs_py_walk(b, tgid, (__u32)pid_tgid, bpf_get_current_task_btf());
 	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
-	/* Python frames follow the native frames captured (see gs_stack_emit). */
-	if (b->h.n_py && b->h.n_native < GS_STACK_MAX_NATIVE) {
-		__u32 base = (b->h.n_native & (GS_STACK_MAX_NATIVE - 1)) * sizeof(struct gs_native_frame);
-		for (int i = 0; i < GS_STACK_MAX_PY; i++) {
-			if (i >= b->h.n_py)
-				break;
-			__u32 at = base + i * sizeof(struct gs_py_frame);
-			if (at > sizeof(b->native) + sizeof(b->py) - sizeof(struct gs_py_frame))
-				break;
-			*(struct gs_py_frame *)((void *)b->native + at) = b->py[i];
-		}
-	}
+	gs_stack_pack_py(b);
 	size = sizeof(b->h) + frames;
 	if (size > offsetof(struct gs_stack_buf, window))
 		size = offsetof(struct gs_stack_buf, window);

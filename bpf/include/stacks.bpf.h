@@ -480,20 +480,11 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	return b;
 }
 
-/* Emit a captured stack for the call that entered at ts_ns. */
-static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
+/* Python frames follow the native frames actually captured: move them
+ * down so the record is dense. The destination never passes the source
+ * (it starts at or before b->py), so the copy is safe in ascending order. */
+static __always_inline void gs_stack_pack_py(struct gs_stack_buf *b)
 {
-	__u64 size;
-	__u32 frames;
-
-	if (!b->full)
-		return;
-	b->h.ts_ns = ts_ns;
-	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
-	size = sizeof(b->h) + frames;
-	/* Python frames follow the native frames actually captured: move them
-	 * down so the record is dense. The destination never passes the source
-	 * (it starts at or before b->py), so the copy is safe in ascending order. */
 	if (b->h.n_py && b->h.n_native < GS_STACK_MAX_NATIVE) {
 		__u32 base = (b->h.n_native & (GS_STACK_MAX_NATIVE - 1)) * sizeof(struct gs_native_frame);
 		for (int i = 0; i < GS_STACK_MAX_PY; i++) {
@@ -505,6 +496,20 @@ static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 			*(struct gs_py_frame *)((void *)b->native + at) = b->py[i];
 		}
 	}
+}
+
+/* Emit a captured stack for the call that entered at ts_ns. */
+static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
+{
+	__u64 size;
+	__u32 frames;
+
+	if (!b->full)
+		return;
+	b->h.ts_ns = ts_ns;
+	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
+	size = sizeof(b->h) + frames;
+	gs_stack_pack_py(b);
 	/* The window goes right after the frames; its length is the record's
 	 * remainder. The bound on `frames` keeps the verifier's view of the
 	 * destination inside b->window. The top of the main thread's stack can

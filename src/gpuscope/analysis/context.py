@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Generic, TypeVar, overload
+from typing import Generic, TypeVar, cast, overload
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from gpuscope.analysis.coverage import ANCHOR_OPS, Coverage, anchor_counts
 from gpuscope.analysis.cpu_profile import CpuSamples
 from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, GPU_WORK, LAUNCH_OPS, Aggregates, EventFrame, Window
 from gpuscope.analysis.imported_rates import ImportedRates
-from gpuscope.analysis.intervals import KeyGroups, distinct, merge, overlap_by_key
+from gpuscope.analysis.intervals import KeyGroups, distinct, merge, outermost, overlap_by_key
 from gpuscope.analysis.stats import estimate, hist_pct, pct
 from gpuscope.model.ops import Op
 
@@ -122,6 +122,8 @@ class Context:
         self._locks_lock = threading.Lock()
         self._pid_calls: dict[int, np.ndarray] = {}
         self._pid_calls_of: dict[tuple[int, frozenset[int]], np.ndarray] = {}
+        self._outer_work: dict[int, np.ndarray] = {}
+        self._readings: dict[tuple[str, int], object] = {}
         self._work_spans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._thread_spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -230,6 +232,22 @@ class Context:
             (pid, ops),
             lambda: _merged([pos for gpid, op, pos in self._call_groups if gpid == pid and op in ops]),
         )
+
+    def outer_work_rows(self, pid: int) -> np.ndarray:
+        """Frame rows of one process's GPU work by time, a driver call made inside a runtime call counted once
+        (cudaLaunchKernel -> cuLaunchKernel: as the runtime call); kept."""
+
+        def find() -> np.ndarray:
+            f = self.frame
+            rows: np.ndarray = self.calls[self.pid_calls_of(pid, GPU_WORK)]
+            outer: np.ndarray = rows[outermost(f.tid[rows], f.ts[rows], f.ts[rows] + f.dur[rows])]
+            return outer
+
+        return self.once(self._outer_work, pid, find)
+
+    def reading(self, name: str, pid: int, compute: Callable[[], _T]) -> _T:
+        """A reading of one process that several rules share (``analysis.steps``, ``analysis.gil``), once."""
+        return cast(_T, self.once(self._readings, (name, pid), compute))
 
     def calls_of_ops(self, ops: frozenset[int]) -> np.ndarray:
         """Positions into ``calls`` of every process's calls of ``ops``, ascending (time order)."""

@@ -45,7 +45,12 @@ class GilWaits:
 
 
 def gil_waits(ctx: Context, pid: int) -> GilWaits | None:
-    """The process's GIL waits, or None where its feeding thread does not wait for another of its threads."""
+    """The process's GIL waits, or None where its feeding thread does not wait for another of its threads (read
+    once a window: gil-bound reports it, data-starvation leaves the process to it)."""
+    return ctx.reading("gil-waits", pid, lambda: _gil_waits(ctx, pid))
+
+
+def _gil_waits(ctx: Context, pid: int) -> GilWaits | None:
     samples = ctx.cpu_samples
     if samples is None or not len(samples) or samples.hz <= 0:
         return None

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.frame import GPU_WORK, SYNC_OPS
-from gpuscope.analysis.intervals import outermost, overlap_by_key
+from gpuscope.analysis.frame import SYNC_OPS
+from gpuscope.analysis.intervals import overlap_by_key
 from gpuscope.model.op_table import in_ops
 
 # At least this many steps; the waits and the host time after them each take this share of the wall time,
@@ -53,11 +53,13 @@ class Turns:
 
 
 def sync_turns(ctx: Context, pid: int) -> Turns | None:
-    """The process's steps when its host and GPU take turns; None when they do not."""
+    """The process's steps when its host and GPU take turns; None when they do not (read once a window)."""
+    return ctx.reading("sync-turns", pid, lambda: _sync_turns(ctx, pid))
+
+
+def _sync_turns(ctx: Context, pid: int) -> Turns | None:
     f = ctx.frame
-    rows = ctx.calls[ctx.pid_calls_of(pid, GPU_WORK)]
-    # A driver call made inside a runtime call (cudaStreamSynchronize -> cuStreamSynchronize) counted once.
-    rows = rows[outermost(f.tid[rows], f.ts[rows], f.ts[rows] + f.dur[rows])]
+    rows = ctx.outer_work_rows(pid)
     is_sync = in_ops(f.op[rows], SYNC_OPS)
     after = np.flatnonzero(is_sync[:-1])
     if len(after) < MIN_STEPS:

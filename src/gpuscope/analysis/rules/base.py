@@ -96,6 +96,24 @@ def symptom_for(ctx: Context, pid: int, op: int, pos: np.ndarray, summary: str, 
     )
 
 
+def spread_symptom(
+    summary: str, what: str, pid: int, comm: str | None, values: np.ndarray, total_ns: int, count: int | None = None
+) -> Symptom:
+    """A symptom over measured lengths (gaps, waits, time per launch): how many (``count`` when they stand for
+    more), their median, nearest-rank p99 and max, and the time lost in all."""
+    return Symptom(
+        summary,
+        what,
+        pid,
+        comm,
+        len(values) if count is None else count,
+        int(np.median(values)),
+        pct(values, 99),
+        int(values.max()),
+        total_ns,
+    )
+
+
 def host_cause_findings(
     ctx: Context,
     rule: str,

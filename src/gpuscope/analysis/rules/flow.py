@@ -13,11 +13,11 @@ from gpuscope.analysis.frame import BUCKET_NS, GPU_CALLS, SYNC_OPS
 from gpuscope.analysis.gil import gil_waits
 from gpuscope.analysis.idle_gaps import STARVE_GAP_NS, IdleGaps, idle_gaps
 from gpuscope.analysis.intervals import distinct, merge, overlap_by_key, overlap_ns
-from gpuscope.analysis.rules.base import symptom_for
+from gpuscope.analysis.rules.base import spread_symptom, symptom_for
 from gpuscope.analysis.stats import severity_for
 from gpuscope.analysis.steps import sync_turns
 from gpuscope.analysis.workers import WORKER_FIX, family, workers_of
-from gpuscope.model.findings import Cause, Finding, Severity, Symptom
+from gpuscope.model.findings import Cause, Finding, Severity
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
@@ -162,16 +162,14 @@ class DataStarvationRule:
         sev = severity_for(idle, wall)
         if g.unchecked:
             sev = min(sev, Severity.HIGH)  # some gaps rest on a shape no count could check
-        sym = Symptom(
+        sym = spread_symptom(
             f"the GPU of pid {p} idles {idle / wall:.0%} of the time between a wait and the next call, {summary}",
             "gpu-idle",
             p,
             ctx.frame.comm(p),
-            n,
-            int(np.median(g.idle)),
-            int(np.percentile(g.idle, 99, method="inverted_cdf")),
-            int(g.idle.max()),
+            g.idle,
             idle,
+            count=n,
         )
         return Finding(
             rule=self.id,

@@ -23,12 +23,13 @@ import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause
-from gpuscope.analysis.frame import GPU_WORK, LAUNCH_OPS, SYNC_OPS
+from gpuscope.analysis.frame import LAUNCH_OPS, SYNC_OPS
 from gpuscope.analysis.gil import gil_waits
-from gpuscope.analysis.intervals import distinct, intersect_all, outermost, overlap_ns
+from gpuscope.analysis.intervals import distinct, intersect_all, overlap_ns
+from gpuscope.analysis.rules.base import spread_symptom
 from gpuscope.analysis.stats import severity_for
 from gpuscope.analysis.steps import MIN_STEPS, sync_turns
-from gpuscope.model.findings import Cause, Finding, Severity, Symptom
+from gpuscope.model.findings import Cause, Finding, Severity
 from gpuscope.model.op_table import in_ops
 from gpuscope.model.ops import Op
 from gpuscope.model.units import fmt_ns
@@ -44,12 +45,9 @@ QUICK_SYNC_NS = 200_000
 
 
 def _feeders(ctx: Context, pid: int) -> tuple[np.ndarray, set[int]]:
-    """The process's GPU calls (frame rows, by time; a driver call made inside a runtime call counted once, as
-    the runtime call) and the threads that make them."""
-    f = ctx.frame
-    rows: np.ndarray = ctx.calls[ctx.pid_calls_of(pid, GPU_WORK)]
-    rows = rows[outermost(f.tid[rows], f.ts[rows], f.ts[rows] + f.dur[rows])]
-    return rows, set(distinct(f.tid[rows]).tolist())
+    """The process's GPU calls (``Context.outer_work_rows``) and the threads that make them."""
+    rows = ctx.outer_work_rows(pid)
+    return rows, set(distinct(ctx.frame.tid[rows]).tolist())
 
 
 def _host_idle(ctx: Context, pid: int, tids: set[int], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -153,16 +151,15 @@ class LaunchBoundRule:
             if host is not None:
                 causes.append(host.cause)
                 fix += f"; between launches the host runs {host.hot[0].render()} most: make it cheaper or move it out of the step"
-            sym = Symptom(
+            # per_launch is the median of per_step_launch: the same p50 the symptom reads.
+            sym = spread_symptom(
                 f"pid {p} spends {share:.0%} of its time launching ~{per_step:.0f} tiny kernels a step",
                 "gpu-idle",
                 p,
                 f.comm(p),
-                launches,
-                per_launch,
-                int(np.percentile(per_step_launch, 99, method="inverted_cdf")),
-                int(per_step_launch.max()),
+                per_step_launch,
                 between,
+                count=launches,
             )
             out.append(
                 Finding(
@@ -238,15 +235,12 @@ class GilBoundRule:
                 f"thread {holder} holds the GIL in {hot[0].render()}: move that work to a process (DataLoader "
                 "workers, multiprocessing), release the GIL in it (NumPy/PyTorch ops do), or run it between steps"
             )
-            sym = Symptom(
+            sym = spread_symptom(
                 f"the feeding thread of pid {p} waits for the GIL {waited / wall:.0%} of the time",
                 "gpu-idle",
                 p,
                 f.comm(p),
-                len(d),
-                int(np.median(d)),
-                int(np.percentile(d, 99, method="inverted_cdf")),
-                int(d.max()),
+                d,
                 waited,
             )
             metrics: dict[str, float | int] = {
@@ -302,15 +296,12 @@ class SyncInLoopRule:
             if hostc is not None:
                 causes.append(hostc.cause)
                 fix += f"; after the wait the host runs {hostc.hot[0].render()} most"
-            sym = Symptom(
+            sym = spread_symptom(
                 f"pid {p} waits for the GPU and then computes, in turn, every step",
                 op.name,
                 p,
                 f.comm(p),
-                len(sync),
-                int(np.median(f.dur[sync])),
-                int(np.percentile(f.dur[sync], 99, method="inverted_cdf")),
-                int(f.dur[sync].max()),
+                f.dur[sync],
                 waited,
             )
             out.append(
