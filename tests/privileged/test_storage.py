@@ -72,7 +72,8 @@ def test_a_trace_pushed_past_max_db_stays_under_it_with_exact_aggregates(build_w
         "drop_driver": {op: 40000 for op in _DRIVER_OPS},
     }
     assert _unaccounted(run, agg, made) == {"drop_cuda": 0, "drop_driver": 0}, (agg, run.stderr[-400:])
-    assert all(agg[op] <= 40000 for ops in made.values() for op in ops), agg
+    # (a call the ring dropped has no aggregate row at all: the two syncs can both go)
+    assert all(agg.get(op, 0) <= n for ops in made.values() for op, n in ops.items()), agg
     assert run.query("SELECT count(*) FROM sessions WHERE stopped_wall_ns IS NOT NULL") == [(1,)]
     # a file this small keeps no column blocks (explain reads its rows)
     assert run.query("SELECT count(*) FROM event_blocks") == [(0,)]
