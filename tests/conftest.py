@@ -13,6 +13,7 @@ run removes one whose run was killed before it could.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sqlite3
@@ -38,6 +39,7 @@ _RUN_TMP_PREFIX = "gpuscope-tests-"
 _RUN_TMP_KEY = pytest.StashKey[Path]()
 _LEFT_BEHIND_KEY = pytest.StashKey[list[str]]()
 _OLD_TMPDIR_KEY = pytest.StashKey[str | None]()
+_CHANGED_FIXTURES_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,7 +83,13 @@ def left_behind(run_tmp: Path) -> list[str]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run when something other than pytest's folders was left in the temporary directory."""
+    """Fail the run when a carried recording changed, or something was left in the temporary directory."""
+    from tests.shared_fixtures import changed_fixtures
+
+    changed = changed_fixtures()
+    session.config.stash[_CHANGED_FIXTURES_KEY] = changed
+    if changed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     run_tmp = session.config.stash.get(_RUN_TMP_KEY, None)
     if run_tmp is None or not run_tmp.is_dir():
         return
@@ -92,6 +100,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    changed = config.stash.get(_CHANGED_FIXTURES_KEY, [])
+    if changed:
+        terminalreporter.section("fixtures changed", red=True)
+        terminalreporter.line(f"tests wrote to {', '.join(changed)} (tests/fixtures/ingero): restore with git checkout")
     left = config.stash.get(_LEFT_BEHIND_KEY, [])
     if left:
         terminalreporter.section("left in the temporary directory", red=True)
@@ -223,6 +235,7 @@ def build_workload(standin: StandinLibs, tmp_path_factory: pytest.TempPathFactor
     return build
 
 
+@functools.cache
 def bpf_usable() -> bool:
     """True when this process can load and attach BPF programs (tried, not assumed)."""
     if os.geteuid() != 0:
@@ -294,23 +307,23 @@ def trace_command(tmp_path: Path, standin: StandinLibs):  # type: ignore[no-unty
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Privileged tests need root and working BPF; CI runs as root and must run them.
 
-    Under CI=true a missing capability is a failure, not a skip: a silent skip
-    would hide the tests that matter most.
+    Under CI=true a missing capability is a failure, not a skip (see
+    ``pytest_runtest_setup``): a silent skip would hide the tests that matter most.
     """
     for item in items:
         if "/privileged/" in str(item.fspath):
             item.add_marker(pytest.mark.privileged)
-    if bpf_usable():
+    if bpf_usable() or os.environ.get("CI") == "true":
         return
-    in_ci = os.environ.get("CI") == "true"
     for item in items:
         if "privileged" in item.keywords:
-            if in_ci:
-                item.add_marker(
-                    pytest.mark.xfail(reason="CI must run privileged tests as root", strict=True, run=False)
-                )
-            else:
-                item.add_marker(pytest.mark.skip(reason="needs root with BPF (run as root)"))
+            item.add_marker(pytest.mark.skip(reason="needs root with BPF (run as root)"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """In CI, a privileged test on a machine without root and BPF fails (it was an xfail, which passes a run)."""
+    if "privileged" in item.keywords and os.environ.get("CI") == "true" and not bpf_usable():
+        pytest.fail("CI must run the privileged tests as root, with BPF usable (see `gpuscope check`)")
 
 
 @pytest.fixture

@@ -1,30 +1,36 @@
-"""Locate the recordings in ``../shared/fixtures``: found from the repository root, required in CI.
+"""The reference system's sample recordings, carried in ``tests/fixtures/ingero`` (see its NOTICE).
 
-A test that needs them calls ``ingero_fixture(name)``. Outside CI a missing
-file skips the test (a contributor may have cloned the repository alone); in
-CI (``CI`` set) it fails, so a moved or missing fixture can never turn a
-suite green by skipping.
+A test that needs one calls ``ingero_fixture(name)``. The files are part of
+the repository, so a missing one is a broken checkout: the test fails, never
+skips (a suite must not turn green by skipping what it could not find).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GPUSCOPE_SHARED_DIR") or ROOT.parent / "shared")
-INGERO_DIR = SHARED / "fixtures" / "ingero"
+INGERO_DIR = Path(__file__).resolve().parent / "fixtures" / "ingero"
 INGERO_NODE_FILES = ("sample-gpu-node-01.db", "sample-gpu-node-02.db")
 
 
 def ingero_fixture(name: str) -> Path:
-    """The path of one of the reference system's sample recordings; skip (locally) or fail (CI) without it."""
+    """The path of one of the reference system's sample recordings; the test fails without it."""
     path = INGERO_DIR / name
     if not path.is_file():
-        why = f"Ingero sample recording not found: {path} (set GPUSCOPE_SHARED_DIR to the shared/ folder)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+        pytest.fail(f"Ingero sample recording not found: {path} (the repository carries it: a broken checkout?)")
     return path
+
+
+def changed_fixtures() -> list[str]:
+    """The carried recordings whose bytes differ from ``SHA256SUMS``: a test wrote to one it should only read."""
+    import hashlib
+
+    changed = []
+    for line in (INGERO_DIR / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        path = INGERO_DIR / name
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            changed.append(name)
+    return changed
