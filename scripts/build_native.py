@@ -163,7 +163,10 @@ def build_standins(root: str, out_dir: str, t: Target | None = None) -> list[str
                 "-o",
                 out,
                 src,
-                "-ldl",
+                # libdl stays a dependency where no symbol of this glibc's needs it: an older
+                # glibc provides the stand-in's dlopen there (native/standin/cudart_standin.c)
+                "-Wl,--no-as-needed",
+                "-l:libdl.so.2",
                 "-lpthread",
             ],
             check=True,

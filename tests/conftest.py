@@ -170,7 +170,10 @@ def build_standins(out: Path) -> StandinLibs:
                 "-o",
                 str(out / lib),
                 str(STANDIN_SRC / src),
-                "-ldl",
+                # libdl stays a dependency where no symbol of this glibc's needs it: an older
+                # glibc provides the stand-in's dlopen there (native/standin/cudart_standin.c)
+                "-Wl,--no-as-needed",
+                "-l:libdl.so.2",
                 "-lpthread",
             ],
             check=True,

@@ -7,6 +7,22 @@
  * the real runtime does, so nested runtime -> driver calls can be tested.
  */
 #include <dlfcn.h>
+
+/*
+ * dlopen and dlsym bound to the versions glibc has always had. glibc 2.34 moved
+ * them into libc.so.6 under a new version (GLIBC_2.34), and a library that names
+ * that version does not load under an older glibc: the wheel would need
+ * manylinux_2_34 for these two calls alone. The old versions are still in
+ * libc.so.6 here; on RHEL 8 (2.28) or Ubuntu 20.04 (2.31) libdl.so.2 has them,
+ * which is why the library names libdl.so.2 as needed (-l:libdl.so.2, --no-as-needed).
+ */
+#if defined(__x86_64__)
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlopen,dlopen@GLIBC_2.17");
+__asm__(".symver dlsym,dlsym@GLIBC_2.17");
+#endif
 #include <stddef.h>
 #include "standin_common.h"
 

@@ -147,7 +147,7 @@ def test_an_aarch64_wheel_carries_bpf_objects_and_aarch64_libraries(tmp_path: Pa
     wheel = build_wheel(tmp_path / "dist", GPUSCOPE_TARGET_ARCH="aarch64")
     # then it is tagged for aarch64, and its files are BPF objects and aarch64 libraries
     assert wheel.name.startswith("gpuscope-") and wheel.name.endswith("_aarch64.whl")
-    assert "-py3-none-manylinux_2_" in wheel.name
+    assert "-py3-none-manylinux_2_17_aarch64" in wheel.name  # the oldest glibc of aarch64 manylinux
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path / "site")
     objects = sorted((tmp_path / "site" / "gpuscope" / "_bpf").glob("*.bpf.o"))

@@ -56,6 +56,15 @@ def test_the_wheel_is_tagged_manylinux_for_the_newest_glibc_its_libraries_need(w
     assert f"Tag: {tag}" in (unpacked / f"gpuscope-{wheel.name.split('-')[1]}.dist-info" / "WHEEL").read_text()
 
 
+def test_the_wheel_installs_where_glibc_is_older_than_2_28(wheel: Path, unpacked: Path) -> None:
+    # given the stand-in runtime, which loads the driver with dlopen as the real one does
+    cudart = unpacked / "gpuscope" / "_standin" / "libcudart.so.12"
+    # then it needs no newer glibc than manylinux2014's: RHEL/Rocky 8 (2.28) and Ubuntu 20.04 (2.31) install
+    # the wheel (glibc 2.34 versioned dlopen anew; the old version is bound, with libdl.so.2 as needed)
+    assert newest_glibc_needed(cudart) <= (2, 17), newest_glibc_needed(cudart)
+    assert "manylinux_2_17_" in wheel.name, wheel.name
+
+
 def test_the_wheel_carries_bpf_objects_and_libraries_once_each(wheel: Path, unpacked: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
