@@ -3,13 +3,15 @@
 #   make test   set up, then run the whole test suite (privileged eBPF tests included)
 # Also: make install (a `gpuscope` launcher on PATH, tab completion), make uninstall, make wheel (dist/*.whl).
 
-PYTHON ?= python3
+# The system's Python where there is one: an environment built on a Python in root's home (pyenv) is
+# one no other user can run (scripts/install_launcher.py checks, and says so).
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # On x86-64, the cross compiler of `make wheel ARCH=aarch64` (and of its test); an arm64 host builds natively.
 CROSS_PACKAGES := $(if $(filter x86_64,$(shell uname -m)),gcc-aarch64-linux-gnu)
 APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 \
-                iproute2 binutils util-linux tmux sudo chromium faketime \
+                iproute2 binutils util-linux tmux sudo chromium faketime bash-completion \
                 prometheus $(CROSS_PACKAGES)
 
 # `make install` writes a launcher for this checkout's environment here; `sudo gpuscope` finds
@@ -17,6 +19,7 @@ APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 COMPLETIONS ?= $(PREFIX)/share/bash-completion/completions
+# The mark scripts/install_launcher.py writes in the launcher: uninstall removes only a file that has it.
 LAUNCHER_MARK := gpuscope launcher (make install)
 
 .PHONY: setup apt venv native demo test lint bench gpu-validate clean install uninstall wheel
@@ -47,14 +50,7 @@ demo: install
 	$(PY) scripts/demo.py $(ARGS)
 
 install: setup
-	@mkdir -p "$(BINDIR)"
-	@if [ -e "$(BINDIR)/gpuscope" ] && ! grep -q "$(LAUNCHER_MARK)" "$(BINDIR)/gpuscope"; then \
-	  echo "$(BINDIR)/gpuscope exists and is not ours: left alone (remove it, or make install PREFIX=...)"; exit 1; fi
-	@printf '#!/bin/sh\n# $(LAUNCHER_MARK): runs the gpuscope of %s\nexec "%s" "$$@"\n' \
-	  "$(CURDIR)" "$(abspath $(VENV))/bin/gpuscope" > "$(BINDIR)/gpuscope.tmp"
-	@chmod 755 "$(BINDIR)/gpuscope.tmp" && mv "$(BINDIR)/gpuscope.tmp" "$(BINDIR)/gpuscope"
-	@mkdir -p "$(COMPLETIONS)" && $(VENV)/bin/gpuscope completion bash > "$(COMPLETIONS)/gpuscope"
-	@echo "installed $(BINDIR)/gpuscope (bash completion in $(COMPLETIONS)); zsh/fish: gpuscope completion -h"
+	$(PY) scripts/install_launcher.py --bindir "$(BINDIR)" --completions "$(COMPLETIONS)" --gpuscope "$(VENV)/bin/gpuscope"
 
 uninstall:
 	@if [ -e "$(BINDIR)/gpuscope" ] && grep -q "$(LAUNCHER_MARK)" "$(BINDIR)/gpuscope"; then \
