@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from urllib.parse import urlencode
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
-from gpuscope.commands._options import add_db_option, bounded_int, db_from_args, duration_ns, pid_arg
+from gpuscope.commands._options import (
+    add_db_option,
+    add_filter_options,
+    bounded_int,
+    db_from_args,
+    duration_ns,
+    filter_from_args,
+)
 from gpuscope.errors import UsageError
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
+from gpuscope.query.filters import EventFilter, apply_filter
 from gpuscope.recording import open_recording
 from gpuscope.stacks.profile import cpu_profile, top_functions
 from gpuscope.stacks.report import top_stacks
@@ -30,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(`trace --cpu-samples`); export it for a flame graph with `gpuscope export --format speedscope`",
     )
     p.add_argument("--op", help="only calls of this API (e.g. cudaMalloc)")
-    p.add_argument("--pid", type=pid_arg, help="only this process")
+    add_filter_options(p, fleet=True)  # the window, --pid and --node, as in every reading command
     p.add_argument("--min-duration", metavar="DURATION", help="only calls at least this long (e.g. 1ms)")
     p.add_argument(
         "--limit", type=bounded_int(1, 10_000, "a stack count"), default=10, help="how many stacks (default 10)"
@@ -51,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
         return _cpu(args)
     if wants_fleet(args):
         return _fleet(args, min_ns)
-    conn = open_recording(db_from_args(args))
+    conn = _filtered(args)
     try:
-        stacks = top_stacks(conn, op=args.op, pid=args.pid, min_duration_ns=min_ns, limit=args.limit)
+        stacks = top_stacks(conn, op=args.op, min_duration_ns=min_ns, limit=args.limit)
     finally:
         conn.close()
     fmt = chosen_format(args.output)
@@ -85,11 +94,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cpu(args: argparse.Namespace) -> int:
-    """The on-CPU profile: top functions (self), then the top stacks, by samples."""
+def _filtered(args: argparse.Namespace) -> sqlite3.Connection:
+    """The recording, its calls and samples seen through the window, --pid and --node (gpuscope.query.filters)."""
+    f: EventFilter = filter_from_args(args)
     conn = open_recording(db_from_args(args))
     try:
-        profile = cpu_profile(conn, pid=args.pid)
+        apply_filter(conn, f)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _cpu(args: argparse.Namespace) -> int:
+    """The on-CPU profile: top functions (self), then the top stacks, by samples."""
+    conn = _filtered(args)
+    try:
+        profile = cpu_profile(conn)
     finally:
         conn.close()
     hot = top_functions(profile, args.limit)
@@ -105,7 +126,7 @@ def _cpu(args: argparse.Namespace) -> int:
     rate = (
         f" at {profile.hz} a second: ≈{profile.estimated_cpu_s():.1f} s of CPU time (estimated)" if profile.hz else ""
     )
-    who = f" of pid {args.pid}" if args.pid is not None else ""
+    who = f" of pid {', '.join(map(str, args.pid))}" if args.pid else ""
     print(f"{profile.samples:,} on-CPU samples{who}{rate}")
     print()
     print("functions (where the samples were; the user's own code where a stack has it):")
@@ -124,7 +145,14 @@ def _fleet(args: argparse.Namespace, min_ns: int | None) -> int:
     """Each node's top stacks, tagged with the node."""
     from gpuscope.fleet.gather import gather_stacks
 
-    params = {"op": args.op, "pid": args.pid, "limit": min(max(args.limit, 1), 100), "min_duration_ns": min_ns}
+    if args.since or args.start or args.end or args.node or len(args.pid) > 1:
+        raise UsageError("with --nodes, stacks takes --op, --min-duration and at most one --pid")
+    params = {
+        "op": args.op,
+        "pid": args.pid[0] if args.pid else None,
+        "limit": min(max(args.limit, 1), 100),
+        "min_duration_ns": min_ns,
+    }
     got = gather_stacks(
         fleet_client(args).get("/api/v1/stacks?" + urlencode({k: v for k, v in params.items() if v is not None}))
     )

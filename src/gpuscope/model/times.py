@@ -52,6 +52,20 @@ class TimePoint:
             point = start_ns + int(self.offset_ns or 0)
         return max(-MAX_NS - 1, min(MAX_NS, point))
 
+    def is_after(self, other: TimePoint) -> bool | None:
+        """Whether this point lies after ``other`` in any recording; None when that depends on the recording.
+
+        Two offsets from the start, two from the end, or two Unix times compare
+        alone; an offset against a Unix time needs the recording's start and end.
+        """
+        if self.offset_ns is not None and other.offset_ns is not None:
+            return self.offset_ns > other.offset_ns
+        if self.wall_ns is not None and other.wall_ns is not None:
+            return self.wall_ns > other.wall_ns
+        if self.before_end_ns is not None and other.before_end_ns is not None:
+            return self.before_end_ns < other.before_end_ns
+        return None
+
     @classmethod
     def parse(cls, text: str, flag: str = "time") -> TimePoint:
         """Read any form of ``TIME_FORMS``; raises ValueError naming ``flag`` for anything else."""

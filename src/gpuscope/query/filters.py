@@ -64,13 +64,17 @@ class EventFilter:
                 since_ns = parse_duration_ns(since)
             except ValueError:
                 raise UsageError(f"--since {since}: not a duration", remedy=f"give {DURATION_FORMS}") from None
-        return cls(
+        f = cls(
             since_ns=since_ns,
             start=parse_time(start, "--from") if start else None,
             end=parse_time(end, "--to") if end else None,
             pids=tuple(int(p) for p in pids or ()),
             nodes=tuple(nodes or ()),
         )
+        if f.start is not None and f.end is not None and f.start.is_after(f.end):
+            # An empty window is never what was meant: say so rather than answer "0 events".
+            raise UsageError(f"--from {start} is after --to {end}", remedy="give the earlier time to --from")
+        return f
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,9 @@ def _where(conn: sqlite3.Connection, f: EventFilter) -> str:
         lo = max(lo, f.start.resolve(rec_start, rec_end)) if lo is not None else f.start.resolve(rec_start, rec_end)
     if f.end is not None:
         hi = f.end.resolve(rec_start, rec_end)
+        if f.start is not None and lo is not None and f.start.resolve(rec_start, rec_end) > hi:
+            # An offset against a Unix time: in order only once the recording's start and end are known.
+            raise UsageError("--from is after --to in this recording", remedy="give the earlier time to --from")
     per_session = []
     for s in sessions:
         terms = [f"session_id = {s.id}"]
