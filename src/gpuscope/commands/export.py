@@ -178,5 +178,6 @@ def _notes(stats: ExportStats, max_events: int | None) -> list[str]:
             "(the trace holds the earliest ones; counters still count every event)"
         )
     if stats.findings == 0 and stats.findings_source != "explain":
-        notes.append("no finding markers: run `gpuscope explain` first (it stores them) or pass --explain")
+        # explain stores findings only when asked (--save-findings): running it again would change nothing.
+        notes.append("no finding markers: none are stored in the recording; pass --explain to mark them as it exports")
     return notes

@@ -164,6 +164,8 @@ def test_a_database_without_a_findings_table_exports_without_markers(tmp_path: P
     assert_valid_trace_event_format(trace)
     assert not [e for e in trace["traceEvents"] if e.get("cat") == "finding"]
     assert "no finding markers" in stderr
+    # explain stores findings only with --save-findings: "run explain first" would send the user in a circle
+    assert "pass --explain" in stderr and "run `gpuscope explain`" not in stderr
 
 
 def test_the_protobuf_format_is_refused_with_a_remedy(tmp_path: Path) -> None:
