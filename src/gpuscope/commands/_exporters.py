@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -131,6 +132,7 @@ def _prometheus(args: argparse.Namespace) -> PrometheusPlan | None:
                 "--prometheus-token-file FILE), or bind 127.0.0.1 (--insecure serves plain HTTP to a network "
                 "that is yours alone)",
             )
+        _check_can_listen(text, host, address[1])
         return PrometheusPlan(host, address[1], None, None)
     from gpuscope.platform.access import read_token
     from gpuscope.platform.tls import server_context
@@ -142,7 +144,29 @@ def _prometheus(args: argparse.Namespace) -> PrometheusPlan | None:
             remedy="set GPUSCOPE_TOKEN (16 characters or more) or add --prometheus-token-file FILE",
         )
     tls = server_context(Path(cert), Path(key), client_ca=Path(ca) if ca else None, flags="--prometheus-")
+    _check_can_listen(text, host, address[1])
     return PrometheusPlan(host, address[1], tls, found[0])
+
+
+def _check_can_listen(text: str, host: str, port: int) -> None:
+    """Bind ``host:port`` once and let it go: a taken port is refused before any probe is attached.
+
+    The server binds again when the trace starts (with the same SO_REUSEADDR),
+    so a port taken in between is still reported there.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--prometheus {text}: cannot resolve {host}: {exc.strerror}") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError as exc:
+            raise UsageError(
+                f"--prometheus {text}: cannot listen: {exc.strerror}", remedy="choose another port"
+            ) from None
 
 
 def _otlp(args: argparse.Namespace) -> OtlpPlan | None:

@@ -7,6 +7,7 @@ trace runs before anything is loaded or recorded.
 from __future__ import annotations
 
 import argparse
+import socket
 import ssl
 from pathlib import Path
 
@@ -164,7 +165,7 @@ def test_prometheus_over_tls_takes_the_token_from_the_environment(
     cert, key, _ = server_files
     monkeypatch.setenv("GPUSCOPE_TOKEN", TOKEN)
     plan = plan_exporters(
-        _args("--prometheus", "10.0.0.7:9464", "--prometheus-tls-cert", str(cert), "--prometheus-tls-key", str(key))
+        _args("--prometheus", "0.0.0.0:9464", "--prometheus-tls-cert", str(cert), "--prometheus-tls-key", str(key))
     )
     assert plan.prometheus is not None and plan.prometheus.token == TOKEN
 
@@ -204,3 +205,20 @@ def test_tls_file_errors_name_the_prometheus_options(
 def test_a_token_file_over_plain_http_is_refused(tmp_path: Path) -> None:
     err = _refused("--prometheus", "127.0.0.1:9464", "--prometheus-token-file", str(tmp_path / "t"))
     assert "in clear" in str(err) and "--prometheus-tls-cert" in err.remedy
+
+
+def test_a_prometheus_port_in_use_is_refused_before_anything_is_attached() -> None:
+    # given a port another program listens on
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # then planning the trace (which runs before any probe) refuses it, naming the address
+        err = _refused("--prometheus", f"127.0.0.1:{port}")
+    assert str(err) == f"--prometheus 127.0.0.1:{port}: cannot listen: Address already in use"
+    assert err.remedy == "choose another port"
+
+
+def test_a_prometheus_host_that_does_not_resolve_is_refused() -> None:
+    err = _refused("--prometheus", "no-such-host.invalid:9464", "--insecure")
+    assert str(err).startswith("--prometheus no-such-host.invalid:9464: cannot resolve no-such-host.invalid")
