@@ -27,6 +27,9 @@ each period and detached otherwise. Everything else is probed all the time.
 - **Self-cost, measured.** ``self_costs`` gives each process's probe time
   (its probed calls, counted, times the calibrated cost per call) over its
   CPU time.
+
+The controller's arithmetic is in ``gpuscope.agent.duty_cycle``, the counting
+of calls and costs per process in ``gpuscope.agent.probe_tallies``.
 """
 
 from __future__ import annotations
@@ -34,67 +37,34 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscope.agent.calibration import ProbeCosts, calibrate
+from gpuscope.agent.duty_cycle import MIN_WINDOW_S, PERIOD_S, ProcessLoad, duty_for, schedule
+from gpuscope.agent.probe_tallies import (
+    COST_FLAGS,
+    FIRST_HOST_OP,
+    IS_SAMPLED,
+    Mark,
+    Tally,
+    Totals,
+    add_to_tally,
+    per_process,
+)
 from gpuscope.agent.tracer import Tracer
 from gpuscope.bpf.calibration import Prologue
 from gpuscope.bpf.wire import Flag
 from gpuscope.model.policy import SAMPLED_PROBE_OPS
 from gpuscope.platform.system import process_cpu_ns
 
-PERIOD_S = 1.0
-# A window shorter than this holds too few calls to estimate from; the period grows instead (up to MAX_PERIOD_S).
-MIN_WINDOW_S = 0.005
-MAX_PERIOD_S = 10.0
-# The share of the budget the controller aims at: what the calibration cannot see (cache effects in the
-# workload, attaching and detaching) takes some of the rest.
-MARGIN = 0.7
 # The calibration waits this long after the start (see _loop).
 CALIBRATE_AFTER_S = 1.0
 # A window's calls are all read from the ring this long after it closed (the collector drains it every few ms).
 SETTLE_S = 0.5
 # Loads and self-costs are measured over this much of the recent past.
 HORIZON_S = 5.0
-_SAMPLED = np.zeros(65536, dtype=bool)
-_SAMPLED[list(SAMPLED_PROBE_OPS)] = True
-_COST_FLAGS = int(Flag.STEPPED | Flag.ENTRY_ONLY)
-_FIRST_HOST_OP = 192
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessLoad:
-    """One traced process over the recent past, per second of wall time."""
-
-    pid: int
-    cpu_ns_per_s: float  # its CPU time (every thread)
-    always_ns_per_s: float  # probe time of its always-probed calls
-    sampled_full_ns_per_s: float  # probe time its sampled calls would cost with their probes always attached
-
-
-def duty_for(loads: list[ProcessLoad], budget: float, margin: float = MARGIN) -> float:
-    """The share of time the sampled ops' probes may be attached, in [0, 1]: the costliest process decides."""
-    duty = 1.0
-    for load in loads:
-        if load.sampled_full_ns_per_s <= 0:
-            continue
-        room = margin * budget * load.cpu_ns_per_s - load.always_ns_per_s
-        duty = min(duty, max(room, 0.0) / load.sampled_full_ns_per_s)
-    return max(0.0, min(duty, 1.0))
-
-
-def schedule(duty: float, period_s: float = PERIOD_S) -> tuple[float, float]:
-    """(window_s, period_s) for a duty cycle: windows of at least MIN_WINDOW_S, the period stretched to fit."""
-    if duty >= 1.0:
-        return period_s, period_s
-    window = duty * period_s
-    if window >= MIN_WINDOW_S:
-        return window, period_s
-    # Too small a window to learn from: a minimal one, less often (at worst MIN_WINDOW_S every MAX_PERIOD_S,
-    # so the estimates keep some data even where the always-probed calls use up the budget alone).
-    return MIN_WINDOW_S, min(MIN_WINDOW_S / max(duty, 1e-9), MAX_PERIOD_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,38 +81,8 @@ class SelfCost:
         return self.probe_ns / self.cpu_ns if self.cpu_ns > 0 else 0.0
 
 
-@dataclass
-class _Tally:
-    """One window and, per process, the calls its probes recorded and what they cost (for the slowdown)."""
-
-    start_ns: int
-    end_ns: int | None = None  # None while open
-    exact: bool = False  # a chunk of the first seconds, probed whole (not a window the budget set)
-    procs: dict[int, list[float]] = field(default_factory=dict)  # pid -> [sampled calls, probe ns]
-    threads: dict[int, set[int]] = field(default_factory=dict)
-
-
 WindowStats = tuple[int, int, float, int]
 """(pid, sampled calls seen, probe ns, threads) of one window."""
-
-
-@dataclass
-class _Totals:
-    """Cumulative per-process figures since the trace started."""
-
-    always_ns: float = 0.0
-    sampled_ns: float = 0.0
-    calls: int = 0
-    cpu_ns: int | None = None
-
-
-@dataclass
-class _Mark:
-    """A snapshot of the cumulative figures, for rates over the horizon."""
-
-    mono_ns: int
-    covered_ns: int
-    procs: dict[int, _Totals] = field(default_factory=dict)
 
 
 class ProbeSampler:
@@ -176,19 +116,19 @@ class ProbeSampler:
         # The share of time the sampled ops are probed now; None without a budget.
         self.duty: float | None = 1.0
         # ns a call's probes cost, by the record's STEPPED and ENTRY_ONLY flags (zeros until calibrated).
-        self._flag_costs = np.zeros(_COST_FLAGS + 1, dtype=np.float64)
+        self._flag_costs = np.zeros(COST_FLAGS + 1, dtype=np.float64)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._exact_until = _now() + int(exact_first_s * 1e9)
         self._started_ns = open_since_ns if open_since_ns is not None else _now()
         self._libraries = 0
         self._covered_ns = 0
-        self._totals: dict[int, _Totals] = {}
+        self._totals: dict[int, Totals] = {}
         # Calls counted before the calibration gave their cost: (pid, flags, op) -> calls, costed once it has.
         self._uncosted: dict[tuple[int, int, int], int] = {}
         self._taken: dict[int, tuple[float, int, int | None]] = {}
-        self._marks: list[_Mark] = []
-        self._tallies: list[_Tally] = []
+        self._marks: list[Mark] = []
+        self._tallies: list[Tally] = []
         self._chunk_start: int | None = None  # the open chunk of a window (the gate is open), or None
         self._last_end: int | None = None
         if open_since_ns is not None and budget is not None:
@@ -213,7 +153,7 @@ class ProbeSampler:
         On the collector's path for every batch: columns are read, never whole records copied, and a batch
         of one process (the common case) is summed without grouping.
         """
-        m = ev["op"] < _FIRST_HOST_OP
+        m = ev["op"] < FIRST_HOST_OP
         n = int(np.count_nonzero(m))
         if not n:
             return
@@ -225,8 +165,8 @@ class ProbeSampler:
 
         ops, flags, pids, ts = col("op"), col("flags"), col("pid"), col("ts_ns")
         cost = self._costs_of(flags)
-        sampled = _SAMPLED[ops]
-        per_pid = _per_process(pids, sampled, cost)
+        sampled = IS_SAMPLED[ops]
+        per_pid = per_process(pids, sampled, cost)
         with self._lock:
             if self.costs is None:
                 self._note_uncosted(pids, flags, ops)
@@ -235,19 +175,19 @@ class ProbeSampler:
                 if tally.end_ns is not None:
                     inside &= ts <= tally.end_ns
                 if inside.all():
-                    _add_to_tally(tally, per_pid, pids, col("tid"))
+                    add_to_tally(tally, per_pid, pids, col("tid"))
                 elif inside.any():
-                    sub = _per_process(pids[inside], sampled[inside], cost[inside])
-                    _add_to_tally(tally, sub, pids[inside], col("tid")[inside])
+                    sub = per_process(pids[inside], sampled[inside], cost[inside])
+                    add_to_tally(tally, sub, pids[inside], col("tid")[inside])
             for pid, (calls, _, sampled_ns, always_ns) in per_pid.items():
-                t = self._totals.setdefault(pid, _Totals())
+                t = self._totals.setdefault(pid, Totals())
                 t.always_ns += always_ns
                 t.sampled_ns += sampled_ns
                 t.calls += calls
 
     def _note_uncosted(self, pids: np.ndarray, flags: np.ndarray, ops: np.ndarray) -> None:
         """Keep (pid, cost flags, op) counts until the calibration says what each cost (lock held)."""
-        keys = (pids.astype(np.int64) << 24) | ((flags.astype(np.int64) & _COST_FLAGS) << 16) | ops
+        keys = (pids.astype(np.int64) << 24) | ((flags.astype(np.int64) & COST_FLAGS) << 16) | ops
         uniq, counts = np.unique(keys, return_counts=True)
         for key, c in zip(uniq.tolist(), counts.tolist(), strict=True):
             k = (key >> 24, (key >> 16) & 0xFF, key & 0xFFFF)
@@ -291,7 +231,7 @@ class ProbeSampler:
             old, new = self._marks[0], self._marks[-1]
             out = []
             for pid, t in new.procs.items():
-                o = old.procs.get(pid, _Totals())
+                o = old.procs.get(pid, Totals())
                 if t.cpu_ns is None:
                     continue
                 cpu = t.cpu_ns - (o.cpu_ns if o.cpu_ns is not None else t.cpu_ns)
@@ -309,7 +249,7 @@ class ProbeSampler:
     # -- the loop (its own thread) -------------------------------------------------
 
     def _costs_of(self, flags: np.ndarray) -> np.ndarray:
-        costs: np.ndarray = self._flag_costs[flags.astype(np.int64) & _COST_FLAGS]
+        costs: np.ndarray = self._flag_costs[flags.astype(np.int64) & COST_FLAGS]
         return costs
 
     def _calibrate(self) -> None:
@@ -318,16 +258,16 @@ class ProbeSampler:
         except Exception as exc:  # a missing library or a refused attach: the cost is reported as not measured
             self.calibration_error = f"the probe cost could not be calibrated: {exc}"
             return
-        table = np.zeros(_COST_FLAGS + 1, dtype=np.float64)
-        for f in range(_COST_FLAGS + 1):
+        table = np.zeros(COST_FLAGS + 1, dtype=np.float64)
+        for f in range(COST_FLAGS + 1):
             prologue = Prologue.STEPPED if f & int(Flag.STEPPED) else Prologue.EMULATED
             table[f] = costs.call_ns(prologue, with_return=not f & int(Flag.ENTRY_ONLY))
         with self._lock:
             self._flag_costs = table
             self.costs = costs
             for (pid, flags, op), n in self._uncosted.items():
-                t = self._totals.setdefault(pid, _Totals())
-                if _SAMPLED[op]:
+                t = self._totals.setdefault(pid, Totals())
+                if IS_SAMPLED[op]:
                     t.sampled_ns += n * table[flags]
                 else:
                     t.always_ns += n * table[flags]
@@ -336,7 +276,7 @@ class ProbeSampler:
     def add_cost(self, pid: int, ns: float) -> None:
         """Probe time measured elsewhere (the on-CPU sampler's): paid all the time, like the always-probed calls."""
         with self._lock:
-            self._totals.setdefault(pid, _Totals()).always_ns += ns
+            self._totals.setdefault(pid, Totals()).always_ns += ns
 
     def take_interval(self) -> list[SelfCost]:
         """Each process's probe time, probed calls and CPU time since the last call (once calibrated)."""
@@ -370,7 +310,7 @@ class ProbeSampler:
         """Snapshot the totals (and read each process's CPU time) for rates over the horizon."""
         now = _now()
         with self._lock:
-            procs = {pid: _Totals(t.always_ns, t.sampled_ns, t.calls) for pid, t in self._totals.items()}
+            procs = {pid: Totals(t.always_ns, t.sampled_ns, t.calls) for pid, t in self._totals.items()}
             covered = self._covered_ns
         gone = []
         for pid, t in procs.items():
@@ -382,7 +322,7 @@ class ProbeSampler:
             for pid in gone:
                 self._totals.pop(pid, None)
                 procs.pop(pid, None)
-            self._marks.append(_Mark(now, covered, procs))
+            self._marks.append(Mark(now, covered, procs))
             horizon = now - int(HORIZON_S * 1e9)
             while len(self._marks) > 2 and self._marks[1].mono_ns <= horizon:
                 self._marks.pop(0)
@@ -399,7 +339,7 @@ class ProbeSampler:
             return []
         out = []
         for pid, t in new.procs.items():
-            o = old.procs.get(pid, _Totals())
+            o = old.procs.get(pid, Totals())
             if t.cpu_ns is None or o.cpu_ns is None:
                 continue
             sampled_full = (t.sampled_ns - o.sampled_ns) / covered if covered > 0 else 0.0
@@ -420,7 +360,7 @@ class ProbeSampler:
     def _start_chunk(self, start: int) -> None:
         with self._lock:
             self._chunk_start = start
-            self._tallies.append(_Tally(start, exact=self.duty == 1.0))
+            self._tallies.append(Tally(start, exact=self.duty == 1.0))
 
     def _end_chunk(self, end: int) -> None:
         with self._lock:
@@ -502,43 +442,6 @@ class ProbeSampler:
             self._open()
             if not self._hold(window):
                 return
-
-
-PerProcess = dict[int, tuple[int, int, float, float]]
-"""pid -> (probed calls, sampled calls, ns of the sampled ones, ns of the always-probed ones)."""
-
-
-def _per_process(pids: np.ndarray, sampled: np.ndarray, cost: np.ndarray) -> PerProcess:
-    """A batch's probed calls and their cost per process; a batch of one process without grouping."""
-    if not len(pids):
-        return {}
-    if pids.min() == pids.max():
-        sampled_ns = float(cost[sampled].sum())
-        return {int(pids[0]): (len(pids), int(np.count_nonzero(sampled)), sampled_ns, float(cost.sum()) - sampled_ns)}
-    uniq, inverse = np.unique(pids, return_inverse=True)
-    by_calls = np.bincount(inverse, minlength=len(uniq)).tolist()
-    by_sampled = np.bincount(inverse, weights=sampled, minlength=len(uniq)).tolist()
-    by_sampled_ns = np.bincount(inverse, weights=np.where(sampled, cost, 0.0), minlength=len(uniq)).tolist()
-    by_all_ns = np.bincount(inverse, weights=cost, minlength=len(uniq)).tolist()
-    return {
-        int(p): (int(c), int(ns), float(sn), float(a - sn))
-        for p, c, ns, sn, a in zip(uniq.tolist(), by_calls, by_sampled, by_sampled_ns, by_all_ns, strict=True)
-    }
-
-
-# Threads are counted on every this-many-th call of a batch: a thread making calls makes many.
-_THREAD_STRIDE = 16
-
-
-def _add_to_tally(tally: _Tally, per_pid: PerProcess, pids: np.ndarray, tids: np.ndarray) -> None:
-    """Add a batch's calls inside a window to its tally (lock held)."""
-    for pid, (_, n_sampled, sampled_ns, always_ns) in per_pid.items():
-        acc = tally.procs.setdefault(pid, [0.0, 0.0])
-        acc[0] += n_sampled
-        acc[1] += sampled_ns + always_ns
-    seen = np.unique((pids[::_THREAD_STRIDE].astype(np.int64) << 32) | tids[::_THREAD_STRIDE])
-    for key in seen.tolist():
-        tally.threads.setdefault(key >> 32, set()).add(key & 0xFFFFFFFF)
 
 
 def _now() -> int:

@@ -12,7 +12,6 @@ import os
 import signal
 import struct
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,11 +22,24 @@ from gpuscope.agent.discovery import CudaLibrary, probe_plan
 from gpuscope.agent.discovery import kernel_file_key as kernel_file_key  # re-exported: callers import it from here
 from gpuscope.agent.links import attach_cpu_sampler, destroy_together, stepped_offsets
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
+from gpuscope.agent.page_counters import drain_page_counters
+from gpuscope.agent.probe_setup import (
+    AUX_RING_BYTES,
+    HOST_DOMAINS,
+    HOST_PROGRAMS,
+    LOAD_PROGRAMS,
+    LOAD_RING_BYTES,
+    STACK_RING_BYTES,
+    configure_cuda,
+    configure_domain,
+    configure_host,
+    configure_late_loads,
+)
+from gpuscope.agent.uprobes import attach_calibration_uprobes, attach_uprobes
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
 from gpuscope.bpf.ringbuf import AuxReader, AuxRecord, RingReader, VarReader
 from gpuscope.bpf.wire import (
-    COOKIE_CALIBRATE,
     COOKIE_SAMPLED,
     COOKIE_STEPPED,
     DROP_STATS,
@@ -39,41 +51,9 @@ from gpuscope.errors import BpfLoadError, PermissionDeniedError, ProcessNotFound
 from gpuscope.model.ops import Op
 from gpuscope.model.policy import SAMPLED_PROBE_OPS
 
-HOST_PROGRAMS = {
-    "gs_sched_switch": "sched_switch",
-    "gs_sched_wakeup": "sched_waking",
-    "gs_process_fork": "sched_process_fork",
-    "gs_process_exec": "sched_process_exec",
-    "gs_process_exit": "sched_process_exit",
-}
-SHARED_MAPS = ("events", "aux_events", "targets", "stats")
-# Optional host probe domains: object file -> {program: tracepoint}.
-HOST_DOMAINS = {
-    "io": {
-        "gs_block_rq_insert": "block_rq_insert",
-        "gs_block_rq_merge": "block_rq_merge",
-        "gs_block_rq_issue": "block_rq_issue",
-        "gs_block_rq_complete": "block_rq_complete",
-    },
-    "net": {"gs_tcp_retransmit": "tcp_retransmit_skb"},
-    "mem": {
-        "gs_mm_page_alloc": "mm_page_alloc",
-        "gs_direct_reclaim_begin": "mm_vmscan_direct_reclaim_begin",
-        "gs_direct_reclaim_end": "mm_vmscan_direct_reclaim_end",
-        "gs_memcg_reclaim_begin": "mm_vmscan_memcg_reclaim_begin",
-        "gs_memcg_reclaim_end": "mm_vmscan_memcg_reclaim_end",
-        "gs_oom_mark_victim": "mark_victim",
-    },
-}
-AUX_RING_BYTES = 1 << 20
-LOAD_RING_BYTES = 256 << 10
-LOAD_PROGRAMS = ("gs_vm_unmapped_area", "gs_agent_exit", "gs_hold_sweep")
 # The longest the kernel keeps a process stopped at a late library load, even
 # when the agent cannot run (attaching takes milliseconds).
 HOLD_MAX_S = 2.0
-STACK_RING_BYTES = 8 << 20
-# How long programs that read the old page-counter generation may still run.
-_GEN_GRACE_S = 0.002
 
 
 class LibState(enum.IntEnum):
@@ -116,6 +96,7 @@ class Tracer:
         self.aux: AuxReader | None = None
         self.stack_ring: VarReader | None = None
         self._loads: BpfObject | None = None
+        self._python_exes: set[bytes] = set()  # keys written to py_exes, for its count
         # Why libraries mapped after start are not reported (None: they are).
         self.late_loads_error: str | None = None if opts.late_loads else "off"
         self.load_ring: VarReader | None = None
@@ -142,28 +123,11 @@ class Tracer:
     def _load(self) -> None:
         o = self.opts
         host = self._host
-        host.set_max_entries("events", o.ring_bytes)
-        host.set_const("filter_targets", 1 if o.filter_targets else 0)
-        host.set_const("trace_wakeups", 1 if o.wakeups else 0)
-        if not o.host:
-            for prog in HOST_PROGRAMS:
-                if prog != "gs_process_fork":
-                    host.disable(prog)
+        configure_host(host, o)
         host.load()
         cuda = BpfObject(object_path("cuda.bpf.o"))
         self._cuda = cuda
-        for m in SHARED_MAPS:
-            cuda.reuse_map(m, host.map_fd(m))
-        cuda.set_const("filter_targets", 1 if o.filter_targets else 0)
-        cuda.set_const("entry_only", 1 if o.entry_only else 0)
-        cuda.set_const("stack_mode", o.stacks)
-        cuda.set_const("self_tgid", os.getpid())
-        cuda.set_max_entries("stack_events", STACK_RING_BYTES)
-        if self.multi:
-            cuda.set_uprobe_multi("gs_cuda_entry")
-            cuda.set_uprobe_multi("gs_cuda_return")
-        if o.entry_only:
-            cuda.disable("gs_cuda_return")
+        configure_cuda(cuda, host, o, multi=self.multi)
         # The verifier takes ~120 ms over this object and ~100 ms over the
         # others together, in the kernel (ctypes lets go of the GIL): they
         # load side by side.
@@ -208,9 +172,7 @@ class Tracer:
                 continue
             obj = BpfObject(object_path(f"{name}.bpf.o"))
             self._domains[name] = obj
-            obj.set_const("self_tgid", os.getpid())
-            for m in SHARED_MAPS:
-                obj.reuse_map(m, host.map_fd(m))
+            configure_domain(obj, host)
             obj.load()
             for prog, tp in progs.items():
                 obj.attach_auto(prog)
@@ -230,12 +192,7 @@ class Tracer:
     def _load_late_loads(self, host: BpfObject) -> None:
         loads = BpfObject(object_path("loads.bpf.o"))
         self._loads = loads
-        for m in ("targets", "stats"):
-            loads.reuse_map(m, host.map_fd(m))
-        loads.set_const("filter_targets", 1 if self.opts.filter_targets else 0)
-        loads.set_const("self_tgid", os.getpid())
-        loads.set_const("hold_enabled", 1 if self.opts.hold else 0)
-        loads.set_const("hold_max_ns", int(HOLD_MAX_S * 1e9))
+        configure_late_loads(loads, host, self.opts, hold_max_ns=int(HOLD_MAX_S * 1e9))
         loads.load()
         for prog in LOAD_PROGRAMS:
             loads.attach_auto(prog)
@@ -291,24 +248,17 @@ class Tracer:
     def _attach_probes(
         self, path: str, offsets: list[int], cookies: list[int], *, returns_first: bool = True
     ) -> list[Link]:
-        """Entry (and return) probes on these offsets.
-
-        returns_first: the return probes first, so that a call the entry probe sees always has its return seen
-        (a sampled op's return without its entry is ignored; an entry without its return would stay on the
-        thread's call stack). The probes attached at start keep the order they always had: entry first.
-        """
+        """Entry (and return) probes on these offsets (see ``attach_uprobes``)."""
         assert self._cuda is not None
-        cuda = self._cuda
-        links: list[Link] = []
-        directions = [False] if self.opts.entry_only else ([True, False] if returns_first else [False, True])
-        for ret in directions:
-            prog = "gs_cuda_return" if ret else "gs_cuda_entry"
-            if self.multi:
-                links.append(cuda.attach_uprobe_multi(prog, path, offsets, cookies, retprobe=ret))
-            else:
-                for off, ck in zip(offsets, cookies, strict=True):
-                    links.append(cuda.attach_uprobe(prog, path, off, ck, retprobe=ret))
-        return links
+        return attach_uprobes(
+            self._cuda,
+            path,
+            offsets,
+            cookies,
+            multi=self.multi,
+            entry_only=self.opts.entry_only,
+            returns_first=returns_first,
+        )
 
     # -- sampled ops (the overhead budget) --------------------------------------
 
@@ -352,16 +302,7 @@ class Tracer:
         with self._attach_lock:
             if self._cuda is None:
                 return []
-            cookies = [COOKIE_CALIBRATE] * len(offsets)
-            prog = "gs_cuda_return" if retprobe else "gs_cuda_entry"
-            if self.multi:
-                return [
-                    self._cuda.attach_uprobe_multi(prog, path, offsets, cookies, retprobe=retprobe, pid=os.getpid())
-                ]
-            return [
-                self._cuda.attach_uprobe(prog, path, o, c, retprobe=retprobe)
-                for o, c in zip(offsets, cookies, strict=True)
-            ]
+            return attach_calibration_uprobes(self._cuda, path, offsets, multi=self.multi, retprobe=retprobe)
 
     def detach_calibration(self, links: list[Link]) -> None:
         with self._attach_lock:
@@ -444,6 +385,23 @@ class Tracer:
                 self._cuda.map_fd("py_procs"), struct.pack("<I", pid), struct.pack("<QII", runtime, version, 0)
             )
 
+    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int) -> None:
+        """Walk Python frames in every process that runs this executable, from its first call.
+
+        ``(ino, dev)``: the file, ``dev`` encoded as the kernel does (major << 20 | minor).
+        ``runtime_from_entry``: _PyRuntime's distance from the entry point, in the file's addresses.
+        """
+        if self._cuda is None:
+            return
+        key = struct.pack("<QII", ino, dev, 0)
+        self._cuda.lib.map_update(
+            self._cuda.map_fd("py_exes"), key, struct.pack("<qII", runtime_from_entry, version, 0)
+        )
+        self._python_exes.add(key)
+        self._cuda.lib.map_update(
+            self._cuda.map_fd("py_exe_count"), b"\0" * 4, struct.pack("<I", len(self._python_exes))
+        )
+
     def drain_page_allocs(self) -> dict[int, tuple[int, int]]:
         """Page allocations since the last drain: {pid: (allocations, bytes)}, exact.
 
@@ -452,25 +410,8 @@ class Tracer:
         mem = self._domains.get("mem")
         if mem is None:
             return {}
-        lib = mem.lib
-        old = self._page_gen & 1
         self._page_gen += 1
-        lib.map_update(mem.map_fd("page_gen"), struct.pack("<I", 0), struct.pack("<I", self._page_gen & 1))
-        time.sleep(_GEN_GRACE_S)
-        fd = mem.map_fd("page_allocs")
-        ncpu = int(lib.libbpf_num_possible_cpus())
-        out: dict[int, tuple[int, int]] = {}
-        for key in lib.map_keys(fd, 8):
-            gen, pid = struct.unpack("<II", key)
-            if gen != old:
-                continue
-            raw = lib.map_lookup(fd, key, 16 * ncpu)
-            lib.map_delete(fd, key)
-            if raw is None:
-                continue
-            vals = struct.unpack(f"<{2 * ncpu}Q", raw)
-            out[pid] = (sum(vals[0::2]), sum(vals[1::2]))
-        return out
+        return drain_page_counters(mem, self._page_gen)
 
     def counters(self) -> dict[str, int]:
         """Kernel-side counters: submitted records and drops by source (after close(), the last ones read).

@@ -36,21 +36,21 @@ from gpuscope.analysis.frame import (
     recording_bounds,
 )
 from gpuscope.analysis.imported_rates import ImportedRates, load_imported_rates
+from gpuscope.analysis.imported_report import reference_findings, with_imported_counts
 from gpuscope.analysis.intervals import distinct
 from gpuscope.analysis.overhead import NO_TRACER, TracerIdentity, TracerOverhead, identify_tracer, measure_overhead
 from gpuscope.analysis.parallel import evaluate
 from gpuscope.analysis.recording_state import RecordingState, read_recording_state
+from gpuscope.analysis.report_notes import rates_note, stateless_note, too_small_note
 from gpuscope.analysis.rules import RULES, Rule
-from gpuscope.analysis.stats import MIN_AFFECTED, OpStats, agg_op_stats, hist_pct, op_stats
+from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError
 from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
-from gpuscope.model.ops import Op
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.model.units import MAX_NS
 from gpuscope.recording import open_recording_meanwhile
 from gpuscope.store.cpu_samples_read import has_cpu_samples
-from gpuscope.store.imported_read import imported_chain_rows
-from gpuscope.store.sessions_read import recording_origin_ns, session_wall_span
+from gpuscope.store.sessions_read import recording_origin_ns
 from gpuscope.store.stacks_read import any_call_stacks
 
 # No (pid, op) group read selectively.
@@ -249,56 +249,17 @@ def analyse(
             m = c[ctx.pid_calls(p)]
             per_process.extend(op_stats(frame.op[m], frame.dur[m], spans[p], pid=p))
         if imported_rates is not None and imported_rates.totals:
-            stats, per_process = _with_imported_counts(stats, per_process, imported_rates, wall, spans)
+            stats, per_process = with_imported_counts(stats, per_process, imported_rates, wall, spans)
         n = int(np.count_nonzero((frame.ts >= window.start_ns) & (frame.ts <= window.end_ns)))
     return Report(
         replace(window, events=n),
         tuple(findings),
         tuple(stats),
         tuple(per_process),
-        notes=_stateless_note(ctx) + _rates_note(ctx) + _too_small_note(ctx, rules),
+        notes=stateless_note(ctx) + rates_note(ctx) + too_small_note(ctx, rules),
         stats_from="events" if aggregates is None else "aggregates",
         overhead=measure_overhead(ctx, tracer),
     )
-
-
-def _with_imported_counts(
-    stats: list[OpStats], per_process: list[OpStats], imp: ImportedRates, wall: int, spans: dict[int, int]
-) -> tuple[list[OpStats], list[OpStats]]:
-    """Counts, totals and maxima of the reference's processes from its own exact counts, where they exceed
-    what its selectively stored rows hold; percentiles stay those of the rows (a note says so)."""
-    extra: dict[str, tuple[int, int, int]] = {}  # op -> what the counts add to the rows, over every process
-    fixed = []
-    for s in per_process:
-        key = (s.pid or 0, int(Op[s.op])) if s.op in Op.__members__ else None
-        got = imp.totals.get(key) if key is not None else None
-        if got is None or got[0] <= s.count:
-            fixed.append(s)
-            continue
-        n, total, top = got[0], max(got[1], s.total_ns), max(got[2], s.max_ns)
-        budget = max(spans.get(s.pid or 0, 0), 1)
-        fixed.append(
-            replace(s, count=n, total_ns=total, max_ns=top, time_share=total / budget, rate_per_s=n / (budget / 1e9))
-        )
-        dn, dt, mx = extra.get(s.op, (0, 0, 0))
-        extra[s.op] = (dn + n - s.count, dt + total - s.total_ns, max(mx, top))
-    budget = max(sum(spans.values()) or wall, 1)
-    out = []
-    for s in stats:
-        if s.op in extra:
-            dn, dt, mx = extra[s.op]
-            total = s.total_ns + dt
-            s = replace(
-                s,
-                count=s.count + dn,
-                total_ns=total,
-                max_ns=max(s.max_ns, mx),
-                time_share=total / budget,
-                rate_per_s=(s.count + dn) / (max(wall, 1) / 1e9),
-            )
-        out.append(s)
-    out.sort(key=lambda s: -s.total_ns)
-    return out, fixed
 
 
 def _span_ns(ctx: Context, aggregates: Aggregates, pid: int) -> int:
@@ -326,86 +287,6 @@ def thin_thresholds(aggregates: Aggregates) -> dict[tuple[int, int], int]:
         if stored > 1000 + 4 * count // THIN_SAMPLE:
             out[(pid, op)] = int(SLOW_FACTOR * hist_pct(aggregates.hist(pid, op), 50))
     return out
-
-
-def _reference_findings(conn: sqlite3.Connection, report: Report, frame: EventFrame) -> tuple[ReferenceFinding, ...]:
-    """The reference's stored findings of the window, each with how ours relate to it.
-
-    Its words are shown as its own, never merged into ours: its rules differ
-    (a tail ratio against p50 over its stored rows), and where they disagree
-    a reader should see both and why.
-    """
-    w = report.window
-    lo, hi = w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
-    # The reference detects while recording and keeps few rows: its findings fall anywhere in its sessions,
-    # often outside the stored events. A window over whole sessions takes theirs.
-    span = session_wall_span(conn, w.session_ids)
-    if span is not None and w.start_ns <= w.recording_start_ns and w.end_ns >= w.recording_end_ns:
-        lo, hi = min(lo, span[0]), max(hi, span[1])
-    rows = imported_chain_rows(conn, lo, hi)
-    out = []
-    for rid, node, wall_ns, severity, summary, root_cause, op in rows:
-        ours = [i for i, f in enumerate(report.findings, 1) if op and f.symptom.op == op]
-        if ours:
-            agreement = f"gpuscope's finding {', '.join(f'#{i}' for i in ours)} is about the same calls"
-        elif not op:
-            agreement = "names no CUDA op to compare with"
-        elif op not in Op.__members__ or not np.any(frame.op == int(Op[op])):
-            agreement = f"no {op} call of the window is stored in the file, so gpuscope cannot measure it"
-        else:
-            agreement = (
-                f"gpuscope finds no measurable cause for {op} in this window (`gpuscope docs explain`: a cause must "
-                "change the calls it overlaps, not only coincide with them)"
-            )
-        out.append(ReferenceFinding(rid, node, int(wall_ns), severity, summary, root_cause, op, agreement))
-    return tuple(out)
-
-
-def _rates_note(ctx: Context) -> tuple[str, ...]:
-    """Say so when imported processes have no rates, instead of reading a drop off selectively stored rows."""
-    imp = ctx.imported_rates
-    if imp is None:
-        return ()
-    if imp.series:
-        return (
-            "the reference's processes: counts, totals and rates from its own exact counts; percentiles from the "
-            "rows it stored, which it keeps selectively (they lean to slow calls)",
-        )
-    return (
-        "rates unavailable for the imported processes: the reference stores rows selectively and this file kept "
-        "no aggregates, so throughput over time is not analysed for them",
-    )
-
-
-def _too_small_note(ctx: Context, rules: tuple[Rule, ...]) -> tuple[str, ...]:
-    """Name the groups a cause touched too few times to measure (fewer than ``MIN_AFFECTED`` calls)."""
-    groups = [g for rule in rules for g in ctx.too_small.get(rule.id, ())]
-    if not groups:
-        return ()
-    return (f"too few calls to compare (fewer than {MIN_AFFECTED} affected), so no finding for: " + "; ".join(groups),)
-
-
-def _stateless_note(ctx: Context) -> tuple[str, ...]:
-    """Say so when off-CPU time inside calls has no task state, instead of guessing a cause."""
-    s = ctx.stateless_sched
-    if len(s) == 0 or len(ctx.calls) == 0:
-        return ()
-    inside = ctx.own_thread_overlap(s)
-    total = int(inside.sum())
-    if total == 0:
-        return ()
-    kinds = ctx.stateless_kinds
-    told = ", ".join(
-        f"{len(kinds[k])} {what}"
-        for k, what in (("io", "I/O waits"), ("timer", "timer sleeps"), ("idle", "idle waits"))
-        if len(kinds[k])
-    )
-    return (
-        f"{len(s)} off-CPU intervals carry no task state (imported recording?): {total / 1e6:.1f} ms of them fall "
-        "inside CUDA calls. Told apart by inference: "
-        f"{told or 'none'}; {len(kinds['unexplained'])} unexplained. Preemption cannot be told from voluntary "
-        "blocking without the state, so none is reported as cpu-preemption",
-    )
 
 
 @contextmanager
@@ -467,7 +348,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
             cpu_samples=cpu,
         )
         report = _with_call_sites(conn, report)
-        report = replace(report, reference=_reference_findings(conn, report, frame))
+        report = replace(report, reference=reference_findings(conn, report.window, report.findings, frame))
         # Drops are not per process: with --pid the counted events are a subset, so no share is given.
         counted = None if opts.pids else counted_by_source(aggregates)
         try:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpuscope.errors import DatabaseError
-from gpuscope.store.connect import file_uri, migrate
+from gpuscope.store.connect import file_uri
+from gpuscope.store.migrate import migrate
 
 
 def open_uri(path: Path, mode: str) -> sqlite3.Connection:

@@ -5,28 +5,34 @@ from __future__ import annotations
 import enum
 import os
 import sqlite3
-import stat
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
-from gpuscope.config import invoking_user, resolve_db_path
+from gpuscope.config import resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.store.conformance import CHANGED_REMEDY, schema_problem, value_problem
+from gpuscope.store.file_access import (
+    READER_REMEDY,
+    database_error,
+    give_to_invoker,
+    permission_denied,
+    require_readable,
+    require_writable,
+)
 from gpuscope.store.integrity import (
     READER_DAMAGE_REMEDY,
     READER_FULL_CHECK_BYTES,
     WRITER_DAMAGE_REMEDY,
     WRITER_FULL_CHECK_BYTES,
     first_problem,
-    is_damage,
 )
 from gpuscope.store.liveness import PROC_LOCKS, recording_holders, wal_has_frames
+from gpuscope.store.migrate import migrate, schema_version
 from gpuscope.store.private_snapshot import SourceChangedError, private_snapshot
-from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION, lookup_rows
+from gpuscope.store.schema import SCHEMA_VERSION
 
 
 def default_db_path() -> Path:
@@ -35,10 +41,6 @@ def default_db_path() -> Path:
     Raises UsageError for a malformed config file (see ``gpuscope.config.resolve_db_path``).
     """
     return resolve_db_path().path
-
-
-def _schema_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
 def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
@@ -51,7 +53,7 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     is damaged, SchemaTooNewError when it was written by a newer gpuscope.
     """
     p = Path(path).expanduser()
-    _require_writable(p)
+    require_writable(p)
     created = [d for d in (p, p.parent, *p.parent.parents) if not os.path.lexists(d)]
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -65,34 +67,9 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
             conn.close()
             raise
     except sqlite3.DatabaseError as exc:
-        raise _database_error(p, exc, DatabaseError.remedy) from None
-    _give_to_invoker(created)
+        raise database_error(p, exc, DatabaseError.remedy) from None
+    give_to_invoker(created)
     return conn
-
-
-def _give_to_invoker(created: list[Path]) -> None:
-    """Under sudo, hand what this run created in the invoking user's folders to that user.
-
-    ``sudo gpuscope trace`` then ``gpuscope explain`` as oneself must work:
-    the new recording (and the folders made for it) belong to whoever owns
-    the folder they were made in, when that is the user who ran sudo. SQLite
-    itself gives its -wal and -shm files the owner of the database file.
-    Existing files keep their owner; other users' folders are left alone.
-    """
-    invoker = invoking_user()
-    if invoker is None or not created:
-        return
-    try:
-        if os.stat(created[-1].parent).st_uid != invoker.uid:
-            return
-        for path in reversed(created):
-            os.chown(path, invoker.uid, invoker.gid, follow_symlinks=False)
-        for suffix in ("-wal", "-shm"):
-            side = created[0].with_name(created[0].name + suffix)
-            if side.exists() and side.stat().st_uid == 0:
-                os.chown(side, invoker.uid, invoker.gid, follow_symlinks=False)
-    except OSError:
-        pass  # e.g. a file system without owners: the recording is still root's and readable
 
 
 def _prepare_writer(conn: sqlite3.Connection, p: Path) -> None:
@@ -101,7 +78,7 @@ def _prepare_writer(conn: sqlite3.Connection, p: Path) -> None:
         # Only settable before the first table: lets --max-db give pages back.
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     conn.create_function("gs_hist_merge", 2, _hist_merge, deterministic=True)
-    if _schema_version(conn) == 0:
+    if schema_version(conn) == 0:
         foreign = [
             r[0]
             for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -209,7 +186,7 @@ def read_uri(path: str | os.PathLike[str]) -> tuple[str, ReadMode]:
         except SourceChangedError:
             continue  # a writer opened it while it was copied: choose again
         except PermissionError as exc:
-            raise _permission_denied(p, Path(exc.filename or p)) from None
+            raise permission_denied(p, Path(exc.filename or p)) from None
     # Still changing after three copies: a writer is at work, so read it as live.
     return file_uri(p, "ro"), ReadMode.LIVE
 
@@ -220,17 +197,17 @@ def open_read_only(path: str | os.PathLike[str]) -> tuple[sqlite3.Connection, Re
     Raises DatabaseError for a missing or unreadable file.
     """
     p = Path(path).expanduser()
-    _require_readable(p)
+    require_readable(p)
     uri, mode = read_uri(p)
     if mode is ReadMode.LIVE:
         for companion in (Path(f"{p}-wal"), Path(f"{p}-shm")):
             if os.path.exists(companion) and not os.access(companion, os.R_OK, effective_ids=True):
-                raise _permission_denied(p, companion)
+                raise permission_denied(p, companion)
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
         conn.execute("PRAGMA query_only=1")
     except sqlite3.DatabaseError as exc:
-        raise _database_error(p, exc, _READER_REMEDY) from None
+        raise database_error(p, exc, READER_REMEDY) from None
     return conn, mode
 
 
@@ -328,10 +305,10 @@ class _Header:
 def _check_header(conn: sqlite3.Connection, path: Path) -> _Header | None:
     """The quick part of ``verify_reader``: a gpuscope schema this one reads. None when the rest need not run."""
     try:
-        version = _schema_version(conn)
+        version = schema_version(conn)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
     except sqlite3.DatabaseError as exc:
-        raise _database_error(path, exc, _READER_REMEDY) from None
+        raise database_error(path, exc, READER_REMEDY) from None
     if version > SCHEMA_VERSION:
         raise SchemaTooNewError(f"{path}: schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
     if "event_log" not in tables:
@@ -407,123 +384,3 @@ def table_names(conn: sqlite3.Connection) -> set[str]:
 def column_names(conn: sqlite3.Connection, table: str) -> set[str]:
     """The columns of a table (none for a table that does not exist)."""
     return {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Apply every migration newer than the database, in order, each in a transaction."""
-    version = _schema_version(conn)
-    if version > SCHEMA_VERSION:
-        raise SchemaTooNewError(f"schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at_ns INTEGER NOT NULL)"
-    )
-    for m in MIGRATIONS:
-        if m.version <= version:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in _statements(m.sql):
-                conn.execute(stmt)
-            conn.execute(
-                "INSERT INTO schema_migrations(version, description, applied_at_ns) VALUES (?, ?, ?)",
-                (m.version, m.description, time.time_ns()),
-            )
-            conn.execute(f"PRAGMA user_version={m.version}")
-            conn.execute("COMMIT")
-        except BaseException:
-            # SQLite has rolled back already after some errors (a full disk):
-            # a second ROLLBACK would replace the real error with its own.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    sources, ops = lookup_rows()
-    conn.execute("BEGIN")
-    conn.executemany("INSERT OR REPLACE INTO sources(name, description) VALUES (?, ?)", sources)
-    conn.executemany("INSERT OR REPLACE INTO ops(id, name, source, kind, description) VALUES (?, ?, ?, ?, ?)", ops)
-    conn.execute("COMMIT")
-
-
-def _statements(sql: str) -> list[str]:
-    """Split a migration script into complete statements."""
-    out, buf = [], ""
-    for line in sql.splitlines(keepends=True):
-        buf += line
-        if sqlite3.complete_statement(buf):
-            out.append(buf.strip())
-            buf = ""
-    if buf.strip():
-        out.append(buf.strip())
-    return out
-
-
-_READER_REMEDY = "check the file is a gpuscope database"
-_PERMISSION_REMEDY = "ask the file's owner for access (or run as that user), or pass another path with --db PATH"
-
-
-def _database_error(p: Path, exc: sqlite3.DatabaseError, remedy: str) -> DatabaseError:
-    """The one-line error for an SQLite failure on ``p``."""
-    msg = str(exc)
-    if is_damage(exc) and "not a database" not in msg:
-        return DatabaseError(f"{p}: is damaged ({msg})", remedy=READER_DAMAGE_REMEDY)
-    if is_damage(exc):
-        return DatabaseError(f"{p}: not a valid SQLite database ({msg})", remedy=remedy)
-    if "readonly" in msg:
-        return DatabaseError(f"{p}: permission denied ({msg})", remedy=_PERMISSION_REMEDY)
-    return DatabaseError(f"{p}: {msg}", remedy=remedy)
-
-
-def _permission_denied(p: Path, what: Path, *, writing: bool = False) -> DatabaseError:
-    """``p``: permission denied, naming ``what`` when it is not ``p`` itself (its folder, its ``-wal``)."""
-    if what == p:
-        where = ""
-    elif os.path.isdir(what):
-        where = f" (folder {what})"
-    else:
-        where = f" ({what.name})"
-    if writing and _read_only_file_system(what):
-        where += " on a read-only file system"
-    return DatabaseError(f"{p}: permission denied{where}", remedy=_PERMISSION_REMEDY)
-
-
-def _read_only_file_system(path: Path) -> bool:
-    for candidate in (path, *path.parents):
-        try:
-            return bool(os.statvfs(candidate).f_flag & os.ST_RDONLY)
-        except OSError:
-            continue
-    return False
-
-
-def _require_readable(p: Path) -> None:
-    """Refuse a missing or unreadable file with a clear line (stat and access only: nothing is opened)."""
-    try:
-        st = os.stat(p)
-    except PermissionError:
-        raise _permission_denied(p, p.parent) from None
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
-    if not os.access(p, os.R_OK, effective_ids=True):
-        raise _permission_denied(p, p)
-
-
-def _require_writable(p: Path) -> None:
-    """Refuse a path this user may not write, or whose folder cannot take the ``-wal`` and ``-shm``."""
-    try:
-        exists = stat.S_ISREG(os.stat(p).st_mode)
-    except PermissionError:
-        raise _permission_denied(p, p.parent, writing=True) from None
-    except OSError:
-        exists = False
-    if exists and not os.access(p, os.W_OK, effective_ids=True):
-        raise _permission_denied(p, p, writing=True)
-    folder = next((d for d in p.parents if os.path.exists(d)), None)
-    # SQLite creates NAME-wal and NAME-shm beside the file: the folder must be writable too.
-    if folder is not None and not os.access(folder, os.W_OK | os.X_OK, effective_ids=True):
-        raise DatabaseError(
-            f"{p}: permission denied (folder {folder}: a recording needs its -wal and -shm beside it)"
-            + (" on a read-only file system" if _read_only_file_system(folder) else ""),
-            remedy="record into a folder you may write with --db PATH",
-        )

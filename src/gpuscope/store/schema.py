@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from gpuscope.model.ops import OPS, Source
 from gpuscope.store.coverage import COVERAGE_DDL
 from gpuscope.store.cpu_samples import CPU_SAMPLES_DDL
+from gpuscope.store.schema_attribution import ATTRIBUTION_DDL
+from gpuscope.store.schema_imports import MERGE_IMPORT_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,225 +159,6 @@ CREATE TABLE findings (
     created_at_ns INTEGER NOT NULL
 );
 CREATE INDEX findings_session ON findings(session_id, created_at_ns);
-"""
-
-_V5_MERGE_IMPORT = """
-CREATE TABLE node_clock_offsets (
-    node TEXT PRIMARY KEY,
-    offset_ns INTEGER NOT NULL,
-    source TEXT NOT NULL,
-    measured_at_ns INTEGER
-);
-CREATE VIEW events_aligned AS
-SELECT
-    ev.*,
-    COALESCE(o.offset_ns, 0) AS clock_offset_ns,
-    ev.wall_ns + COALESCE(o.offset_ns, 0) AS aligned_wall_ns
-FROM events ev
-LEFT JOIN node_clock_offsets o ON o.node = ev.node;
-CREATE TABLE imports (
-    id INTEGER PRIMARY KEY,
-    source_path TEXT NOT NULL,
-    source_kind TEXT NOT NULL,
-    source_version TEXT,
-    nodes TEXT NOT NULL,
-    imported_at_ns INTEGER NOT NULL,
-    counts TEXT NOT NULL,
-    UNIQUE (source_path, imported_at_ns)
-);
-CREATE TABLE imported_events (
-    event_log_id INTEGER PRIMARY KEY,
-    source_event_id TEXT NOT NULL,
-    source_code INTEGER NOT NULL,
-    op_code INTEGER NOT NULL,
-    source_op TEXT NOT NULL,
-    arg0 INTEGER NOT NULL,
-    arg1 INTEGER NOT NULL,
-    gpu_id INTEGER NOT NULL,
-    stack_hash INTEGER NOT NULL,
-    rank INTEGER,
-    local_rank INTEGER,
-    world_size INTEGER
-);
-CREATE INDEX imported_events_stack ON imported_events(stack_hash) WHERE stack_hash != 0;
-CREATE TABLE imported_stacks (
-    hash INTEGER PRIMARY KEY,
-    ips TEXT NOT NULL,
-    frames TEXT NOT NULL
-);
-CREATE TABLE imported_chains (
-    id TEXT PRIMARY KEY,
-    node TEXT NOT NULL,
-    detected_wall_ns INTEGER NOT NULL,
-    severity TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    root_cause TEXT NOT NULL,
-    explanation TEXT NOT NULL,
-    recommendations TEXT NOT NULL,
-    op TEXT NOT NULL,
-    p99_us INTEGER NOT NULL,
-    p50_us INTEGER NOT NULL,
-    tail_ratio REAL NOT NULL,
-    timeline TEXT NOT NULL
-);
-CREATE TABLE imported_snapshots (
-    node TEXT NOT NULL,
-    wall_ns INTEGER NOT NULL,
-    cpu_pct REAL,
-    mem_pct REAL,
-    mem_avail_mb INTEGER,
-    swap_mb INTEGER,
-    load_avg REAL,
-    PRIMARY KEY (node, wall_ns)
-);
-CREATE TABLE imported_aggregates (
-    node TEXT NOT NULL,
-    bucket_wall_ns INTEGER NOT NULL,
-    width_ns INTEGER NOT NULL,
-    op TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    count INTEGER NOT NULL,
-    stored INTEGER NOT NULL,
-    sum_duration_ns INTEGER NOT NULL,
-    min_duration_ns INTEGER NOT NULL,
-    max_duration_ns INTEGER NOT NULL,
-    sum_arg0 INTEGER NOT NULL,
-    PRIMARY KEY (node, width_ns, bucket_wall_ns, op, pid)
-);
-CREATE TABLE imported_cgroups (
-    node TEXT NOT NULL,
-    cgroup_id INTEGER NOT NULL,
-    container_id TEXT NOT NULL,
-    cgroup_path TEXT NOT NULL,
-    pod_name TEXT NOT NULL,
-    namespace TEXT NOT NULL,
-    PRIMARY KEY (node, cgroup_id)
-);
-CREATE TABLE imported_rows (
-    node TEXT NOT NULL,
-    table_name TEXT NOT NULL,
-    row TEXT NOT NULL,
-    UNIQUE (node, table_name, row)
-);
-"""
-
-# Attribution (containers, pods, jobs, ranks), NCCL communicators, exec argv,
-# and the events view rebuilt with the v1 cgroup id and the rank.
-_V3_ATTRIBUTION = """
-ALTER TABLE event_log ADD COLUMN cgroup_v1_id INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE processes ADD COLUMN cgroup_v1_id INTEGER;
-ALTER TABLE processes ADD COLUMN rank INTEGER;
-ALTER TABLE processes ADD COLUMN local_rank INTEGER;
-ALTER TABLE processes ADD COLUMN world_size INTEGER;
-ALTER TABLE processes ADD COLUMN launcher TEXT;
-ALTER TABLE processes ADD COLUMN slurm_job_id TEXT;
-ALTER TABLE processes ADD COLUMN slurm_step_id TEXT;
-CREATE TABLE cgroups (
-    cgroup_id INTEGER NOT NULL,
-    hierarchy TEXT NOT NULL,
-    path TEXT NOT NULL,
-    container_id TEXT,
-    runtime TEXT,
-    pod_uid TEXT,
-    pod_name TEXT,
-    pod_namespace TEXT,
-    slurm_job_id TEXT,
-    slurm_step_id TEXT,
-    ecs_task_id TEXT,
-    first_seen_ns INTEGER NOT NULL,
-    PRIMARY KEY (cgroup_id, hierarchy)
-);
-CREATE TABLE nccl_comms (
-    session_id INTEGER NOT NULL,
-    pid INTEGER NOT NULL,
-    comm_handle INTEGER NOT NULL,
-    comm_hash INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    nranks INTEGER NOT NULL,
-    ts_ns INTEGER NOT NULL,
-    PRIMARY KEY (session_id, pid, comm_handle, ts_ns)
-);
-CREATE TABLE execs (
-    session_id INTEGER NOT NULL,
-    ts_ns INTEGER NOT NULL,
-    pid INTEGER NOT NULL,
-    tid INTEGER NOT NULL,
-    argv TEXT NOT NULL
-);
-DROP VIEW events;
-CREATE VIEW events AS
-SELECT
-    e.id AS id,
-    s.node || ':' || e.id AS event_id,
-    e.session_id AS session_id,
-    s.node AS node,
-    e.ts_ns AS ts_ns,
-    e.ts_ns - s.started_mono_ns + s.started_wall_ns AS wall_ns,
-    e.pid AS pid,
-    e.tid AS tid,
-    c.comm AS comm,
-    CASE WHEN e.cgroup_id <= 1 AND e.cgroup_v1_id > 0 THEN e.cgroup_v1_id ELSE e.cgroup_id END AS cgroup_id,
-    e.cgroup_id AS cgroup_v2_id,
-    e.cgroup_v1_id AS cgroup_v1_id,
-    p.rank AS rank,
-    p.local_rank AS local_rank,
-    p.world_size AS world_size,
-    o.source AS source,
-    o.name AS op,
-    e.duration_ns AS duration_ns,
-    e.bytes AS bytes,
-    e.ret AS ret,
-    e.stream AS stream,
-    e.handle AS handle,
-    e.arg0 AS arg0,
-    e.arg1 AS arg1,
-    e.flags AS flags
-FROM event_log e
-JOIN sessions s ON s.id = e.session_id
-LEFT JOIN ops o ON o.id = e.op_id
-LEFT JOIN comms c ON c.id = e.comm_id
-LEFT JOIN processes p ON p.session_id = e.session_id AND p.pid = e.pid;
-CREATE VIEW containers AS
-SELECT cgroup_id, hierarchy, path, container_id, runtime, pod_uid, pod_name, pod_namespace,
-       slurm_job_id, slurm_step_id, ecs_task_id
-FROM cgroups;
-CREATE VIEW cuda_events AS
-SELECT cc.*, printf('0x%x', cc.kernel) AS kernel_name
-FROM cuda_calls cc
-WHERE cc.kernel IS NOT NULL;
-CREATE VIEW nccl_calls AS
-SELECT
-    ev.*,
-    ev.arg0 AS count,
-    ev.arg1 & 255 AS datatype,
-    (ev.arg1 >> 8) & 255 AS reduce_op,
-    CASE WHEN ev.op IN ('ncclSend', 'ncclRecv', 'ncclReduce', 'ncclBroadcast') THEN (ev.arg1 >> 32) & 4294967295 END
-        AS peer,
-    ev.handle AS communicator,
-    (SELECT nc.comm_hash FROM nccl_comms nc WHERE nc.session_id = ev.session_id AND nc.pid = ev.pid
-        AND nc.comm_handle = ev.handle AND nc.ts_ns <= ev.ts_ns ORDER BY nc.ts_ns DESC LIMIT 1) AS comm_hash,
-    (SELECT nc.rank FROM nccl_comms nc WHERE nc.session_id = ev.session_id AND nc.pid = ev.pid
-        AND nc.comm_handle = ev.handle AND nc.ts_ns <= ev.ts_ns ORDER BY nc.ts_ns DESC LIMIT 1) AS comm_rank,
-    (SELECT nc.nranks FROM nccl_comms nc WHERE nc.session_id = ev.session_id AND nc.pid = ev.pid
-        AND nc.comm_handle = ev.handle AND nc.ts_ns <= ev.ts_ns ORDER BY nc.ts_ns DESC LIMIT 1) AS nranks
-FROM events ev
-WHERE ev.source = 'nccl';
-CREATE VIEW nccl_events AS SELECT * FROM nccl_calls;
-CREATE VIEW graph_events AS
-SELECT
-    ev.*,
-    CASE WHEN ev.op IN ('cudaStreamEndCapture', 'cuStreamEndCapture', 'cudaGraphDestroy', 'cuGraphDestroy')
-         THEN ev.handle
-         WHEN ev.op IN ('cudaGraphInstantiate', 'cuGraphInstantiate', 'cudaGraphExecUpdate', 'cuGraphExecUpdate')
-         THEN ev.arg0 END AS graph,
-    CASE WHEN ev.op IN ('cudaGraphInstantiate', 'cuGraphInstantiate', 'cudaGraphLaunch', 'cuGraphLaunch',
-                        'cudaGraphExecUpdate', 'cuGraphExecUpdate', 'cudaGraphExecDestroy', 'cuGraphExecDestroy')
-         THEN ev.handle END AS graph_exec,
-    CASE WHEN ev.op IN ('cudaStreamBeginCapture', 'cuStreamBeginCapture') THEN ev.arg0 END AS capture_mode
-FROM events ev
-JOIN ops o ON o.name = ev.op
-WHERE o.kind = 'graph';
-CREATE INDEX nccl_comms_lookup ON nccl_comms(session_id, pid, comm_handle, ts_ns);
 """
 
 # Exact per-second aggregates of every event (selective storage keeps only
@@ -551,9 +334,9 @@ END;
 MIGRATIONS: list[Migration] = [
     Migration(1, "sessions, events, ops lookup, processes", _V1),
     Migration(2, "findings history written by gpuscope explain", _V2),
-    Migration(3, "attribution: cgroups, ranks, NCCL communicators, exec argv", _V3_ATTRIBUTION),
+    Migration(3, "attribution: cgroups, ranks, NCCL communicators, exec argv", ATTRIBUTION_DDL),
     Migration(4, "exact per-second aggregates of every event", _V4_AGGREGATES),
-    Migration(5, "merge and import: clock offsets, import provenance, imported history", _V5_MERGE_IMPORT),
+    Migration(5, "merge and import: clock offsets, import provenance, imported history", MERGE_IMPORT_DDL),
     Migration(6, "call stacks: deduplicated stacks and the event -> stack link", _V6_STACKS),
     Migration(7, "durability: agent pid, committed-until time, end reason, drops per second", _V7_DURABILITY),
     Migration(8, "call stacks on the event's own row", _V8_ROW_STACKS),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpuscope.agent.duty_cycle import MAX_PERIOD_S, MIN_WINDOW_S, ProcessLoad, duty_for, schedule
 from gpuscope.agent.options import TraceOptions
-from gpuscope.agent.sampling import MAX_PERIOD_S, MIN_WINDOW_S, ProcessLoad, duty_for, schedule
 from gpuscope.bpf.calibration import Prologue, prologue_at
 from gpuscope.platform.system import parse_process_cpu_ns
 
