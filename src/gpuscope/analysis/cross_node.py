@@ -33,7 +33,7 @@ import numpy as np
 
 from gpuscope.analysis.collectives import COLUMNS
 from gpuscope.analysis.stats import severity_for
-from gpuscope.model.findings import Cause, Culprit, Effect, Finding, Symptom
+from gpuscope.model.findings import Cause, Culprit, Effect, Finding, NodeFinding, Symptom
 from gpuscope.model.units import fmt_ns
 
 KIND = "nccl-cross-node-straggler"
@@ -80,9 +80,12 @@ class Rank:
         )
 
 
-def cross_node_stragglers(nodes: list[NodeCalls]) -> tuple[list[Finding], list[str]]:
-    """Findings of ranks persistently late into collectives across nodes, and notes on how they were matched."""
-    findings: list[Finding] = []
+def cross_node_stragglers(nodes: list[NodeCalls]) -> tuple[list[NodeFinding], list[str]]:
+    """Findings of ranks persistently late into collectives across nodes, and notes on how they were matched.
+
+    Each finding is tagged with the straggler's node (its ``NodeCalls.address``), as the nodes' own are.
+    """
+    findings: list[NodeFinding] = []
     notes: list[str] = []
     for comm_hash, op, ranks in _groups(nodes):
         if len({r.node.address for r in ranks}) < 2:
@@ -156,7 +159,7 @@ def _align(ranks: list[Rank]) -> tuple[list[int], str] | None:
     return seqs, "no node saw the communicator created: calls matched by time on the corrected clocks"
 
 
-def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> tuple[Finding | None, str]:
+def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> tuple[NodeFinding | None, str]:
     """The persistent straggler of one communicator's collectives, if any, or why one was withheld."""
     lo = max(s for s in seqs)
     hi = min(s + len(r.rows) for s, r in zip(seqs, ranks, strict=True))
@@ -236,7 +239,7 @@ def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> t
         culprits=(Culprit("straggler", r.pid, comm=r.comm),),
         metrics={"late_share": round(share, 3), "lateness_p50_ns": lat_p50, "waited_ns": lost},
     )
-    return Finding(
+    finding = Finding(
         rule=KIND,
         kind=KIND,
         severity=severity_for(lost // max(len(ranks) - 1, 1), span, ratio),
@@ -245,7 +248,8 @@ def _straggler(comm_hash: str, op: str, ranks: list[Rank], seqs: list[int]) -> t
         fix=_fix(cause.kind, r.name()),
         lost_ns=lost,
         wall_ns=span,
-    ), ""
+    )
+    return NodeFinding(r.node.address, finding), ""
 
 
 def _cause(

@@ -106,13 +106,13 @@ def _fleet(args: argparse.Namespace, min_sev: Severity) -> int:
     got = gather_findings(results)
     failed = frozenset(r.node.address for r in results if not r.ok)  # warned about once, here
     cross, more, notes = fleet_stragglers(client, since=args.since, reported=failed)
-    findings = merge_findings(got.findings, [f for f in cross if Severity.parse(f["severity"]) >= min_sev])
+    findings = merge_findings(got.findings, [f for f in cross if f.finding.severity >= min_sev])
     warnings = got.warnings + more
     warn(warnings)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if chosen_format(args.output) is OutputFormat.JSON:
-        print(json.dumps({"findings": findings, "warnings": warnings, "notes": notes}, indent=2))
+        print(json.dumps({"findings": [f.as_dict() for f in findings], "warnings": warnings, "notes": notes}, indent=2))
         return 0
-    print(render_fleet_findings(findings))
+    write_styled(render_fleet_findings(findings), sys.stdout, SEVERITY_STYLES)
     return 0

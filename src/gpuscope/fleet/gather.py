@@ -10,8 +10,8 @@ from typing import Any
 
 from gpuscope.errors import GpuscopeError
 from gpuscope.fleet.client import NodeResult
-
-SEVERITY_ORDER = {"CRITICAL": 0, "HIGH": 1, "MEDIUM": 2, "LOW": 3}
+from gpuscope.model.finding_wire import MalformedFindingError
+from gpuscope.model.findings import NodeFinding
 
 
 class AllNodesFailedError(GpuscopeError):
@@ -24,7 +24,7 @@ class Gathered:
 
     columns: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[NodeFinding] = field(default_factory=list)
     stacks: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
@@ -56,21 +56,37 @@ def gather_rows(results: list[NodeResult]) -> Gathered:
 
 
 def gather_findings(results: list[NodeResult]) -> Gathered:
-    """Every node's findings, tagged with the node, most severe first (then the node's own rank)."""
+    """Every node's findings, tagged with the node, most severe first (then the node's own rank, then the node).
+
+    A node's answer is untrusted: a finding that is not ``Finding.as_dict()``'s
+    shape is left out, its others are kept; one warning per node names the first.
+    """
     out = Gathered(warnings=_check(results))
-    tagged = []
+    tagged: list[tuple[int, str, NodeFinding]] = []
     for r in results:
-        if r.ok:
-            for rank, f in enumerate(r.data.get("findings", [])):
-                tagged.append((SEVERITY_ORDER.get(str(f.get("severity")), 9), rank, r.node.address, f))
-    tagged.sort(key=lambda t: (t[0], t[1], t[2]))
-    out.findings = [{"node": node, **f} for _, _, node, f in tagged]
+        if not r.ok:
+            continue
+        found = r.data.get("findings") if isinstance(r.data, dict) else None
+        if not isinstance(found, list):
+            out.warnings.append(f"node {r.node.address}: its answer holds no list of findings: left out")
+            continue
+        bad: list[str] = []
+        for rank, f in enumerate(found):
+            try:
+                tagged.append((rank, r.node.address, NodeFinding.from_dict(r.node.address, f)))
+            except MalformedFindingError as exc:
+                bad.append(f"finding {rank + 1} left out: {exc}")
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            out.warnings.append(f"node {r.node.address}: {bad[0]}{more}")
+    tagged.sort(key=lambda t: (-t[2].finding.severity, t[0], t[1]))
+    out.findings = [f for _, _, f in tagged]
     return out
 
 
-def merge_findings(findings: list[dict[str, Any]], more: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_findings(findings: list[NodeFinding], more: list[NodeFinding]) -> list[NodeFinding]:
     """Two severity-ordered lists of tagged findings as one, most severe first (a stable merge)."""
-    return sorted([*findings, *more], key=lambda f: SEVERITY_ORDER.get(str(f.get("severity")), 9))
+    return sorted([*findings, *more], key=lambda f: -f.finding.severity)
 
 
 def gather_stacks(results: list[NodeResult]) -> Gathered:

@@ -8,17 +8,17 @@ A node that fails either request is a warning and is left out.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlencode
 
 from gpuscope.analysis.cross_node import NodeCalls, cross_node_stragglers
 from gpuscope.fleet.client import FleetClient
+from gpuscope.model.findings import NodeFinding
 
 
 def fleet_stragglers(
     client: FleetClient, *, since: str | None = None, reported: frozenset[str] = frozenset()
-) -> tuple[list[dict[str, Any]], list[str], list[str]]:
-    """(findings as JSON objects tagged with the straggler's node, warnings, notes).
+) -> tuple[list[NodeFinding], list[str], list[str]]:
+    """(findings tagged with the straggler's node, warnings, notes).
 
     ``reported``: addresses of nodes that already failed (not asked again: a silent node would cost its
     timeout once more). Clocks are measured only where two or more nodes have NCCL communicators.
@@ -45,4 +45,4 @@ def fleet_stragglers(
         d = clock.data
         nodes.append(NodeCalls(a.node.address, int(d["clock_offset_ns"]), int(d["uncertainty_ns"]), a.data))
     found, notes = cross_node_stragglers(nodes)
-    return [{"node": str(f.symptom.extra.get("address")), **f.as_dict()} for f in found], warnings, notes
+    return found, warnings, notes

@@ -2,14 +2,33 @@
 
 A finding is symptom -> causes (each with evidence lines, an effect size and
 culprits) -> fix, with a severity from the rubric in docs/explain.md.
+
+``as_dict()`` is the wire shape (the TypedDicts of ``model.finding_wire``);
+``Finding.from_dict`` reads one back, checked first: a finding from another
+node is untrusted. The parts' ``from_wire`` take a dict that was checked.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
+from gpuscope.model.finding_wire import (
+    CauseWire,
+    CaveatWire,
+    CulpritWire,
+    EffectWire,
+    FindingWire,
+    NodeFindingWire,
+    Number,
+    ReferenceFindingWire,
+    SeverityName,
+    SymptomWire,
+    check_finding_wire,
+    effect_of,
+    symptom_extra,
+)
 from gpuscope.model.units import fmt_ns
 
 
@@ -73,7 +92,7 @@ class Effect:
     def slowest_share(self) -> float:
         return self.slowest_overlapped / self.slowest_n if self.slowest_n else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> EffectWire:
         return {
             "affected_calls": self.affected_calls,
             "unaffected_calls": self.unaffected_calls,
@@ -86,6 +105,21 @@ class Effect:
             "excess_share": round(self.excess_share, 3),
             "explained_ns": self.explained_ns,
         }
+
+    @classmethod
+    def from_wire(cls, d: EffectWire) -> Effect:
+        """The effect of a checked wire dict; ``slowest_share`` is derived again, not read."""
+        return cls(
+            d["affected_calls"],
+            d["unaffected_calls"],
+            d["affected_p50_ns"],
+            d["unaffected_p50_ns"],
+            d["p50_ratio"],
+            d["slowest_n"],
+            d["slowest_overlapped"],
+            d["excess_share"],
+            d["explained_ns"],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +134,28 @@ class Culprit:
     share: float | None = None  # of the cause's time or count
     time_ns: int | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        fields = {
-            "role": self.role,
-            "pid": self.pid,
-            "tid": self.tid,
-            "comm": self.comm,
-            "cgroup_id": self.cgroup_id,
-            "share": None if self.share is None else round(self.share, 3),
-            "time_ns": self.time_ns,
-        }
-        return {k: v for k, v in fields.items() if v is not None}
+    def as_dict(self) -> CulpritWire:
+        d: CulpritWire = {"role": self.role}
+        # Only the keys that are known, in this order: a culprit's wire form never holds null.
+        if self.pid is not None:
+            d["pid"] = self.pid
+        if self.tid is not None:
+            d["tid"] = self.tid
+        if self.comm is not None:
+            d["comm"] = self.comm
+        if self.cgroup_id is not None:
+            d["cgroup_id"] = self.cgroup_id
+        if self.share is not None:
+            d["share"] = round(self.share, 3)
+        if self.time_ns is not None:
+            d["time_ns"] = self.time_ns
+        return d
+
+    @classmethod
+    def from_wire(cls, d: CulpritWire) -> Culprit:
+        return cls(
+            d["role"], d.get("pid"), d.get("tid"), d.get("comm"), d.get("cgroup_id"), d.get("share"), d.get("time_ns")
+        )
 
     def label(self) -> str:
         who = f"{self.comm or '?'} (pid {self.pid}" if self.pid is not None else f"cgroup {self.cgroup_id} ("
@@ -126,8 +171,9 @@ class Cause:
     culprits: tuple[Culprit, ...] = ()
     metrics: dict[str, float | int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        effect: dict[str, Any] = self.effect.as_dict() if self.effect else {}
+    def as_dict(self) -> CauseWire:
+        # Every EffectWire value is a number: the effect and the metrics share one object on the wire.
+        effect: dict[str, Number] = cast("dict[str, Number]", self.effect.as_dict()) if self.effect else {}
         effect.update(self.metrics)
         return {
             "kind": self.kind,
@@ -135,6 +181,17 @@ class Cause:
             "effect": effect,
             "culprits": [c.as_dict() for c in self.culprits],
         }
+
+    @classmethod
+    def from_wire(cls, d: CauseWire) -> Cause:
+        """The cause of a checked wire dict: its ``effect`` splits back into the effect size and the metrics."""
+        wire = effect_of(d["effect"])
+        effect = Effect.from_wire(wire) if wire is not None else None
+        # The rest are metrics; a key of the effect size is one only when a metric overwrote its value.
+        own: dict[str, object] = dict(effect.as_dict()) if effect is not None else {}
+        metrics = {k: v for k, v in d["effect"].items() if k not in own or own[k] != v}
+        culprits = tuple(Culprit.from_wire(c) for c in d["culprits"])
+        return cls(d["kind"], tuple(d["evidence"]), effect, culprits, metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +209,8 @@ class Symptom:
     total_ns: int = 0
     extra: dict[str, float | int | str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def as_dict(self) -> SymptomWire:
+        d: SymptomWire = {
             "summary": self.summary,
             "op": self.op,
             "pid": self.pid,
@@ -164,8 +221,24 @@ class Symptom:
             "max_ns": self.max_ns,
             "total_ns": self.total_ns,
         }
-        d.update(self.extra)
+        d.update(self.extra)  # type: ignore[typeddict-item]  # extra keys sit beside the fixed ones (SymptomWire)
         return d
+
+    @classmethod
+    def from_wire(cls, d: SymptomWire) -> Symptom:
+        """The symptom of a checked wire dict: every key ``SymptomWire`` does not name is an extra."""
+        return cls(
+            d["summary"],
+            d["op"],
+            d["pid"],
+            d["comm"],
+            d["count"],
+            d["p50_ns"],
+            d["p99_ns"],
+            d["max_ns"],
+            d["total_ns"],
+            symptom_extra(d),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +261,7 @@ class Caveat:
     share: float | None = None
     text: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CaveatWire:
         return {
             "kind": self.kind,
             "source": self.source,
@@ -197,6 +270,10 @@ class Caveat:
             "share": None if self.share is None else round(self.share, 4),
             "text": self.text,
         }
+
+    @classmethod
+    def from_wire(cls, d: CaveatWire) -> Caveat:
+        return cls(d["kind"], d["source"], d["dropped"], d["unlocated"], d["share"], d["text"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,10 +305,14 @@ class Finding:
     def lost_share(self) -> float:
         return self.lost_ns / self.wall_ns if self.wall_ns > 0 else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def evidence_lines(self) -> tuple[str, ...]:
+        """Every cause's evidence, in order: what a reader is shown as the finding's reasons."""
+        return tuple(line for c in self.causes for line in c.evidence)
+
+    def as_dict(self) -> FindingWire:
         return {
             "id": self.id,
-            "severity": self.severity.name,
+            "severity": cast("SeverityName", self.severity.name),  # SeverityName is Severity's names
             "kind": self.kind,
             "rule": self.rule,
             "symptom": self.symptom.as_dict(),
@@ -240,6 +321,46 @@ class Finding:
             "impact": {"lost_ns": self.lost_ns, "wall_ns": self.wall_ns, "lost_share": round(self.lost_share, 4)},
             "caveats": [c.as_dict() for c in self.caveats],
         }
+
+    @classmethod
+    def from_dict(cls, obj: object) -> Finding:
+        """The finding a wire dict (``as_dict()``'s shape, e.g. from another node) describes, checked first.
+
+        Its ``as_dict()`` is the dict it was read from: ``id``, ``lost_share`` and
+        ``slowest_share`` are derived again, the other numbers are the sent (rounded)
+        ones; keys the shape does not name are dropped.
+
+        Raises ``finding_wire.MalformedFindingError`` (one line) when ``obj`` is not that shape.
+        """
+        d = check_finding_wire(obj)
+        impact = d["impact"]
+        return cls(
+            rule=d["rule"],
+            kind=d["kind"],
+            severity=Severity[d["severity"]],
+            symptom=Symptom.from_wire(d["symptom"]),
+            causes=tuple(Cause.from_wire(c) for c in d["causes"]),
+            fix=d["fix"],
+            lost_ns=impact["lost_ns"],
+            wall_ns=impact["wall_ns"],
+            caveats=tuple(Caveat.from_wire(c) for c in d["caveats"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFinding:
+    """A finding of one node of a fleet: the node's address (as ``--nodes`` names it) and the finding."""
+
+    node: str
+    finding: Finding
+
+    def as_dict(self) -> NodeFindingWire:
+        return {"node": self.node, **self.finding.as_dict()}
+
+    @classmethod
+    def from_dict(cls, node: str, obj: object) -> NodeFinding:
+        """``node``'s finding from its wire dict; raises ``MalformedFindingError`` as ``Finding.from_dict`` does."""
+        return cls(node, Finding.from_dict(obj))
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +379,7 @@ class ReferenceFinding:
     op: str
     agreement: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ReferenceFindingWire:
         return {
             "id": self.id,
             "node": self.node,

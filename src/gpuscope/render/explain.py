@@ -1,11 +1,16 @@
-"""Render an explain report for a terminal: findings first, then a compact stats summary."""
+"""Render an explain report for a terminal: findings first, then a compact stats summary.
+
+A finding is rendered by ``finding_lines`` alone, whether it is the local
+recording's or one node's of a fleet (``explain --nodes``, tagged with its node).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from gpuscope.model.findings import Severity
+from gpuscope.model.findings import Finding, NodeFinding, Severity
 from gpuscope.model.units import fmt_ns
 
 if TYPE_CHECKING:
@@ -130,31 +135,41 @@ def window_line(w: Window) -> str:
     return f"Window: {when}({_dur(w.length_ns)}, {w.events:,} events): {_placement(w)}"
 
 
+def _severity_counts(findings: Sequence[Finding]) -> str:
+    """``2 HIGH, 1 LOW``: how many findings of each severity, the worst first."""
+    counts = {s: sum(1 for f in findings if f.severity is s) for s in Severity}
+    return ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items(), reverse=True) if n)
+
+
+def finding_lines(number: int, f: Finding, node: str | None = None) -> list[str]:
+    """One finding as text: its rank, severity, kind and summary, the symptom, the evidence, caveats and fix.
+
+    ``node``: the fleet node it came from, shown before its kind (``[HIGH] gpu-1:8443: cpu-preemption: …``).
+    """
+    s = f.symptom
+    lines = [f"{number}. [{f.severity.name}] {f'{node}: ' if node else ''}{f.kind}: {s.summary}"]
+    if s.op:
+        lines.append(
+            f"   symptom: {s.op} x{s.count:,}  p50 {fmt_ns(s.p50_ns)}  p99 {fmt_ns(s.p99_ns)}  max {fmt_ns(s.max_ns)}"
+        )
+    if s.extra.get("call_sites"):
+        lines.append(f"   where: {s.extra['call_sites']}")
+    lines.extend(f"   - {ev}" for ev in f.evidence_lines())
+    lines.extend(f"   caveat: {c.text}" for c in f.caveats)
+    lines.append(f"   fix: {f.fix}")
+    return lines
+
+
 def render_report(report: Report, per_process: bool = False) -> str:
     lines = [window_line(report.window)]
     lines.extend(_recording_lines(report))
-    counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     if report.findings:
-        summary = ", ".join(f"{n} {s.name}" for s, n in sorted(counts.items(), reverse=True) if n)
-        lines.append(f"{len(report.findings)} finding(s): {summary}")
+        lines.append(f"{len(report.findings)} finding(s): {_severity_counts(report.findings)}")
     else:
         lines.append("no findings")
     for i, f in enumerate(report.findings, 1):
         lines.append("")
-        lines.append(f"{i}. [{f.severity.name}] {f.kind}: {f.symptom.summary}")
-        s = f.symptom
-        if s.op:
-            lines.append(
-                f"   symptom: {s.op} x{s.count:,}  p50 {fmt_ns(s.p50_ns)}  p99 {fmt_ns(s.p99_ns)}  "
-                f"max {fmt_ns(s.max_ns)}"
-            )
-        if s.extra.get("call_sites"):
-            lines.append(f"   where: {s.extra['call_sites']}")
-        for c in f.causes:
-            for ev in c.evidence:
-                lines.append(f"   - {ev}")
-        lines.extend(f"   caveat: {c.text}" for c in f.caveats)
-        lines.append(f"   fix: {f.fix}")
+        lines.extend(finding_lines(i, f))
     if report.reference:
         lines.append("")
         lines.append(
@@ -184,16 +199,13 @@ def render_report(report: Report, per_process: bool = False) -> str:
     return "\n".join(lines)
 
 
-def render_fleet_findings(findings: list[dict[str, Any]]) -> str:
-    """Findings from several nodes (``explain --nodes``), most severe first, each naming its node."""
+def render_fleet_findings(findings: Sequence[NodeFinding]) -> str:
+    """Findings from several nodes (``explain --nodes``) in their order, each as a local one with its node."""
     if not findings:
         return "no findings on any node"
-    lines = [f"{len(findings)} finding(s) across the nodes:", ""]
+    counts = _severity_counts([f.finding for f in findings])
+    lines = [f"{len(findings)} finding(s) across the nodes: {counts}"]
     for i, f in enumerate(findings, 1):
-        lines.append(f"{i}. [{f.get('severity')}] {f.get('node')}: {f.get('kind')}: {f['symptom']['summary']}")
-        for cause in f.get("causes", []):
-            lines += [f"   - {line}" for line in cause.get("evidence", [])[:3]]
-        if f.get("fix"):
-            lines.append(f"   fix: {f['fix']}")
         lines.append("")
-    return "\n".join(lines).rstrip()
+        lines.extend(finding_lines(i, f.finding, f.node))
+    return "\n".join(lines)

@@ -8,6 +8,7 @@ from typing import Any
 from gpuscope.analysis.collectives import collective_calls
 from gpuscope.analysis.cross_node import KIND, NodeCalls, cross_node_stragglers
 from gpuscope.analysis.engine import ExplainOptions
+from gpuscope.model.findings import Finding
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.processes_write import NcclComm, insert_nccl_comms
 
@@ -67,6 +68,11 @@ def _node(
     return NodeCalls(f"{name}:8443", offset_ns, uncertainty_ns, payload)
 
 
+def _findings(nodes: list[NodeCalls]) -> list[Finding]:
+    """The cross-node findings, without the node each is tagged with."""
+    return [t.finding for t in cross_node_stragglers(nodes)[0]]
+
+
 def _late_every(n: int, every: int, by: int) -> list[int]:
     return [by if k % every == 0 else 0 for k in range(n)]
 
@@ -76,9 +82,11 @@ def test_the_rank_late_into_most_collectives_is_named_with_its_node_lateness_and
     nodes = [_node("alpha", 0, [0] * 100), _node("beta", 1, [0] * 100), _node("gamma", 2, _late_every(100, 2, 3 * MS))]
     # when
     found, notes = cross_node_stragglers(nodes)
-    # then
+    # then the finding is tagged with the straggler's node, as the nodes' own findings are
     assert notes == []
-    [f] = found
+    [tagged] = found
+    f = tagged.finding
+    assert tagged.node == "gamma:8443"
     assert f.kind == KIND and f.symptom.pid == 102 and f.symptom.op == "ncclAllReduce"
     assert f.symptom.extra["rank"] == 2 and f.symptom.extra["address"] == "gamma:8443"
     assert f.symptom.extra["late_share"] == 0.5 and f.symptom.extra["lateness_p50_ns"] == 3 * MS
@@ -94,7 +102,7 @@ def test_each_nodes_clock_offset_is_removed_before_comparing() -> None:
         _node("gamma", 2, [0] * 100, offset_ns=5_000_000_000),
     ]
     # when
-    [f] = cross_node_stragglers(nodes)[0]
+    [f] = _findings(nodes)
     # then the late rank is alpha's, by 3 ms, not gamma's by 5 s
     assert f.symptom.extra["rank"] == 0 and f.symptom.extra["lateness_p50_ns"] == 3 * MS
     assert "+5000.000 ms" in f.causes[0].evidence[2] and "-2000.000 ms" in f.causes[0].evidence[2]
@@ -111,7 +119,7 @@ def test_without_the_communicators_creation_calls_are_matched_by_time_and_a_note
     # when
     found, notes = cross_node_stragglers(nodes)
     # then
-    [f] = found
+    [f] = [t.finding for t in found]
     assert f.symptom.extra["rank"] == 1 and f.symptom.extra["lateness_p50_ns"] == 3 * MS
     assert len(notes) == 1 and "matched by time" in notes[0]
 
@@ -139,7 +147,7 @@ def test_preemption_before_the_late_entries_is_the_cause_with_the_preemptor_name
         _node("beta", 1, [0] * 100),
         _node("gamma", 2, _late_every(100, 1, 4 * MS), activity=(3 * MS, 0, 0), preemptor=777),
     ]
-    [f] = cross_node_stragglers(nodes)[0]
+    [f] = _findings(nodes)
     cause = f.causes[1]
     assert cause.kind == "cpu-preemption"
     assert [(c.pid, c.comm) for c in cause.culprits] == [(777, "hog")]
@@ -152,7 +160,7 @@ def test_block_io_before_the_late_entries_is_the_cause() -> None:
         _node("beta", 1, _late_every(100, 1, 4 * MS), activity=(0, 3 * MS, 3 * MS)),
         _node("gamma", 2, [0] * 100),
     ]
-    [f] = cross_node_stragglers(nodes)[0]
+    [f] = _findings(nodes)
     assert f.causes[1].kind == "block-io" and f.symptom.extra["rank"] == 1
 
 
@@ -185,7 +193,7 @@ def test_the_uncertainty_a_lateness_must_exceed_is_the_stragglers_node_and_a_pee
     assert cross_node_stragglers(nodes(1500 * US))[0] == []
     assert cross_node_stragglers(nodes(10_500 * US))[0] == []
     # and 12 ms is, with the uncertainty it was compared against
-    [f] = cross_node_stragglers(nodes(12 * MS))[0]
+    [f] = _findings(nodes(12 * MS))
     assert f.symptom.extra["rank"] == 2 and f.symptom.extra["clock_uncertainty_ns"] == 11 * MS
 
 
@@ -216,6 +224,6 @@ def test_a_recordings_collective_calls_carry_the_preemption_in_each_gap_and_spli
     for i, member in enumerate(group["members"]):
         part = {**payload, "communicators": [{"comm_hash": group["comm_hash"], "members": [member]}]}
         nodes.append(NodeCalls(f"node{i}:8443", 0, 0, part))
-    [f] = cross_node_stragglers(nodes)[0]
+    [f] = _findings(nodes)
     assert f.symptom.extra["rank"] == 2 and f.causes[1].kind == "cpu-preemption"
     assert f.causes[1].culprits[0].pid == 999

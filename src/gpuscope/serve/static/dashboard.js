@@ -7,6 +7,20 @@ const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#2f6fde", "#d92d20", "#067647", "#b54708", "#7a5af8", "#0e9384", "#c11574", "#667085"];
 const state = { since: "", from: null, to: null, op: null, pid: null };
 
+// A finding's fields, as /api/v1/findings sends them: the wire shape is the TypedDicts FindingWire, SymptomWire
+// and CauseWire of src/gpuscope/model/finding_wire.py. Every key the page reads of a finding is named here and
+// nowhere else; tests/unit/model/test_finding_wire.py checks each one against those TypedDicts.
+const FindingWire = Object.freeze({
+  severity: (f) => f.severity,
+  kind: (f) => f.kind,
+  summary: (f) => f.symptom.summary,
+  op: (f) => f.symptom.op,
+  pid: (f) => f.symptom.pid,
+  comm: (f) => f.symptom.comm,
+  evidence: (f) => (f.causes || []).map((c) => c.evidence || []),  // one list of lines per cause
+  fix: (f) => f.fix,
+});
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -105,19 +119,20 @@ function renderFindings(f) {
   const list = document.getElementById("findings");
   list.replaceChildren();
   if (!f.findings.length) list.append(el("li", { class: "muted" }, "no findings in this window"));
+  const F = FindingWire;
   for (const finding of f.findings) {
-    const item = el("li", {}, el("span", { class: `sev sev-${finding.severity}` }, finding.severity), " ",
-      el("strong", {}, finding.kind), ": ", finding.symptom.summary);
-    if (finding.symptom.comm) item.append(el("div", { class: "muted" }, `process ${finding.symptom.comm} (pid ${finding.symptom.pid})`));
-    for (const cause of finding.causes || []) {
+    const item = el("li", {}, el("span", { class: `sev sev-${F.severity(finding)}` }, F.severity(finding)), " ",
+      el("strong", {}, F.kind(finding)), ": ", F.summary(finding));
+    if (F.comm(finding)) item.append(el("div", { class: "muted" }, `process ${F.comm(finding)} (pid ${F.pid(finding)})`));
+    for (const lines of F.evidence(finding)) {
       const evidence = el("ul", { class: "evidence" });
-      for (const line of cause.evidence || []) evidence.append(el("li", {}, line));
+      for (const line of lines) evidence.append(el("li", {}, line));
       item.append(evidence);
     }
-    if (finding.fix) item.append(el("div", { class: "fix" }, "fix: ", finding.fix));
+    if (F.fix(finding)) item.append(el("div", { class: "fix" }, "fix: ", F.fix(finding)));
     list.append(item);
   }
-  return new Set(f.findings.map((x) => x.symptom.op));
+  return new Set(f.findings.map(F.op));
 }
 
 function renderOps(o, flagged) {
