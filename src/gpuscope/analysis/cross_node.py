@@ -80,6 +80,63 @@ class Rank:
         )
 
 
+def payload_problem(payload: object) -> str | None:
+    """What makes a node's ``collective_calls`` answer unusable here (one line), or None when it is sound.
+
+    The answer comes over the network from another gpuscope (maybe another
+    version): each field this module reads is checked for its type and shape
+    before anything is computed from it.
+    """
+    if not isinstance(payload, dict):
+        return "not a JSON object"
+    groups = payload.get("communicators", [])
+    names = payload.get("processes", {})
+    if not isinstance(groups, list) or not isinstance(names, dict):
+        return "communicators is not a list, or processes not an object"
+    if not all(isinstance(v, (str, type(None))) for v in names.values()):
+        return "processes: a name that is not text"
+    for i, group in enumerate(groups):
+        if not isinstance(group, dict) or not isinstance(group.get("members", []), list):
+            return f"communicators[{i}]: not an object with a list of members"
+        for j, m in enumerate(group.get("members", [])):
+            where = f"communicators[{i}].members[{j}]"
+            if not isinstance(m, dict) or not _is_int(m.get("pid")) or not isinstance(m.get("series", []), list):
+                return f"{where}: not an object with an integer pid and a list of series"
+            if not (m.get("rank") is None or _is_int(m.get("rank"))) or not isinstance(
+                m.get("comm"), (str, type(None))
+            ):
+                return f"{where}: rank or comm of the wrong type"
+            for k, series in enumerate(m.get("series", [])):
+                problem = _series_problem(series)
+                if problem:
+                    return f"{where}.series[{k}]: {problem}"
+    return None
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < 1 << 63
+
+
+def _series_problem(s: object) -> str | None:
+    if not isinstance(s, dict) or not isinstance(s.get("op"), str):
+        return "not an object with an op name"
+    rows, pre = s.get("rows"), s.get("preemptors")
+    if not isinstance(rows, list) or not all(
+        isinstance(r, list) and len(r) == len(COLUMNS) and all(_is_int(v) for v in r) for r in rows
+    ):
+        return f"rows are not lists of {len(COLUMNS)} integers"
+    if not (s.get("first_seq") is None or _is_int(s.get("first_seq"))):
+        return "first_seq is not an integer"
+    if not isinstance(pre, list) or len(pre) != len(rows):
+        return "preemptors do not match the rows"
+    for per_call in pre:
+        if not isinstance(per_call, list) or not all(
+            isinstance(x, list) and len(x) == 2 and _is_int(x[0]) and _is_int(x[1]) for x in per_call
+        ):
+            return "preemptors are not [pid, ns] pairs"
+    return None
+
+
 def cross_node_stragglers(nodes: list[NodeCalls]) -> tuple[list[NodeFinding], list[str]]:
     """Findings of ranks persistently late into collectives across nodes, and notes on how they were matched.
 

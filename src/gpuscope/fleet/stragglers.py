@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from gpuscope.analysis.cross_node import NodeCalls, cross_node_stragglers
+from gpuscope.analysis.cross_node import NodeCalls, cross_node_stragglers, payload_problem
 from gpuscope.fleet.client import FleetClient
 from gpuscope.model.findings import NodeFinding
 
@@ -29,7 +29,14 @@ def fleet_stragglers(
     warnings = [
         f"node {a.node.address}: {a.error} (left out of the cross-node comparison)" for a in answers if not a.ok
     ]
-    with_ranks = [a for a in answers if a.ok and a.data.get("communicators")]
+    answered = []
+    for a in (a for a in answers if a.ok):
+        problem = payload_problem(a.data)
+        if problem is None:
+            answered.append(a)
+        else:
+            warnings.append(f"node {a.node.address}: malformed collectives answer: {problem} (left out)")
+    with_ranks = [a for a in answered if a.data.get("communicators")]
     if len(with_ranks) < 2:
         return [], warnings, []
     clocks = {c.node.address: c for c in asked.only([a.node.address for a in with_ranks]).clock()}
