@@ -9,22 +9,15 @@ counters, the session row and library discovery for new target processes.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
-import platform
-import socket
 import sqlite3
 import sys
 import time
-import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-from gpuscope._version import __version__
 from gpuscope.agent.background import Background
-from gpuscope.agent.discovery import CudaLibrary, Discovery
+from gpuscope.agent.discovery import CudaLibrary
 from gpuscope.agent.late_loads import LateLoads
 from gpuscope.agent.live_stats import LiveStats, Tick
 from gpuscope.agent.options import GIL_SWITCH_S
@@ -33,29 +26,20 @@ from gpuscope.agent.process_notes import ProcessNotes
 from gpuscope.agent.sampling import ProbeSampler
 from gpuscope.agent.self_cost import SelfCostRecorder
 from gpuscope.agent.session_counts import DropDeltas, session_counts
+from gpuscope.agent.session_plan import SessionPlan
+from gpuscope.agent.session_setup import db_cap_bytes, find_libraries, recorded_flags, session_info
 from gpuscope.agent.storage_policy import StoragePolicy
-from gpuscope.agent.tracer import AttachedLibrary, TraceOptions, Tracer
-from gpuscope.bpf.features import can_hold_processes
-from gpuscope.bpf.libbpf import libbpf
+from gpuscope.agent.tracer import AttachedLibrary, Tracer
 from gpuscope.bpf.wire import AuxKind
-from gpuscope.model.ops import FIRST_HOST_OP_ID, Op, op_name
-from gpuscope.model.policy import DEFAULT_BUDGET, SAMPLED_PROBE_OPS
+from gpuscope.model.ops import FIRST_HOST_OP_ID, Op
+from gpuscope.model.policy import DEFAULT_BUDGET
 from gpuscope.platform.system import SystemSampler
 from gpuscope.stacks.collector import StackCollector
 from gpuscope.store.aggregates import BUCKET_NS, Aggregator, insert_aggregates, insert_drops, insert_system_sample
 from gpuscope.store.connect import connect_writer
-from gpuscope.store.processes_write import (
-    insert_exec,
-    set_process_cmdline,
-)
-from gpuscope.store.retention import DEFAULT_MAX_DB, Reserve, SizeCap, index_within_cap
-from gpuscope.store.sessions_write import (
-    SessionInfo,
-    close_session,
-    create_session,
-    mark_committed,
-    update_session_counts,
-)
+from gpuscope.store.processes_write import insert_exec, set_process_cmdline
+from gpuscope.store.retention import Reserve, SizeCap, index_within_cap
+from gpuscope.store.sessions_write import close_session, create_session, mark_committed, update_session_counts
 from gpuscope.store.writer import Durability, EventWriter
 
 _LIFECYCLE_OPS = np.array([int(Op.process_fork), int(Op.process_exec)], dtype=np.uint16)
@@ -81,108 +65,53 @@ READ_BATCH = 1 << 17
 SETTLED_BATCH = 1 << 12
 
 
-def _late_loads_mode(opts: TraceOptions, tracer: Tracer) -> str:
-    """How libraries mapped after start are handled: hold, attach (no hold), rescan (not reported), off."""
-    if not opts.late_loads:
-        return "off"
-    if tracer.late_loads_error is not None:
-        return "rescan"
-    return "hold" if opts.hold and can_hold_processes() else "attach"
-
-
 class TraceSession:
     """Record a trace into a database until ``stop`` says so."""
 
-    def __init__(
-        self,
-        opts: TraceOptions,
-        db_path: str | os.PathLike[str],
-        *,
-        node: str | None = None,
-        argv: list[str] | None = None,
-        libraries: list[str] | None = None,
-        discovery_env: dict[str, str] | None = None,
-        command: list[str] | None = None,
-        scan_system: bool = True,
-        record_all: bool = False,
-        max_db_bytes: int = DEFAULT_MAX_DB,
-        keep_first_s: float = 10.0,
-        budget: float | None = None,
-        tracer: Background[Tracer] | None = None,
-    ) -> None:
-        self.db_path = Path(db_path).expanduser()
-        self.node = node or socket.gethostname()
-        self.opts = opts = self.options_for(opts, libraries)
+    def __init__(self, plan: SessionPlan, *, tracer: Background[Tracer] | None = None) -> None:
+        """Open the recording ``plan`` describes and start recording; a command is launched only afterwards.
+
+        ``tracer``: the probes, already loading with ``plan.opts`` (default: loaded here, beside discovery).
+        """
+        self.plan = plan
+        self.db_path, self.node, self.opts = plan.db_path, plan.node, plan.opts
         # The verifier takes a few hundred ms: the probes load on a thread
-        # (or already do, started by the caller with options_for's options)
+        # (or already do, started by the caller with the plan's options)
         # while discovery and the recording get ready.
-        loading = tracer or Background(lambda: Tracer(opts), name="gpuscope-load")
+        loading = tracer or Background(lambda: Tracer(plan.opts), name="gpuscope-load")
         try:
-            self.discovery = Discovery()
-            self._explicit_libs = bool(libraries)
-            for path in libraries or []:
-                self.discovery.add(path, "--lib")
-            if not libraries:
-                if command:
-                    self.discovery.scan_command(command, discovery_env or dict(os.environ))
-                elif scan_system:
-                    self.discovery.scan_system(discovery_env)
-                    if not opts.filter_targets:
-                        # System-wide: jobs already running (an agent restarted beside them) use libraries from
-                        # their own venvs and conda envs, found only in their memory maps.
-                        self.discovery.scan_all_processes()
-            self.stats = LiveStats()
-            # Called with each batch of events as it is stored (the live view's explain rules).
-            self.stored_listeners: list[Callable[[np.ndarray], None]] = []
-            self._system = SystemSampler()
-            self.conn = connect_writer(self.db_path)
+            self._get_ready()
         except BaseException:
             with contextlib.suppress(Exception):
                 loading.result().close()
             raise
         self.tracer = loading.result()
+        self._open_session()
+        self._start_recording()
+
+    # -- setup ---------------------------------------------------------------
+
+    def _get_ready(self) -> None:
+        """While the probes load: find the libraries, open the store."""
+        self.discovery = find_libraries(self.plan)
+        self.stats = LiveStats()
+        # Called with each batch of events as it is stored (the live view's explain rules).
+        self.stored_listeners: list[Callable[[np.ndarray], None]] = []
+        self._system = SystemSampler()
+        self.conn = connect_writer(self.db_path)
+
+    def _open_session(self) -> None:
+        """Once the probes are loaded: the session row, and the writer thread that fills it under the size cap."""
         self.started_mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         self.started_wall_ns = time.time_ns()
-        self.flags: dict[str, object] = {
-            "entry_only": opts.entry_only,
-            "filter_targets": opts.filter_targets,
-            "host": opts.host,
-            "uprobe_multi": self.tracer.multi,
-            "ring_bytes": opts.ring_bytes,
-            "storage": "all" if record_all else "selective",
-            "max_db_bytes": max_db_bytes,
-            "stacks": ["off", "native", "native+python"][opts.stacks],
-            "late_loads": _late_loads_mode(opts, self.tracer),
-            # The overhead budget (gpuscope.agent.sampling): None, every call is probed all the time.
-            "budget": budget if self.tracer.samples else None,
-            "sampled_ops": sorted(op_name(o) for o in SAMPLED_PROBE_OPS) if self.tracer.samples else [],
-            "exact_first_s": keep_first_s if self.tracer.samples else None,
-            # On-CPU samples per second of a thread's CPU time (0: none taken), and why none if asked for.
-            "cpu_sample_hz": self.tracer.cpu_sample_hz,
-        }
-        if self.tracer.cpu_sampling_error:
-            self.flags["cpu_sampling_error"] = self.tracer.cpu_sampling_error
-        major, minor = libbpf().version()
-        self.session_id = create_session(
-            self.conn,
-            SessionInfo(
-                uuid=str(uuid.uuid4()),
-                node=self.node,
-                hostname=socket.gethostname(),
-                kernel=platform.release(),
-                gpuscope_version=__version__,
-                libbpf_version=f"{major}.{minor}",
-                started_wall_ns=self.started_wall_ns,
-                started_mono_ns=self.started_mono_ns,
-                argv=argv or [],
-                flags=self.flags,
-                agent_pid=os.getpid(),
-            ),
-        )
+        self.flags = recorded_flags(self.plan, self.tracer)
+        info = session_info(self.plan, self.flags, wall_ns=self.started_wall_ns, mono_ns=self.started_mono_ns)
+        self.session_id = create_session(self.conn, info)
         # A short GIL switch interval while recording (see GIL_SWITCH_S).
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_S)
-        self.cap = SizeCap(self.db_path, max_db_bytes)
+        self.max_db_bytes = db_cap_bytes(self.plan)
+        self.cap = SizeCap(self.db_path, self.max_db_bytes)
         self.cap.configure(self.conn)
         # Room to close the session if the file system fills (see Reserve).
         self.reserve = Reserve(self.db_path)
@@ -196,10 +125,16 @@ class TraceSession:
             on_failure=self.reserve.release,
             blocks=self.cap.blocks,
         )
+        opts = self.opts
         self.stacks = StackCollector(self.session_id, self.tracer, python=opts.stacks >= 2) if opts.stacks else None
         self.notes = ProcessNotes(self.session_id, self.writer, self.stacks, lambda pid: pid in self.stats.pids)
-        self.max_db_bytes = max_db_bytes
-        self.policy = StoragePolicy(record_all=record_all, start_ns=self.started_mono_ns, warmup_s=keep_first_s)
+
+    def _start_recording(self) -> None:
+        """Attach the libraries found, and start the threads that follow late loads and the overhead budget."""
+        plan = self.plan
+        self.policy = StoragePolicy(
+            record_all=plan.record_all, start_ns=self.started_mono_ns, warmup_s=plan.keep_first_s
+        )
         self.aggregator = Aggregator(self.session_id)
         self.targets: list[int] = []
         self._page_interval_start = self.started_mono_ns
@@ -216,7 +151,7 @@ class TraceSession:
         # copy on the machine would make other jobs using those copies pay the
         # uprobe trap on each call while this trace runs, and closing them
         # costs a round of RCU grace periods (~100 ms) at the end of each trace.
-        self.deferred = bool(command) and not libraries and self.flags["late_loads"] == "hold"
+        self.deferred = plan.defers_attach and self.flags["late_loads"] == "hold"
         if not self.deferred:
             for lib in self.discovery.libraries:
                 self.tracer.attach_library(lib)
@@ -227,21 +162,18 @@ class TraceSession:
         self.cost = SelfCostRecorder(self.session_id, self.writer, self.tracer, self.stacks)
         self.sampler = ProbeSampler(
             self.tracer,
-            (budget or DEFAULT_BUDGET) if self.tracer.samples else None,
-            keep_first_s,
+            (plan.budget or DEFAULT_BUDGET) if self.tracer.samples else None,
+            plan.keep_first_s,
             self.cost.on_window,
             open_since_ns=self.started_mono_ns,
         )
         self.cost.sampler = self.sampler
         self.sampler.start()
 
-    # -- setup ---------------------------------------------------------------
-
-    @staticmethod
-    def options_for(opts: TraceOptions, libraries: list[str] | None) -> TraceOptions:
-        """The options the tracer of a session over ``libraries`` is loaded with."""
-        # The user named the libraries: trace those, and only those.
-        return dataclasses.replace(opts, late_loads=False) if libraries else opts
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since recording started."""
+        return time.monotonic() - self._t0
 
     def add_target(self, pid: int, *, before_exec: bool = False) -> None:
         """Trace a process (and its descendants).
@@ -253,7 +185,7 @@ class TraceSession:
         self.tracer.add_target(pid)
         self.targets.append(pid)
         self.notes.process(pid, traced=not before_exec)
-        if not self._explicit_libs:
+        if not self.plan.libraries:
             for lib in self.discovery.scan_process(pid):
                 self.tracer.attach_library(lib)
 

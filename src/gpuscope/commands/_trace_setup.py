@@ -1,16 +1,18 @@
 """What `gpuscope trace` will record, checked from its arguments before anything is loaded.
 
 The trace options (``TraceOptions``), the budget, the on-CPU sampling rate and
-the recording's settings: every bad value is a ``UsageError`` naming its flag,
-raised before a probe is loaded or a file is created.
+the recording's settings, as the session's plan (``SessionPlan``): every bad
+value is a ``UsageError`` naming its flag, raised before a probe is loaded or
+a file is created.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gpuscope.agent.session_plan import SessionPlan
 from gpuscope.commands._options import db_from_args, duration_s, size_bytes
 from gpuscope.config import check_node_name, load_config
 from gpuscope.errors import UsageError
@@ -18,27 +20,16 @@ from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ, MAX_CPU_SAMPLE_HZ, SAMP
 from gpuscope.stacks.policy import parse_overrides, stack_policy
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from gpuscope.agent.options import TraceOptions
 
 MAX_RING_BYTES = 1 << 30  # a BPF ring buffer must be a power of two below 4 GiB; past 1 GiB it only costs memory
 
 
-@dataclass(frozen=True, slots=True)
-class TraceSetup:
-    """The session's settings, checked before anything is loaded."""
+def trace_plan(args: argparse.Namespace, command: list[str], argv: Sequence[str]) -> SessionPlan:
+    """Build the plan of a trace from its arguments; raises UsageError on a bad value.
 
-    opts: TraceOptions
-    db: Path
-    node: str | None
-    max_db: int
-    keep_first_s: float
-    budget: float | None
-
-
-def trace_setup(args: argparse.Namespace, command: list[str]) -> TraceSetup:
-    """The settings of a trace from its arguments; raises UsageError on a bad value."""
+    ``argv`` is the command line stored with the session.
+    """
     opts = trace_options(args, command)
     max_db = size_bytes("--max-db", args.max_db)
     if 0 < max_db < (1 << 20):
@@ -47,7 +38,19 @@ def trace_setup(args: argparse.Namespace, command: list[str]) -> TraceSetup:
     if node is not None:
         check_node_name(node, "--node" if args.node is not None else "config node")
     budget = None if args.record_all else budget_arg(args.budget)
-    return TraceSetup(opts, db_from_args(args), node, max_db, duration_s("--keep-first", args.keep_first), budget)
+    db = db_from_args(args)
+    return SessionPlan.build(
+        opts,
+        db,
+        node=node,
+        argv=argv,
+        libraries=args.lib,
+        command=command,
+        record_all=args.record_all,
+        max_db_bytes=max_db,
+        keep_first_s=duration_s("--keep-first", args.keep_first),
+        budget=budget,
+    )
 
 
 def trace_options(args: argparse.Namespace, command: list[str]) -> TraceOptions:

@@ -5,33 +5,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from gpuscope.agent.launch import StopSignals, finish, launch_held
-from gpuscope.commands._exporters import (
-    ExporterPlan,
-    RunningExporters,
-    add_exporter_options,
-    plan_exporters,
-    start_exporters,
-)
+from gpuscope.agent.traced_command import TraceResult, trace_command
+from gpuscope.commands._exporters import add_exporter_options, plan_exporters
 from gpuscope.commands._options import add_db_option, duration_ns, duration_s, pid_arg
-from gpuscope.commands._trace_setup import TraceSetup, trace_setup
-from gpuscope.errors import DatabaseError, NoCudaLibraryError, PermissionDeniedError, ProcessNotFoundError, UsageError
+from gpuscope.commands._trace_setup import trace_plan
+from gpuscope.errors import DatabaseError, PermissionDeniedError, ProcessNotFoundError, UsageError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ, WARMUP_ROWS_PER_S
 
 if TYPE_CHECKING:
-    from gpuscope.agent.background import Background
     from gpuscope.agent.late_loads import LateLoads
     from gpuscope.agent.options import TraceOptions
-    from gpuscope.agent.session import TraceSession
     from gpuscope.agent.tracer import Tracer
-    from gpuscope.tui.explain_source import ExplainFindings
 
 
 NAME = "trace"
@@ -222,93 +210,52 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     status_every = 0 if status_s == 0 else max(1, round(status_s))
     exporters = plan_exporters(args)
     hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
-    setup = trace_setup(args, command)
+    plan = trace_plan(args, command, sys.argv)
     # Start-up waits mostly for the verifier: the probes load on a thread
     # from here, while the modules below are imported and the session opens
     # the recording and finds the libraries.
     from gpuscope.agent.background import Background
 
     imported = threading.Event()
-    loading = Background(lambda: _load_tracer(setup.opts, imported), name="gpuscope-load")
+    loading = Background(lambda: _load_tracer(plan.opts, imported), name="gpuscope-load")
     # Imports hold the GIL: ours beside the loader's would only delay the
     # verifier's start. Once the loader has its modules, the verifier runs in
     # the kernel and the imports below overlap it.
     imported.wait(_LOADER_IMPORTS_MAX_S)
     try:
+        from gpuscope.commands._trace_watch import TraceWatch
         from gpuscope.render.summary import render_summary
-        from gpuscope.tui.explain_source import ExplainFindings
-        from gpuscope.tui.live_findings import builtin_findings
-        from gpuscope.tui.output import LiveOutput, choose_mode
-
-        session = _session(args, command, setup, loading)
     except BaseException:
         with contextlib.suppress(Exception):
             loading.result().close()
         raise
-    proc: subprocess.Popen[bytes] | None = None
-    explain: ExplainFindings | None = None
-    metrics: RunningExporters | None = None
-    try:
-        for pid in args.pid:
-            session.add_target(pid)
-        if not session.attached and session.flags["late_loads"] not in ("hold", "attach"):
-            # Without the kernel reporting library loads, nothing could ever be traced. With it, a job (or, in a
-            # DaemonSet, the first job on the node) that loads CUDA later is attached at its first load.
-            raise NoCudaLibraryError("no CUDA library (libcudart / libcuda) found to attach to")
-        # Ctrl-C is a stop request from the moment the header says so, even
-        # before the command is launched (it is then stopped at once).
-        with StopSignals() as stop:
-            _print_header(session, command, args.pid)
-            mode = choose_mode(no_tui=args.no_tui, json=json_out is not None, terminal=sys.stderr.isatty())
-            # Explain rules over the recent recording, beside the built-in live findings.
-            explain = ExplainFindings(session.db_path, hang_threshold_ns=hang_threshold_ns)
-            # Handed the rows as they are stored, it never reads them back out of the recording.
-            session.stored_listeners.append(explain.feed)
-            metrics = _start_exporters(session, explain, exporters)
-            live = LiveOutput(
-                session,
-                mode,
-                _target_text(command, args.pid),
-                findings=[*builtin_findings(session.flags), explain],
-                stdout=json_out,
-                status_every=status_every,
-            )
-            if command:
-                proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
-            deadline = time.monotonic() + duration if duration else None
-
-            def should_stop() -> bool:
-                if stop.requested or (deadline is not None and time.monotonic() >= deadline):
-                    return True
-                return proc is not None and proc.poll() is not None
-
-            with live:
-                session.run(should_stop, live.on_tick)
-            if session.failure is not None:
-                _recording_failed(session, proc, command, stop, explain)
-        exit_code = finish(proc, signum=stop.signum or signal.SIGINT) if proc is not None else 0
-    except BaseException as exc:
-        _finish(session, explain)
-        if proc is not None and proc.poll() is None and not isinstance(exc, KeyboardInterrupt):
-            # The tracer failed, not the workload: it is left to run (detached
-            # from the probes by finish()), and the user is told where it is.
-            print(f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced", file=sys.stderr)
-        raise
-    elapsed = time.monotonic() - session._t0
-    counters = _finish(session, explain)
+    watch = TraceWatch(
+        args, command, json_out, status_every=status_every, exporters=exporters, hang_threshold_ns=hang_threshold_ns
+    )
+    # It closes the probes if the session cannot open.
+    result = trace_command(plan, command, watch, tracer=loading, duration_s=duration)
+    if result.failure is not None:
+        _recording_failed(result)
+    session = result.session
     # After the last events were counted: a final scrape or push sees the full run.
-    exported = metrics.close() if metrics is not None else []
-    live.finish(counters, db_path=str(session.db_path), session_id=session.session_id)
+    exported = watch.metrics.close() if watch.metrics is not None else []
+    if watch.live is not None:
+        watch.live.finish(result.counters, db_path=str(result.db_path), session_id=result.session_id)
     # Stdout belongs to the traced command (and to the JSON stream): the summary is for the person, on stderr.
     lines = [
-        render_summary(session.stats.per_op, elapsed_s=elapsed, counters=counters, preempted=session.stats.preempted),
+        render_summary(
+            session.stats.per_op,
+            elapsed_s=result.elapsed_s,
+            counters=result.counters,
+            preempted=session.stats.preempted,
+        ),
         *_late_load_lines(session.late_loads),
         *exported,
-        f"\nrecorded to {session.db_path} (session {session.session_id}); run `gpuscope explain` next",
+        f"\nrecorded to {result.db_path} (session {result.session_id}); run `gpuscope explain` next",
     ]
     with contextlib.suppress(OSError):  # stderr closed (`2>&1 | head`): the recording is complete regardless
         print("\n".join(lines), file=sys.stderr, flush=True)
-    return exit_code
+    return 0 if result.exit_status is None else result.exit_status
 
 
 def _late_load_lines(late: LateLoads) -> list[str]:
@@ -331,87 +278,25 @@ def _late_load_lines(late: LateLoads) -> list[str]:
     return lines
 
 
-def _finish(session: TraceSession, explain: ExplainFindings | None) -> dict[str, int]:
-    """Close the session, then wait for a live explain evaluation still running.
+def _recording_failed(result: TraceResult) -> NoReturn:
+    """The store failed: the recording is closed and the command, if any, has ended; say what was kept."""
+    from gpuscope.commands._trace_watch import stopped_at
 
-    The evaluation must end before the interpreter does (a thread torn down
-    mid-numpy aborts the process); it runs on while the session detaches and
-    drains instead of before.
-    """
-    try:
-        return session.finish()
-    finally:
-        if explain is not None:
-            explain.close()
-
-
-def _recording_failed(
-    session: TraceSession,
-    proc: subprocess.Popen[bytes] | None,
-    command: list[str],
-    stop: StopSignals,
-    explain: ExplainFindings | None,
-) -> NoReturn:
-    """The store failed: close the recording now, leave the workload unharmed, then say what was kept.
-
-    Detaching first means the workload runs on at full speed; it is never
-    killed because the tracer failed. A launched command is waited for (Ctrl-C
-    and SIGTERM still reach it), so scripts that run ``gpuscope trace -- CMD``
-    see it end before gpuscope does.
-    """
-    from gpuscope.analysis.recording_state import iso_wall
-
-    reason = session.failure or "error"
-    counters = _finish(session, explain)
-    kept = session.writer.rows_written
-    lost = session.writer.rows_lost
-    # The same "complete up to" time explain and query will show for this session.
-    at = iso_wall(session.committed_wall_ns) or "its start"
-    what = f"the file system of {session.db_path} is full" if reason == "disk full" else reason
-    print(f"\ngpuscope: recording stopped at {at}: {what}", file=sys.stderr)
-    if proc is not None:
-        if proc.poll() is None:
-            print(
-                f"gpuscope: `{' '.join(command)}` (pid {proc.pid}) runs on untraced; waiting for it to end "
-                "(Ctrl-C stops it)",
-                file=sys.stderr,
-            )
-        while proc.poll() is None and not stop.requested:
-            time.sleep(0.2)
-        status = finish(proc, signum=stop.signum or signal.SIGINT)
-        print(f"gpuscope: the command exited with status {status}", file=sys.stderr)
+    session, reason = result.session, result.failure or "error"
+    if result.exit_status is not None:
+        print(f"gpuscope: the command exited with status {result.exit_status}", file=sys.stderr)
     remedy = (
         "free space there, or cap the recording below what is free: --max-db SIZE (the oldest rows go first)"
         if reason == "disk full"
         else "check the file system holding the recording, then record into a new file with --db PATH"
     )
     raise DatabaseError(
-        f"{session.db_path}: recording stopped early ({reason}); it is closed and keeps {kept:,} event rows "
-        f"committed up to {at}; {lost:,} rows read after that were not stored, "
-        f"{counters.get('dropped', 0):,} events dropped in the kernel",
+        f"{session.db_path}: recording stopped early ({reason}); it is closed and keeps "
+        f"{session.writer.rows_written:,} event rows committed up to {stopped_at(session)}; "
+        f"{session.writer.rows_lost:,} rows read after that were not stored, "
+        f"{result.counters.get('dropped', 0):,} events dropped in the kernel",
         remedy=remedy,
     )
-
-
-def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: ExporterPlan) -> RunningExporters | None:
-    """Start the metrics exporters asked for (closed after the session finishes: the last scrape or push sees it all)."""
-    if plan.prometheus is None and plan.otlp is None:
-        return None  # before the import: prometheus_client costs ~50 ms of every trace's start-up
-    from gpuscope.exporters.metrics import SamplingInputs, TraceMetrics
-    from gpuscope.model.ops import op_name
-
-    sampler = session.sampler
-
-    def sampling() -> SamplingInputs:
-        names = frozenset(op_name(o) for o in sampler.sampled_ops)
-        costs = tuple((c.pid, c.share) for c in sampler.self_costs())
-        covered, elapsed = sampler.coverage()
-        return names, covered, elapsed, sampler.budget, costs
-
-    source = TraceMetrics(
-        session.node, session.stats.copy, session.tracer.counters, explain.finding_counts, sampling=sampling
-    )
-    return start_exporters(plan, source)
 
 
 def _duration(text: str) -> float:
@@ -441,57 +326,3 @@ def _load_tracer(opts: TraceOptions, imported: threading.Event) -> Tracer:
     finally:
         imported.set()
     return Tracer(opts)
-
-
-def _session(
-    args: argparse.Namespace, command: list[str], setup: TraceSetup, tracer: Background[Tracer]
-) -> TraceSession:
-    """Open the recording with the probes ``tracer`` loads (nothing is attached to a process yet)."""
-    from gpuscope.agent.session import TraceSession
-
-    return TraceSession(
-        setup.opts,
-        setup.db,
-        node=setup.node,
-        argv=sys.argv,
-        record_all=args.record_all,
-        max_db_bytes=setup.max_db,
-        keep_first_s=setup.keep_first_s,
-        budget=setup.budget,
-        libraries=args.lib,
-        command=command or None,
-        tracer=tracer,
-    )
-
-
-def _target_text(command: list[str], pids: list[int]) -> str:
-    if command:
-        return "command: " + " ".join(command)
-    if pids:
-        return "pids: " + ", ".join(map(str, pids))
-    return "all processes that call CUDA"
-
-
-def _print_header(session: TraceSession, command: list[str], pids: list[int]) -> None:
-    err = sys.stderr
-    print(f"Tracing {_target_text(command, pids)}", file=err)
-    for att in session.attached:
-        lib = att.library
-        print(f"  {lib.kind:<6} {lib.path} {lib.version} ({att.probes} probes, {lib.found_via})", file=err)
-    for lib in session.waiting:
-        print(f"  {lib.kind:<6} {lib.path} {lib.version} ({lib.found_via}; attached at its first load)", file=err)
-    if not session.attached and not session.waiting:
-        print("  no CUDA library found yet: each one a process loads is attached at its first load", file=err)
-    mode = "uprobe_multi" if session.tracer.multi else "classic uprobes (kernel lacks uprobe_multi)"
-    host = ", ".join(session.tracer.host_links)
-    print(f"  probes: {mode}; host: {host or 'off'}", file=err)
-    sampler = session.sampler
-    if sampler.budget is not None:
-        print(
-            f"  overhead budget {sampler.budget:.1%} of each process's CPU time: launches, memsets and async copies "
-            f"probed in windows after the first {sampler.exact_first_s:g} s, their counts estimated "
-            "(--record-all: every call)",
-            file=err,
-        )
-    print(f"  database: {session.db_path}", file=err)
-    print("Hit Ctrl-C to end.", file=err)

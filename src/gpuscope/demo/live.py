@@ -5,7 +5,8 @@ compiled at run time against ``gpuscope/_standin/libcudart.so.12``. A
 scenario's live part drives them through ``LiveRun``: start a traced
 workload, start CPU hogs that are *not* traced (they appear only as the
 preemptors in traced threads' scheduler events), wait. The ``TraceSession``
-polls on a background thread while the scenario runs on the caller's.
+polls on a background thread while the scenario runs on the caller's
+(``gpuscope.agent.traced_command.trace_beside``).
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscope.agent.launch import launch_held
+from gpuscope.agent.options import TraceOptions
 from gpuscope.agent.session import TraceSession
-from gpuscope.agent.tracer import TraceOptions
+from gpuscope.agent.session_plan import SessionPlan
+from gpuscope.agent.traced_command import Watch, launch_traced, trace_beside
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
 from gpuscope.store.processes_write import ProcessRow, insert_processes
@@ -149,9 +150,7 @@ class LiveRun:
         env = dict(os.environ)
         env.pop("GPUSCOPE_STANDIN_RESULT", None)
         env["GPUSCOPE_STANDIN_LATENCY"] = ",".join(f"{k}={v}" for k, v in (latency or {}).items())
-        proc = launch_held(
-            argv, lambda pid: self.session.add_target(pid, before_exec=True), env=env, stdout=subprocess.DEVNULL
-        )
+        proc = launch_traced(self.session, argv, env=env, stdout=subprocess.DEVNULL)
         self.targets.append(proc)
         return proc
 
@@ -165,9 +164,7 @@ class LiveRun:
         env.pop("GPUSCOPE_STANDIN_RESULT", None)
         env["GPUSCOPE_STANDIN_LATENCY"] = ",".join(f"{k}={v}" for k, v in (latency or {}).items())
         argv = [sys.executable, str(path), str(self.programs.cudart), *args]
-        proc = launch_held(
-            argv, lambda pid: self.session.add_target(pid, before_exec=True), env=env, stdout=subprocess.DEVNULL
-        )
+        proc = launch_traced(self.session, argv, env=env, stdout=subprocess.DEVNULL)
         self.targets.append(proc)
         return proc
 
@@ -247,37 +244,41 @@ def record_live(
     """
     # No call stacks (an empty stack policy), but on-CPU samples with Python frames: they name the host's code.
     opts = TraceOptions(filter_targets=True, stacks=2, io=False, tcp=False, cpu_sample_hz=DEFAULT_CPU_SAMPLE_HZ)
-    session = TraceSession(opts, db, argv=argv, libraries=[str(programs.cudart)], record_all=True)
-    stop = threading.Event()
-    failure: list[BaseException] = []
+    plan = SessionPlan.build(opts, db, argv=argv, libraries=[str(programs.cudart)], record_all=True)
 
-    def loop() -> None:
-        try:
-            session.run(stop.is_set)
-        except BaseException as exc:  # surfaced on the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=loop, name="gpuscope-demo-trace", daemon=True)
-    run = LiveRun(session, programs, workdir, expected_s, progress)
-    source = SessionSource(session, f"gpuscope demo ({programs.workload.name})")
-    builder = SnapshotBuilder(source, snapshots, findings=builtin_findings()) if snapshots else None
-    # Keep gpuscope itself off CPU 0, where the scenarios pin the workloads: the tracer is not the story.
-    affinity = os.sched_getaffinity(0)
-    if len(affinity) > 1 and 0 in affinity:
-        os.sched_setaffinity(0, affinity - {0})
-    thread.start()
-    if builder is not None:
-        builder.start()
-    try:
-        body(run)
-    finally:
+    def scenario(session: TraceSession) -> None:
+        run = LiveRun(session, programs, workdir, expected_s, progress)
+        source = SessionSource(session, f"gpuscope demo ({programs.workload.name})")
+        builder = SnapshotBuilder(source, snapshots, findings=builtin_findings()) if snapshots else None
         if builder is not None:
-            builder.stop()
-        run.close()
-        stop.set()
-        thread.join(30)
-        counters = session.finish()
-        os.sched_setaffinity(0, affinity)
-    if failure:
-        raise failure[0]
-    return counters
+            builder.start()
+        try:
+            body(run)
+        finally:
+            if builder is not None:
+                builder.stop()
+            run.close()
+
+    return trace_beside(plan, scenario, _OffCpu0()).counters
+
+
+class _OffCpu0(Watch):
+    """Keep gpuscope off CPU 0 while it records: the scenarios pin their workloads there (the tracer is not the story).
+
+    Only this thread and the ones it starts from then on move (the recording
+    loop's, the snapshot builder's); the session's own (the writer's) keep their CPUs.
+    """
+
+    def __init__(self) -> None:
+        self.affinity: set[int] | None = None
+
+    def begin(self, session: TraceSession) -> AbstractContextManager[object]:
+        # Before the recording loop's thread starts: a thread takes the CPUs of the one that starts it.
+        self.affinity = affinity = os.sched_getaffinity(0)
+        if len(affinity) > 1 and 0 in affinity:
+            os.sched_setaffinity(0, affinity - {0})
+        return nullcontext()
+
+    def closed(self) -> None:
+        if self.affinity is not None:
+            os.sched_setaffinity(0, self.affinity)

@@ -14,8 +14,11 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from gpuscope.agent.launch import launch_held
+from gpuscope.agent.options import TraceOptions
+from gpuscope.agent.session_plan import SessionPlan
+from gpuscope.agent.traced_command import Ending, Watch, trace_command
 from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
 from gpuscope.demo.gpu import NoGpuError, detect_gpu, script_path, torch_cuda
 from gpuscope.demo.live import LiveRun, Progress, Workloads, build_workloads, record_live
@@ -28,6 +31,9 @@ from gpuscope.store.findings_history import save_findings
 from gpuscope.store.private_snapshot import user_cache_dir
 from gpuscope.store.sessions_read import last_session, session_offsets
 from gpuscope.tui.live_snapshot import LiveSnapshot
+
+if TYPE_CHECKING:
+    from gpuscope.agent.session import TraceSession
 
 
 class DemoMode(enum.Enum):
@@ -234,35 +240,34 @@ class DemoRunner:
             raise NoGpuError(f"--gpu needs PyTorch with CUDA: {why}")
         if scenario.gpu_script is None:
             raise EnvironmentUnsupported(f"scenario {scenario.name} has no GPU version")
-        from gpuscope.agent.session import TraceSession
-        from gpuscope.agent.tracer import TraceOptions
-
         command = [sys.executable, str(script_path(scenario.gpu_script)), str(self.scale)]
         # No call stacks (an empty stack policy), but on-CPU samples with Python frames: they name the host's code.
         opts = TraceOptions(filter_targets=True, stacks=2, io=False, tcp=False, cpu_sample_hz=DEFAULT_CPU_SAMPLE_HZ)
-        session = TraceSession(opts, self.db, argv=argv, command=command, record_all=True)
-        try:
-            if not session.attached:
-                raise EnvironmentUnsupported("no CUDA library found for the PyTorch workload")
-            proc = launch_held(command, lambda pid: session.add_target(pid, before_exec=True))
-            try:
-                started = time.monotonic()
-                stop_at = started + 600
-                expected = scenario.live_seconds * self.scale + 5
+        plan = SessionPlan.build(opts, self.db, argv=argv, command=command, record_all=True)
+        watch = _GpuWatch(progress, expected_s=scenario.live_seconds * self.scale + 5)
+        # The workload is the demo's own: killed if it is still running when the trace ends, however it ends.
+        trace_command(plan, command, watch, ending=Ending.KILL, duration_s=_GPU_RUN_MAX_S)
 
-                def done() -> bool:
-                    if progress:
-                        progress(min((time.monotonic() - started) / expected, 0.99), "PyTorch workload")
-                    return proc.poll() is not None or time.monotonic() > stop_at
 
-                session.run(done)
-            finally:
-                # Also when interrupted: the workload must not outlive the demo.
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait()
-        finally:
-            session.finish()
+# A PyTorch scenario that runs longer than this is stopped.
+_GPU_RUN_MAX_S = 600.0
+
+
+class _GpuWatch(Watch):
+    """The GPU demo's part of its trace: refuse without a CUDA library to probe, and report progress."""
+
+    def __init__(self, progress: Progress | None, *, expected_s: float) -> None:
+        self.progress = progress
+        self.expected_s = expected_s
+
+    def opened(self, session: TraceSession) -> None:
+        if not session.attached:
+            raise EnvironmentUnsupported("no CUDA library found for the PyTorch workload")
+
+    def should_stop(self, elapsed_s: float) -> bool:
+        if self.progress:
+            self.progress(min(elapsed_s / self.expected_s, 0.99), "PyTorch workload")
+        return False
 
 
 def _session_window(db: Path, session_id: int) -> ExplainOptions:
