@@ -160,12 +160,12 @@ def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows
     monkeypatch.setattr(api_module, "explain_db", lambda path, opts: runs.append(opts) or real(path, opts))
     api = Api(db)
     # overview, ops and findings of one window: one explain
-    first = api.ops({})
-    api.findings({})
-    api.overview({})
+    first = api.ops()
+    api.findings()
+    api.overview()
     assert len(runs) == 1
     # another window: its own
-    api.ops({"since": "1s"})
+    api.ops(since_ns=1_000_000_000)
     assert len(runs) == 2
     # the recording grows (as while `trace` writes): the next read sees the new rows
     conn = connect_writer(db)
@@ -175,7 +175,7 @@ def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows
         "op_id, flags, ret, bytes, handle, stream, arg0, arg1 FROM event_log"
     )
     conn.close()
-    again = api.ops({})
+    again = api.ops()
     assert len(runs) == 3
     assert again["window"]["events"] > first["window"]["events"]
 
@@ -187,14 +187,14 @@ def test_snapshots_are_the_recorded_host_samples(tmp_path: Path) -> None:
     from tests.unit.analysis.builder import WALL0
 
     db = contention_recording(tmp_path / "run.db")
-    assert Api(db).snapshots({})["snapshots"] == []
+    assert Api(db).snapshots()["snapshots"] == []
     conn = connect_writer(db)
     for i in range(10):
         insert_system_sample(conn, 1, WALL0 + i * 1_000_000_000, None if i == 0 else 10.0 * i, 40.0, 2**30, 0, 1.5, 2)
     conn.close()
-    every = Api(db).snapshots({})
+    every = Api(db).snapshots()
     assert every["source"] == "recorded" and [s["cpu_pct"] for s in every["snapshots"]][:3] == [None, 10.0, 20.0]
-    last = Api(db).snapshots({"since": "2s"})["snapshots"]
+    last = Api(db).snapshots(since_ns=2_000_000_000)["snapshots"]
     assert [s["wall_ns"] for s in last] == [WALL0 + i * 1_000_000_000 for i in (7, 8, 9)]
 
 
@@ -202,3 +202,27 @@ def test_non_finite_numbers_come_back_as_text_not_a_500(served: Server) -> None:
     res, data = served.request("POST", "/api/v1/query", body=b'{"sql": "SELECT 1e999 AS a, -1e999 AS b, 0.5 AS c"}')
     assert res.status == 200, data
     assert json.loads(data)["rows"] == [["inf", "-inf", 0.5]]
+
+
+def test_every_answer_on_the_wire_matches_the_schema_the_served_spec_publishes(
+    served: Server, spec: dict[str, Any]
+) -> None:
+    from jsonschema import Draft202012Validator
+
+    for path, item in spec["paths"].items():
+        if "get" in item:
+            status, doc = served.get_json(path)
+            schema = item["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+            errors = [e.message for e in Draft202012Validator(schema).iter_errors(doc)]
+            assert status == 200 and errors == [], (path, errors[:3])
+
+
+def test_a_pid_past_the_clis_bound_is_a_400_that_says_the_bound(served: Server, spec: dict[str, Any]) -> None:
+    from gpuscope.model.limits import PID_MAX
+
+    pid = spec["paths"]["/api/v1/ops"]["get"]["parameters"][1]
+    assert pid["name"] == "pid" and pid["schema"]["maximum"] == PID_MAX
+    status, doc = served.get_json(f"/api/v1/ops?pid={PID_MAX + 1}")
+    assert status == 400 and doc["error"]["message"] == f"pid={PID_MAX + 1}: must be between 1 and {PID_MAX}"
+    status, _ = served.get_json(f"/api/v1/ops?pid={PID_MAX}")
+    assert status == 200

@@ -342,7 +342,7 @@ QUERY_VALUES = [
 
 
 def _get_targets() -> list[tuple[str, str]]:
-    return [(f"/api/v1{ep.path}", name) for ep in ENDPOINTS for name in ep.params]
+    return [(f"/api/v1{ep.path}", p.name) for ep in ENDPOINTS for p in ep.params]
 
 
 def test_every_endpoint_is_in_the_corpus(served: Server) -> None:

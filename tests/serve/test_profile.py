@@ -95,9 +95,9 @@ def test_bad_parameters_get_the_error_shape(served: Server, query: str) -> None:
 
 def test_a_recording_without_samples_answers_an_empty_profile_with_a_note(tmp_path: Path) -> None:
     api = Api(contention_recording(tmp_path / "run.db"))
-    p = api.profile({})
+    p = api.profile()
     assert (p["samples"], p["top_functions"], p["stacks"], p["notes"]) == (0, [], [], [NO_SAMPLES])
-    assert api.profile_speedscope({})["profiles"] == []
+    assert api.profile_speedscope()["profiles"] == []
 
 
 def _mcp_client(server: Server) -> httpx2.AsyncClient:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpuscope.config import DEFAULT_DB, resolve_db_path
 from gpuscope.errors import UsageError
+from gpuscope.model.limits import PID_MAX, PID_MIN
 from gpuscope.model.times import TIME_FORMS
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns, parse_duration_s, parse_size
 
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from gpuscope.query.filters import EventFilter
 
 
-PID_MAX = 4_194_304  # the kernel's largest pid_max (PID_MAX_LIMIT on 64-bit)
 INT64_MAX = 2**63 - 1
 
 
@@ -47,7 +47,7 @@ def bounded_int(lo: int, hi: int, what: str = "an integer") -> Callable[[str], i
     return parse
 
 
-pid_arg = bounded_int(1, PID_MAX, "a process id")
+pid_arg = bounded_int(PID_MIN, PID_MAX, "a process id")
 
 
 def bounded_float(

@@ -16,10 +16,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gpuscope._version import __version__
 from gpuscope.platform.access import Guard, error_body
 from gpuscope.query.guard import cap_sqlite_heap
 from gpuscope.serve.http_api import ENDPOINTS, Api, Endpoint, handle_errors
+from gpuscope.serve.openapi import openapi_spec
+from gpuscope.serve.params import parse_query, query_request
 from gpuscope.serve.security import MAX_BODY_BYTES, GuardMiddleware
 from gpuscope.serve.untrusted import MAX_ERROR_CHARS, clean
 
@@ -82,79 +83,10 @@ def static_names() -> list[str]:
     return sorted(p.name for p in (resources.files("gpuscope.serve") / "static").iterdir() if p.name[0] != ".")
 
 
-def openapi_spec() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of /api/v1, built from the endpoint table (so it cannot drift from the routes)."""
-    error = {"$ref": "#/components/responses/Error"}
-    ok = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
-    paths: dict[str, Any] = {}
-    for ep in ENDPOINTS:
-        parameters = [
-            {"name": n, "in": "query", "required": False, "description": d, "schema": {"type": "string"}}
-            for n, d in ep.params.items()
-        ]
-        paths[f"/api/v1{ep.path}"] = {
-            "get": {
-                "summary": ep.summary,
-                "operationId": re.sub(r"[-.]", "_", ep.path.strip("/")),
-                "parameters": parameters,
-                "responses": {"200": ok, "400": error, "401": error, "503": error},
-            }
-        }
-    paths["/api/v1/query"] = {
-        "post": {
-            "summary": "one read-only SQL statement, time-limited (as `gpuscope query`)",
-            "operationId": "query",
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["sql"],
-                            "properties": {
-                                "sql": {"type": "string"},
-                                "limit": {"type": "integer", "minimum": 1, "maximum": 10000},
-                                "since": {"type": "string", "description": "only the last DURATION"},
-                                "from": {"type": "string", "description": "from this time"},
-                                "to": {"type": "string", "description": "up to this time"},
-                                "pids": {"type": "array", "items": {"type": "integer"}},
-                                "timeout_s": {"type": "number", "description": "at most the server's 5 s"},
-                            },
-                        }
-                    }
-                },
-            },
-            "responses": {"200": ok, "400": error, "401": error, "413": error, "503": error},
-        }
-    }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "gpuscope dashboard API", "version": __version__},
-        "paths": paths,
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["code", "message"],
-                            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                        }
-                    },
-                }
-            },
-            "responses": {
-                "Error": {
-                    "description": "an error",
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-                }
-            },
-        },
-        "security": [{"bearer": []}],
-    }
+def _query(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+    """Read ``POST /query``'s body and run it: on the worker, so a refusal maps to the error shape as a read's does."""
+    request = query_request(body)
+    return api.query(request.sql, request.limit, request.event_filter, request.timeout_s)
 
 
 def download_name(db: Path, suffix: str) -> str:
@@ -222,8 +154,11 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
             {"content-disposition": f'attachment; filename="{download_name(db, ep.download)}"'} if ep.download else {}
         )
 
+        def answer(query: dict[str, str]) -> dict[str, Any]:
+            return ep.handler(api, **parse_query(ep.params, query))
+
         async def endpoint(request: Request) -> Response:
-            return await run(ep.handler, api, dict(request.query_params), headers=extra)
+            return await run(answer, dict(request.query_params), headers=extra)
 
         return Route(f"/api/v1{ep.path}", endpoint, methods=["GET"])
 
@@ -234,7 +169,7 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
             return _error(400, "bad_json", f"{exc}; {_BODY_SHAPE}")
         if not isinstance(body, dict):
             return _error(400, "bad_json", _BODY_SHAPE)
-        return await run(api.query, body)
+        return await run(lambda: _query(api, body))
 
     async def spec(request: Request) -> Response:
         return JSONResponse(openapi_spec(), headers=_NO_STORE)
