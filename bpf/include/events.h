@@ -22,6 +22,7 @@ typedef uint16_t __u16;
 typedef uint32_t __u32;
 typedef int32_t __s32;
 typedef uint64_t __u64;
+typedef int64_t __s64;
 #endif
 
 #define GS_TASK_COMM_LEN 16
@@ -384,6 +385,24 @@ struct gs_py_offsets {
 struct gs_py_proc {
 	__u64 runtime;       /* address of _PyRuntime in the process */
 	__u32 version;       /* index into py_offsets */
+	__u32 _pad;
+};
+
+/* A Python executable registered by its file (`py_exes`), for processes not
+ * registered one by one in `py_procs` yet: on a loaded machine a short script
+ * makes its calls and exits before user space has read its maps. Builds with
+ * the runtime in the executable itself (the usual static python3): _PyRuntime
+ * lies at a fixed distance from the entry point, which the kernel put in the
+ * process's auxiliary vector (AT_ENTRY). */
+struct gs_py_exe_key {
+	__u64 ino;
+	__u32 dev;           /* the kernel's encoding, as /proc/PID/maps shows it: major << 20 | minor */
+	__u32 _pad;
+};
+
+struct gs_py_exe {
+	__s64 runtime_from_entry; /* _PyRuntime - e_entry, in the file's addresses */
+	__u32 version;            /* index into py_offsets */
 	__u32 _pad;
 };
 

@@ -16,7 +16,8 @@
  * before them are a call). One bpf_probe_read_user, only for calls the policy
  * selected, and only while `stack_scan` is set.
  *
- * Python: for processes user space registered in `py_procs`, walk
+ * Python: for processes user space registered in `py_procs` (or whose
+ * executable it registered in `py_exes`, until it registers them), walk
  * _PyRuntime -> interpreters.head -> threads (matched by native thread id,
  * since the GIL is usually released inside CUDA calls) -> frames, emitting
  * (code object, instruction) pairs. User space reads the code objects.
@@ -113,6 +114,80 @@ struct {
 	__type(key, __u32);
 	__type(value, struct gs_py_offsets);
 } py_offsets SEC(".maps");
+
+#define GS_PY_MAX_EXES 64
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GS_PY_MAX_EXES);
+	__type(key, struct gs_py_exe_key);
+	__type(value, struct gs_py_exe);
+} py_exes SEC(".maps");
+
+/* [0]: how many executables `py_exes` holds. While none, a process that is not
+ * in `py_procs` costs one array read, not a look at its executable. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} py_exe_count SEC(".maps");
+
+#define GS_AT_NULL 0
+#define GS_AT_ENTRY 9
+#define GS_AUXV_PAIRS 32
+
+/* The runtime of a process from its executable's registration: AT_ENTRY
+ * (where the kernel loaded the entry point) plus the registered distance. */
+static __noinline int gs_py_proc_by_exe(struct task_struct *task, struct gs_py_proc *out)
+{
+	struct gs_py_exe_key k = {};
+	struct gs_py_exe *e;
+	struct mm_struct *mm;
+	struct inode *inode;
+	__u64 pair[2], auxv;
+	__u32 zero = 0, *count = bpf_map_lookup_elem(&py_exe_count, &zero);
+	int i;
+
+	if (!count || !*count)
+		return 0;
+	mm = BPF_CORE_READ(task, mm);
+	if (!mm)
+		return 0;
+	inode = BPF_CORE_READ(mm, exe_file, f_inode);
+	if (!inode)
+		return 0;
+	k.ino = BPF_CORE_READ(inode, i_ino);
+	k.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e = bpf_map_lookup_elem(&py_exes, &k);
+	if (!e)
+		return 0;
+	auxv = (__u64)mm + bpf_core_field_offset(struct mm_struct, saved_auxv);
+	for (i = 0; i < GS_AUXV_PAIRS; i++) {
+		if (bpf_probe_read_kernel(pair, sizeof(pair), (void *)(auxv + i * sizeof(pair))))
+			return 0;
+		if (pair[0] == GS_AT_ENTRY) {
+			out->runtime = pair[1] + e->runtime_from_entry;
+			out->version = e->version;
+			return 1;
+		}
+		if (pair[0] == GS_AT_NULL)
+			return 0;
+	}
+	return 0;
+}
+
+/* The process's interpreter: registered by user space, else by its executable. */
+static __always_inline int gs_py_proc_of(struct task_struct *task, __u32 tgid, struct gs_py_proc *out)
+{
+	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
+
+	if (proc) {
+		out->runtime = proc->runtime;
+		out->version = proc->version;
+		return 1;
+	}
+	return gs_py_proc_by_exe(task, out);
+}
 
 struct gs_stack_buf {
 	struct gs_stack_header h;
@@ -302,13 +377,13 @@ static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, const struct
 
 static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u32 tid, struct task_struct *task)
 {
-	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
+	struct gs_py_proc pp = {}, *proc = &pp;
 	struct gs_py_offsets *o;
 	__u64 tstate, frame, key;
 	__u32 ver;
 	int i, n = 0;
 
-	if (!proc)
+	if (!gs_py_proc_of(task, tgid, proc))
 		return GS_PY_NONE;
 	ver = proc->version;
 	o = bpf_map_lookup_elem(&py_offsets, &ver);
@@ -348,13 +423,13 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
  * thread has none cached yet (its first call takes the full walk). */
 static __always_inline int gs_py_innermost(struct gs_site_key *k, struct task_struct *task, __u32 tgid)
 {
-	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
+	struct gs_py_proc pp = {}, *proc = &pp;
 	struct gs_py_thread *th;
 	struct gs_py_offsets *o;
 	__u64 frame;
 	__u32 ver;
 
-	if (!proc)
+	if (!gs_py_proc_of(task, tgid, proc))
 		return 1; /* not Python: nothing to add to the key */
 	ver = proc->version;
 	o = bpf_map_lookup_elem(&py_offsets, &ver);
@@ -375,10 +450,10 @@ static __always_inline int gs_py_innermost(struct gs_site_key *k, struct task_st
 
 static __always_inline void gs_py_cache_thread(struct task_struct *task, __u32 tgid, __u64 tstate)
 {
-	struct gs_py_proc *proc = bpf_map_lookup_elem(&py_procs, &tgid);
+	struct gs_py_proc pp = {}, *proc = &pp;
 	struct gs_py_thread *th;
 
-	if (!proc || !tstate)
+	if (!tstate || !gs_py_proc_of(task, tgid, proc))
 		return;
 	th = bpf_task_storage_get(&py_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (th) {

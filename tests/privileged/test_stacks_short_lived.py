@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from tests.privileged.support import json_line
 
@@ -57,3 +63,41 @@ def test_the_first_call_of_a_new_stack_has_its_frames_in_call_order(trace_comman
     assert all(k == "native" for k in kinds[:first_py]), frames
     names = [f[0] for f in _python_frames(frames)]
     assert names == [*(n for n, _ in expected["levels"]), "<module>"], frames
+
+
+def _static_python() -> str:
+    """An interpreter with its runtime in the executable (registered by file): this one, or the system's."""
+    from gpuscope.stacks.python import python_executable
+
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        if python_executable(os.path.realpath(candidate)) is not None:
+            return candidate
+    pytest.fail("no Python with its runtime in the executable here (Debian's python3 is one: apt-get install python3)")
+    raise AssertionError
+
+
+@contextmanager
+def _cpu_hogs(n: int) -> Iterator[None]:
+    """``n`` busy loops beside the test: the agent gets its CPU only when the scheduler says so."""
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
+def test_a_short_lived_python_beside_cpu_hogs_has_its_frames_from_its_first_call(trace_command, standin):  # type: ignore[no-untyped-def]
+    # given a machine whose CPUs are all busy, and a Python process that makes one call and exits: user
+    # space may read its maps only after it is gone, so its frames come from its executable's registration
+    python = _static_python()
+    with _cpu_hogs(os.cpu_count() or 2):
+        runs = [trace_command([python, str(SHORT_PY), str(standin.cudart), "1"]) for _ in range(3)]
+    # then every run's call has its Python frames, innermost first, down to <module>
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        expected = json_line(run.stdout)
+        ((frames_json,),) = run.query("SELECT frames FROM event_call_stacks WHERE op = 'cudaMalloc'")
+        names = [f[0] for f in _python_frames(json.loads(str(frames_json)))]
+        assert names == [*(n for n, _ in expected["levels"]), "<module>"], frames_json

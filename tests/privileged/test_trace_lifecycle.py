@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.conftest import run_gpuscope
 from tests.privileged.support import session_drops
 
 
@@ -49,3 +50,18 @@ def test_a_command_killed_by_a_signal_makes_gpuscope_exit_128_plus_the_signal(tr
     run = trace_command(["sh", "-c", "kill -TERM $$"])
     # then
     assert run.returncode == 128 + 15, run.stderr
+
+
+def test_a_command_that_cannot_run_is_one_error_exit_127_and_no_recording(tmp_path, standin):  # type: ignore[no-untyped-def]
+    # given a program that is not on the PATH the command gets (as `python` under sudo on Debian 12)
+    db = tmp_path / "t.db"
+    env = dict(standin.env(), PATH="/usr/sbin:/usr/bin:/sbin:/bin")
+    p = run_gpuscope("trace", "--db", str(db), "--no-tui", "--", "no-such-python", "train.py", env=env)
+    # then the shell's status for it, one error with its fix, nothing recorded and nothing else said
+    assert p.returncode == 127, p.stdout + p.stderr
+    assert p.stderr.splitlines() == [
+        "error: cannot run no-such-python: not found on PATH (/usr/sbin:/usr/bin:/sbin:/bin)",
+        "  fix: give its full path (`command -v NAME` in your own shell prints it)",
+    ], p.stderr
+    assert p.stdout == ""
+    assert not db.exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import signal
 import subprocess
 import threading
@@ -23,7 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, TypeAlias
 
-from gpuscope.agent.launch import StopSignals, finish, launch_held
+from gpuscope.agent.launch import CommandNotFoundError, StopSignals, check_runnable, finish, launch_held
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -136,6 +137,11 @@ def launch_traced(
     Raises the launcher's errors when it cannot start (see ``launch_held``), and what adding the target
     raises (the command never runs then).
     """
+    program = check_runnable(command, env)
+    if session.stacks is not None:
+        # Its Python frames from its first call: registered by file before it runs (a short script can be
+        # gone before its own maps are read); a libpython build is registered at its exec instead.
+        session.stacks.note_executable(os.path.realpath(program))
     # A launcher about to exec the real command: described again at its exec (see TraceSession.add_target).
     return launch_held(command, lambda pid: session.add_target(pid, before_exec=True), env=env, stdout=stdout)
 
@@ -165,6 +171,15 @@ def trace_command(
     the launcher's errors when the command cannot start. A result with ``failure`` set means the store
     failed while recording.
     """
+    if command:
+        # A command that cannot run is not a recording: refused before the session, with the shell's 127.
+        try:
+            check_runnable(command)
+        except CommandNotFoundError:
+            if tracer is not None:
+                with contextlib.suppress(Exception):
+                    tracer.result().close()
+            raise
     session = _open(plan, tracer)
     proc: Process | None = None
     try:

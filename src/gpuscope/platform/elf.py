@@ -91,7 +91,7 @@ class ElfFile:
             self.e_type,
             _machine,
             _version,
-            _entry,
+            self.entry,
             phoff,
             shoff,
             _flags,

@@ -20,7 +20,14 @@ from typing import Concatenate, ParamSpec, Protocol
 import numpy as np
 
 from gpuscope.bpf.wire import STACK_OP_CPU_SAMPLE
-from gpuscope.stacks.python import LAYOUTS, find_interpreter, sanity_check
+from gpuscope.stacks.python import (
+    LAYOUTS,
+    Interpreter,
+    PythonExecutable,
+    find_interpreter,
+    python_executable,
+    sanity_check,
+)
 from gpuscope.stacks.records import CodeRecord, RawStack, decode
 from gpuscope.stacks.resolve import StackResolver
 from gpuscope.store.cpu_samples import CpuSampleRow, insert_cpu_samples
@@ -56,6 +63,8 @@ class PythonTracer(Protocol):
 
     def clear_python_process(self, pid: int) -> None: ...
 
+    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int) -> None: ...
+
 
 class StackCollector:
     """Resolve stack records as they arrive; remember enough to name frames after processes exit."""
@@ -86,6 +95,9 @@ class StackCollector:
         self._python_rechecked: dict[int, float] = {}
         self._loaded_layouts: set[int] = set()
         self._registered: dict[int, int] = {}
+        # Python executables registered by file ((ino, dev) -> it): their processes' frames are walked from
+        # the first call, before each process is registered here (a short script may be gone by then).
+        self._python_exes: dict[tuple[int, int], PythonExecutable] = {}
         # gpuscope's own libraries (libc, ld.so, libstdc++, ...) are what most
         # workloads map too: index them now, for processes that exit unseen.
         self.resolver.files.add_process(os.getpid())
@@ -99,7 +111,44 @@ class StackCollector:
         """An exec'd program: index its executable (the process may be gone before /proc is read)."""
         if argv0.startswith("/") and os.path.isfile(argv0):
             self.resolver.files.add_path(argv0)
+            self.note_executable(argv0)
         self.note_process(pid, refresh=True)
+
+    def note_executable(self, path: str) -> None:
+        """Register a Python executable by file, so that every process running it has Python frames at once.
+
+        For the command trace launches (before it runs) and each program exec'd;
+        a build whose runtime is in libpython is found per process, as before.
+        """
+        if not self.python:
+            return
+        exe = python_executable(path)
+        if exe is None or (exe.ino, exe.dev) in self._python_exes:
+            return
+        lay = exe.layout
+        if lay.slot not in self._loaded_layouts:
+            self.tracer.set_python_offsets(lay.slot, lay.pack())
+            self._loaded_layouts.add(lay.slot)
+        self.tracer.set_python_exe(exe.ino, exe.dev, exe.runtime_from_entry, lay.slot)
+        self._python_exes[(exe.ino, exe.dev)] = exe
+
+    def _layout_by_executable(self, pid: int) -> None:
+        """Name the Python frames of a process walked through its executable's registration, not its own.
+
+        Its frames came through ``py_exes``: the layout is that of the executable
+        it runs (read from /proc while it lives; after it exited, the one layout
+        every registered executable shares, if they share one).
+        """
+        try:
+            st = os.stat(f"/proc/{pid}/exe")
+            exe = self._python_exes.get((st.st_ino, (os.major(st.st_dev) << 20) | os.minor(st.st_dev)))
+        except OSError:
+            exe = None
+        if exe is None:
+            layouts = {e.layout for e in self._python_exes.values()}
+            exe = next(iter(self._python_exes.values())) if len(layouts) == 1 else None
+        if exe is not None:
+            self.resolver.interpreters[pid] = Interpreter(pid, exe.path, exe.version, 0, exe.layout)
 
     def note_process(self, pid: int, refresh: bool = False) -> None:
         """Index a live process's files; find its Python runtime for the in-kernel walk."""
@@ -194,6 +243,8 @@ class StackCollector:
                 # have come while the interpreter was still starting (on a loaded machine, for longer than
                 # the lookup waits). Look again, at most once a second.
                 self.note_process(raw.pid)
+            if raw.python and raw.pid not in self.resolver.interpreters and self._python_exes:
+                self._layout_by_executable(raw.pid)
             key = raw.key + self.resolver.scan_key(raw)
             h = self._by_key.get(key)
             if h is None:

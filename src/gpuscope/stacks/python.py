@@ -197,9 +197,14 @@ def debug_offsets(pid: int, runtime: int, minor: int) -> PyLayout | None:
         raw = mem.read(runtime, 8 * 44)
     finally:
         mem.close()
-    if raw is None or raw[:8] != _DEBUG_COOKIE:
+    return _layout_from_debug_offsets(raw, minor)
+
+
+def _layout_from_debug_offsets(raw: bytes | None, minor: int) -> PyLayout | None:
+    """A layout from the first 44 words of _PyRuntime (its _Py_DebugOffsets, 3.13+), or None."""
+    if raw is None or len(raw) < 8 * 44 or raw[:8] != _DEBUG_COOKIE:
         return None
-    a = struct.unpack("<44Q", raw)
+    a = struct.unpack("<44Q", raw[: 8 * 44])
     if a[2]:  # free-threaded build: other object layouts, not supported
         return None
     base = LAYOUTS.get(minor) or LAYOUTS[13]
@@ -221,6 +226,51 @@ def debug_offsets(pid: int, runtime: int, minor: int) -> PyLayout | None:
         co_firstlineno=a[39],
         co_code_adaptive=a[43],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PythonExecutable:
+    """A Python build with its runtime in the executable itself, read from the file (no process needed).
+
+    ``dev`` is encoded as the kernel does (major << 20 | minor, as /proc/PID/maps
+    shows it); ``runtime_from_entry`` is _PyRuntime's distance from the entry
+    point, which the kernel tells each process (AT_ENTRY) wherever it loads it.
+    """
+
+    path: str
+    ino: int
+    dev: int
+    version: tuple[int, int, int]
+    runtime_from_entry: int
+    layout: PyLayout
+
+
+def python_executable(path: str) -> PythonExecutable | None:
+    """The Python runtime built into the executable at ``path``; None for another program or a libpython build."""
+    if "python" not in os.path.basename(path):
+        return None
+    try:
+        st = os.stat(path)
+        with ElfFile(path) as elf:
+            syms = find_symbols(elf, ("_PyRuntime", "Py_Version"))
+            if "_PyRuntime" not in syms:
+                return None  # the runtime is in libpython: found per process, in its maps
+            version = _version_of(elf, path, syms)
+            if version is None:
+                return None
+            layout = LAYOUTS.get(version[1])
+            if version[1] >= 13:
+                # The debug offsets are _PyRuntime's initial value: in the file's data, as in the process.
+                off = elf.vaddr_to_offset(syms["_PyRuntime"])
+                raw = elf.read(off, 8 * 44) if off is not None else None
+                layout = _layout_from_debug_offsets(raw, version[1]) or layout
+            entry = elf.entry
+    except (ElfError, OSError, IndexError, ValueError, struct.error):
+        return None
+    if layout is None or not entry:
+        return None
+    dev = (os.major(st.st_dev) << 20) | os.minor(st.st_dev)
+    return PythonExecutable(path, st.st_ino, dev, version, syms["_PyRuntime"] - entry, layout)
 
 
 def sanity_check(interp: Interpreter) -> bool:

@@ -73,6 +73,8 @@ DTYPE_MIRRORS: dict[str, np.dtype] = {
 PACKED_MIRRORS = {
     "gs_py_offsets": "gpuscope.stacks.python.PyLayout.pack",
     "gs_py_proc": "gpuscope.agent.tracer.Tracer.set_python_process",
+    "gs_py_exe_key": "gpuscope.agent.tracer.Tracer.set_python_exe",
+    "gs_py_exe": "gpuscope.agent.tracer.Tracer.set_python_exe",
     "gs_lib_key": "gpuscope.agent.tracer.Tracer.mark_library",
 }
 ENUM_MIRRORS: dict[str, tuple[str, type[enum.Enum]]] = {
@@ -282,6 +284,35 @@ def test_a_registered_python_process_is_written_in_the_layout_of_gs_py_proc(head
     for f in header.structs["gs_py_proc"]:
         offset, size = layout.fields["gs_py_proc"][f.name]
         assert _read_field(value, f, offset, size) == expected[f.name], f.name
+
+
+def test_a_registered_python_executable_is_written_in_the_layouts_of_gs_py_exe_key_and_gs_py_exe(
+    header: Header, layout: Layout
+) -> None:
+    # given a tracer whose BPF object records map writes
+    writes: list[tuple[int, bytes, bytes]] = []
+    tracer = Tracer.__new__(Tracer)
+    tracer._python_exes = set()
+    tracer._cuda = SimpleNamespace(  # type: ignore[assignment]
+        map_fd=lambda name: {"py_exes": 7, "py_exe_count": 8}[name],
+        lib=SimpleNamespace(map_update=lambda fd, key, value: writes.append((fd, key, value))),
+    )
+
+    # when an executable is registered (a negative distance: the runtime before the entry point)
+    tracer.set_python_exe(0x1234_5678_9ABC, (259 << 20) | 3, -0x40, version=2)
+
+    # then key and value have the size and field positions of their structs, and the count says one
+    [(fd, key, value), (count_fd, _, count)] = writes
+    assert (fd, count_fd, count) == (7, 8, (1).to_bytes(4, "little"))
+    for struct_name, raw, expected in (
+        ("gs_py_exe_key", key, {"ino": 0x1234_5678_9ABC, "dev": (259 << 20) | 3, "_pad": 0}),
+        ("gs_py_exe", value, {"runtime_from_entry": -0x40, "version": 2, "_pad": 0}),
+    ):
+        assert len(raw) == layout.sizeof[struct_name]
+        assert {f.name for f in header.structs[struct_name]} == set(expected)
+        for f in header.structs[struct_name]:
+            offset, size = layout.fields[struct_name][f.name]
+            assert _read_field(raw, f, offset, size) == expected[f.name], (struct_name, f.name)
 
 
 def test_a_library_key_is_written_in_the_layout_of_gs_lib_key(header: Header, layout: Layout) -> None:

@@ -22,6 +22,8 @@ class Tracer:
 
     def clear_python_process(self, pid: int) -> None: ...
 
+    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int) -> None: ...
+
 
 class Writes:
     """The writer: remembers each named write."""

@@ -100,7 +100,9 @@ struct mm_struct {
 	long unsigned int arg_end;
 	long unsigned int env_start;
 	long unsigned int env_end;
+	long unsigned int saved_auxv[56];
 	struct percpu_counter rss_stat[4];
+	struct file *exe_file;
 };
 
 struct vm_area_struct {
