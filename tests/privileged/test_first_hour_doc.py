@@ -1,9 +1,11 @@
 """docs/first-hour.md, followed as written: every command in its shell blocks runs and does what the text says.
 
 The commands run in bash, in order, as a new user would paste them, with
-`gpuscope` and `sudo` on PATH: `gpuscope` is this checkout's, and `sudo` runs
-its command directly (the test is root already; the sudo path itself, with a
-real user, is test_first_hour.py's). `make` lines are what set up the
+`gpuscope` and `sudo` on PATH and a virtual environment active: `gpuscope` is
+this checkout's, and `sudo` runs its command directly with a PATH like
+Debian's `secure_path` (the test is root already; the sudo path itself, with a
+real user, is test_first_hour.py's), so a command that only works with the
+user's PATH fails here as it would under sudo. `make` lines are what set up the
 environment the test runs in. `train.py` is a stand-in job: the stand-in CUDA
 runtime, loaded by name through LD_LIBRARY_PATH the way a framework loads the
 real one.
@@ -36,7 +38,8 @@ def test_the_first_hour_guide_runs_as_written(tmp_path: Path, standin: StandinLi
     for d in (home, work, bin_dir):
         d.mkdir()
     (bin_dir / "gpuscope").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpuscope "$@"\n')
-    (bin_dir / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    # Debian's secure_path, with this folder standing for /usr/local/bin (where `make install` puts gpuscope)
+    (bin_dir / "sudo").write_text(f'#!/bin/sh\nPATH="{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin" exec "$@"\n')
     for shim in bin_dir.iterdir():
         shim.chmod(0o755)
     (work / "train.py").write_text(
@@ -56,7 +59,7 @@ def test_the_first_hour_guide_runs_as_written(tmp_path: Path, standin: StandinLi
     env = dict(
         os.environ,
         HOME=str(home),
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",  # the project's venv is active
         LD_LIBRARY_PATH=str(standin.dir),
         GPUSCOPE_STANDIN_LATENCY="cudaMalloc=50us,cudaStreamSynchronize=2ms",
     )
@@ -78,7 +81,8 @@ def test_the_first_hour_guide_runs_as_written(tmp_path: Path, standin: StandinLi
     # then they did what the guide says
     db = home / ".gpuscope" / "gpuscope.db"
     assert db.is_file(), "the recording is not in the home's default place"
-    assert out["sudo gpuscope trace -- python train.py"] == "training done\n"  # stdout is the job's alone
+    assert out['sudo gpuscope trace -- "$(command -v python3)" train.py'] == "training done\n"  # the job's alone
+    assert out['sudo gpuscope trace --standin -d 30s -- "$(command -v python3)" train.py'] == "training done\n"
     assert "query" in out["gpuscope docs"] and out["gpuscope docs query"].startswith("# Querying")
     explain = out["gpuscope explain"].splitlines()
     assert explain[0].startswith("Window: ") and "UTC" in explain[0]

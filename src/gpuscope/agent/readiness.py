@@ -13,11 +13,11 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from gpuscope.agent.discovery import Discovery
 from gpuscope.bpf import features
 from gpuscope.errors import GpuscopeError
+from gpuscope.platform.standin import STANDIN_DIR
 
 
 class Status(enum.Enum):
@@ -174,12 +174,11 @@ def check_gpu() -> CheckResult:
         with open("/proc/driver/nvidia/version") as f:
             driver = f.readline().strip()
     except OSError:
-        standin = Path(__file__).resolve().parents[1] / "_standin"
         return CheckResult(
             "NVIDIA GPU",
             Status.INFO,
             "no NVIDIA driver loaded: a program that loads libcudart.so.12 by name runs on the stand-in "
-            f"in {standin} (LD_LIBRARY_PATH={standin}; `gpuscope docs first-hour`)",
+            f"in {STANDIN_DIR} (`gpuscope trace --standin -- CMD`)",
         )
     smi = shutil.which("nvidia-smi")
     if smi:

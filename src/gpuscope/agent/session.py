@@ -189,6 +189,11 @@ class TraceSession:
             for lib in self.discovery.scan_process(pid):
                 self.tracer.attach_library(lib)
 
+    def note_executable(self, path: str) -> None:
+        """A program about to run in a target: a Python runtime built into its file is walked from its first call."""
+        if self.stacks is not None:
+            self.stacks.note_executable(path)
+
     @property
     def attached(self) -> list[AttachedLibrary]:
         return list(self.tracer.attached.values())

@@ -137,11 +137,9 @@ def launch_traced(
     Raises the launcher's errors when it cannot start (see ``launch_held``), and what adding the target
     raises (the command never runs then).
     """
-    program = check_runnable(command, env)
-    if session.stacks is not None:
-        # Its Python frames from its first call: registered by file before it runs (a short script can be
-        # gone before its own maps are read); a libpython build is registered at its exec instead.
-        session.stacks.note_executable(os.path.realpath(program))
+    # Its Python frames from its first call: registered by file before it runs (a short script can be
+    # gone before its own maps are read); a libpython build is registered at its exec instead.
+    session.note_executable(os.path.realpath(check_runnable(command, env)))
     # A launcher about to exec the real command: described again at its exec (see TraceSession.add_target).
     return launch_held(command, lambda pid: session.add_target(pid, before_exec=True), env=env, stdout=stdout)
 
@@ -154,6 +152,7 @@ def trace_command(
     tracer: Background[Tracer] | None = None,
     ending: Ending = Ending.PASS_ON,
     duration_s: float | None = None,
+    env: dict[str, str] | None = None,
 ) -> TraceResult:
     """Trace ``command`` until it exits, a stop signal (``Ending.PASS_ON``), ``duration_s`` or the watch says so.
 
@@ -166,6 +165,7 @@ def trace_command(
             default: loaded by the session.
         ending: whose command it is (how it is let go).
         duration_s: the longest the trace runs after the launch (None or 0: no limit).
+        env: the command's environment (default: ours).
 
     Raises what opening the session raises (permissions, BTF, the store), what the watch raises, and
     the launcher's errors when the command cannot start. A result with ``failure`` set means the store
@@ -174,7 +174,7 @@ def trace_command(
     if command:
         # A command that cannot run is not a recording: refused before the session, with the shell's 127.
         try:
-            check_runnable(command)
+            check_runnable(command, env)
         except CommandNotFoundError:
             if tracer is not None:
                 with contextlib.suppress(Exception):
@@ -189,7 +189,7 @@ def trace_command(
         with StopSignals() if ending is Ending.PASS_ON else _NoStopSignals() as stop:
             view = watch.begin(session)
             if command:
-                proc = launch_traced(session, command)
+                proc = launch_traced(session, command, env=env)
             launched = time.monotonic()
             deadline = launched + duration_s if duration_s else None
 

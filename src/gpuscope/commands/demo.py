@@ -13,10 +13,10 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 
 from gpuscope.demo import REGISTRY, DemoMode, DemoResult, DemoRunner, default_db, ebpf_usable
 from gpuscope.demo.gpu import detect_gpu
-from gpuscope.demo.live import STANDIN_DIR
 from gpuscope.demo.render import banner, header, next_steps, summary, verdict
 from gpuscope.errors import PermissionDeniedError, UsageError
 from gpuscope.platform.invocation import invocation
+from gpuscope.platform.standin import STANDIN_DIR
 from gpuscope.render.explain import render_report
 
 NAME = "demo"

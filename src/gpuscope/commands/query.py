@@ -19,7 +19,7 @@ from gpuscope.commands._options import (
 from gpuscope.errors import UsageError
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, open_reader, write_rows
 from gpuscope.query.guard import cap_sqlite_heap
-from gpuscope.query.humanize import readable_cells
+from gpuscope.query.humanize import ReadableCells, readable_cells
 
 NAME = "query"
 HELP = "run read-only SQL on a recording (views: events, cuda_calls, sched_switches; `gpuscope docs query`)"
@@ -94,7 +94,15 @@ def _fleet(args: argparse.Namespace) -> int:
         body["pids"] = args.pid
     got = gather_rows(client.post("/api/v1/query", {k: v for k, v in body.items() if v is not None}))
     warn(got.warnings)
-    write_rows(got.columns, iter(got.rows), chosen_format(args.output), sys.stdout)
+    fmt = chosen_format(args.output)
+    # Readable as a local query's table: durations, wall times, grouped digits. Monotonic times stay
+    # numbers (each node's clock offsets are in its own recording), and the note says so.
+    cells = None if fmt is not OutputFormat.TABLE or args.raw else ReadableCells(got.columns, {})
+    write_rows(got.columns, iter(got.rows), fmt, sys.stdout, table_cells=cells)
+    if cells is not None and cells.unconverted:
+        names = ", ".join(sorted(cells.unconverted))
+        print(f"note: {names} shown as recorded (each node's CLOCK_MONOTONIC ns): select wall_ns for times "
+              "that compare across nodes", file=sys.stderr)  # fmt: skip
     warn([f"node {n}: more than {args.limit} rows; only the first {args.limit} shown (--limit)" for n in got.truncated])
     return 0
 

@@ -9,12 +9,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from gpuscope.agent.launch import check_runnable
 from gpuscope.agent.traced_command import TraceResult, trace_command
 from gpuscope.commands._exporters import add_exporter_options, plan_exporters
 from gpuscope.commands._options import add_db_option, duration_ns, duration_s, pid_arg
 from gpuscope.commands._trace_setup import trace_plan
 from gpuscope.errors import DatabaseError, PermissionDeniedError, ProcessNotFoundError, UsageError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ, WARMUP_ROWS_PER_S
+from gpuscope.platform.standin import standin_env
 
 if TYPE_CHECKING:
     from gpuscope.agent.late_loads import LateLoads
@@ -30,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pid", type=pid_arg, action="append", default=[], help="trace this process (repeatable)")
     p.add_argument(
         "--lib", action="append", default=[], metavar="PATH", help="probe only this CUDA library copy (repeatable)"
+    )
+    p.add_argument(
+        "--standin",
+        action="store_true",
+        help="run the command on gpuscope's stand-in CUDA runtime (no GPU needed): a program that loads "
+        "libcudart.so.12 by name gets the stand-in, first on its LD_LIBRARY_PATH",
     )
     p.add_argument(
         "-d", "--duration", help="stop after this long (e.g. 30s, 5m); default: until Ctrl-C or the command exits"
@@ -204,6 +212,11 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     for lib in args.lib:
         if not os.path.isfile(lib):
             raise UsageError(f"--lib {lib}: no such file")
+    env = standin_env() if args.standin else None
+    if args.standin and not command:
+        raise UsageError("--standin runs a command on the stand-in runtime", remedy="add -- CMD")
+    if command:
+        check_runnable(command, env)  # before anything loads: a command that cannot run is not a recording
     duration = _duration(args.duration) if args.duration is not None else None
     # The live view posts once a second: a line every N posts.
     status_s = duration_s("--status-every", args.status_every, examples="1s, 1m, 0")
@@ -233,7 +246,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         args, command, json_out, status_every=status_every, exporters=exporters, hang_threshold_ns=hang_threshold_ns
     )
     # It closes the probes if the session cannot open.
-    result = trace_command(plan, command, watch, tracer=loading, duration_s=duration)
+    result = trace_command(plan, command, watch, tracer=loading, duration_s=duration, env=env)
     if result.failure is not None:
         _recording_failed(result)
     session = result.session

@@ -28,13 +28,14 @@ from gpuscope.agent.session_plan import SessionPlan
 from gpuscope.agent.traced_command import Watch, launch_traced, trace_beside
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
+from gpuscope.platform.standin import STANDIN_DIR
 from gpuscope.store.processes_write import ProcessRow, insert_processes
 from gpuscope.tui.live_findings import builtin_findings
 from gpuscope.tui.live_snapshot import LiveSnapshot, SnapshotBuilder
 from gpuscope.tui.source import SessionSource
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
-STANDIN_DIR = Path(__file__).resolve().parents[1] / "_standin"
+
 Progress = Callable[[float, str], None]
 
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 import pytest
 
 from gpuscope.agent import session as session_module
+from gpuscope.agent.launch import CommandNotFoundError
 from gpuscope.agent.live_stats import Tick
 from gpuscope.agent.options import TraceOptions
 from gpuscope.agent.session_plan import SessionPlan
@@ -49,6 +50,9 @@ class _FakeSession:
 
     def add_target(self, pid: int, *, before_exec: bool = False) -> None:
         self.targets.append((pid, before_exec))
+
+    def note_executable(self, path: str) -> None:
+        self.log.append(f"executable {path}")
 
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[Tick], None] | None = None) -> None:
         self.log.append("run")
@@ -146,6 +150,25 @@ def test_the_commands_exit_status_is_the_results_and_the_session_is_closed_after
     assert session.finished == 1
     # and the watch heard each stage in order, the view around the recording loop only
     assert log == ["opened", "begin", "view on", "tick", "view off", "closed"]
+
+
+@pytest.mark.usefixtures("fake_session")
+def test_the_program_is_noted_by_its_real_path_before_it_runs(tmp_path: Path) -> None:
+    # given a program reached through a link on the PATH the command gets
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mysh").symlink_to("/bin/sh")
+    command = ["mysh", "-c", "exit 0"]
+    # when traced
+    trace_command(_plan(tmp_path, command), command, Watch(), env={"PATH": str(tmp_path / "bin")})
+    # then the session learnt the file it runs (for its Python runtime) before the recording loop
+    log = _session().log
+    assert log[0] == f"executable {os.path.realpath('/bin/sh')}" and log.index("run") > 0, log
+
+
+def test_a_command_that_cannot_run_opens_no_session(tmp_path: Path, fake_session: type[_FakeSession]) -> None:
+    with pytest.raises(CommandNotFoundError):
+        trace_command(_plan(tmp_path, ["no-such-program"]), ["no-such-program"], Watch(), env={"PATH": "/usr/bin"})
+    assert fake_session.instances == []
 
 
 @pytest.mark.usefixtures("fake_session")
