@@ -43,6 +43,7 @@ class Fleet:
     foreign: Server  # a certificate from another CA (its own self-signed one)
     dead: str
     slow: str
+    db: Path  # the recording every node serves
 
     def tls(self, *, client: bool = True) -> list[str]:
         args = ["--ca-cert", str(self.pki / "ca.pem")]
@@ -113,7 +114,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         slow_sock, slow = _silent_listener(stop)
         stack.callback(slow_sock.close)
         stack.callback(stop.set)
-        yield Fleet(pki, servers["alpha"], servers["beta"], servers["gamma"], foreign, dead, slow)
+        yield Fleet(pki, servers["alpha"], servers["beta"], servers["gamma"], foreign, dead, slow, db)
 
 
 def gpuscope(*args: str, token: bool = True, home: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -331,3 +332,16 @@ def test_export_nodes_puts_every_node_on_the_clients_clock(tmp_path: Path) -> No
     assert abs(a - g) < 20_000  # µs
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
     assert names == {f"node 127.0.0.1:{alpha.port}", f"node 127.0.0.1:{gamma.port}"}
+
+
+def test_query_over_the_nodes_prints_the_table_a_local_query_prints(fleet: Fleet, tmp_path: Path) -> None:
+    # given the same recording served by a node and read locally
+    sql = "SELECT count(*) AS calls, sum(duration_ns) AS total_ns, min(wall_ns) AS wall_ns FROM events"
+    local = gpuscope("query", "--db", str(fleet.db), "--table", sql)
+    remote = gpuscope("query", "--nodes", fleet.addr(fleet.alpha), *fleet.tls(), "--table", sql)
+    assert local.returncode == 0 and remote.returncode == 0, local.stderr + remote.stderr
+    # then the node's rows read as the local ones do: grouped digits, durations and times made readable
+    local_row = local.stdout.splitlines()[-1].split()
+    remote_row = remote.stdout.splitlines()[-1].split()
+    assert remote_row[1:] == local_row, (local.stdout, remote.stdout)
+    assert local_row[-1].endswith("Z") and not local_row[1].isdigit(), local.stdout  # a time, and a duration
