@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from gpuscope.commands._options import add_db_option, db_from_args
 
@@ -29,7 +30,12 @@ def run(args: argparse.Namespace) -> int:
     from gpuscope.serve.mcp_server import build_server
 
     db = db_from_args(args)
-    open_recording(db).close()  # a missing or damaged recording is reported now, not to the first tool call
+    if db.exists():
+        open_recording(db).close()  # a damaged recording is reported now, not to the first tool call
+    else:
+        # An assistant is set up before the first trace: serve anyway (check and run_demo work; the tools
+        # that read a recording say there is none yet, until `trace` writes it).
+        print(f"note: no recording yet at {db}: the tools that read one say so until it is traced", file=sys.stderr)
     if not args.addr:
         import anyio
 

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gpuscope._version import __version__
 from gpuscope.platform.access import Guard, error_body
 from gpuscope.query.guard import cap_sqlite_heap
 from gpuscope.serve.http_api import ENDPOINTS, Api, Endpoint, handle_errors
@@ -174,6 +175,13 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
     async def spec(request: Request) -> Response:
         return JSONResponse(openapi_spec(), headers=_NO_STORE)
 
+    async def index(request: Request) -> Response:
+        # The banner prints this URL: what is under it, each with what it returns.
+        listed = [{"method": "GET", "path": f"/api/v1{ep.path}", "summary": ep.summary} for ep in ENDPOINTS]
+        listed.append({"method": "POST", "path": "/api/v1/query", "summary": "one read-only SQL query"})
+        body = {"version": __version__, "openapi": "/api/v1/openapi.json", "endpoints": listed}
+        return JSONResponse(body, headers=_NO_STORE)
+
     async def page(request: Request) -> Response:
         return Response(_static("index.html"), media_type=STATIC_TYPES[".html"], headers=_NO_STORE)
 
@@ -196,6 +204,8 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
         Route("/", page, methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
         Route("/favicon.ico", lambda request: static_file("favicon.svg"), methods=["GET"]),
+        Route("/api/v1/", index, methods=["GET"]),
+        Route("/api/v1", index, methods=["GET"]),
         Route("/api/v1/openapi.json", spec, methods=["GET"]),
         Route("/api/v1/query", query, methods=["POST"]),
         *(get_route(ep) for ep in ENDPOINTS),

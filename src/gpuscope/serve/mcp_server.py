@@ -20,16 +20,18 @@ import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 
 from gpuscope._version import __version__
 from gpuscope.errors import GpuscopeError, UsageError
+from gpuscope.model.finding_wire import FindingWire
 from gpuscope.query.guard import cap_sqlite_heap
 from gpuscope.serve.http_api import Api
 from gpuscope.serve.mcp_errors import AnsweringServer, one_line_errors
@@ -98,6 +100,21 @@ def _served(ctx: Ctx) -> Served:
     return served
 
 
+def _recording(ctx: Ctx) -> Served:
+    """What a tool that reads the recording reads; a tool error while there is no recording yet.
+
+    The server starts without one (an assistant is set up before the first
+    trace): check, run_demo and query_fleet work, and the others say what to do.
+    """
+    served = _served(ctx)
+    if not served.db.exists():
+        raise ToolError(
+            f"no recording yet at {served.db}: trace a job first (sudo gpuscope trace -- CMD), or call run_demo "
+            "to see what a diagnosis looks like"
+        )
+    return served
+
+
 # -- arguments: the API's parameter spec, its refusals as tool errors ------------------------------------------------
 
 
@@ -142,7 +159,8 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise ToolError("the server is short of memory for this read: try again shortly") from None
 
 
-def _compact_finding(f: dict[str, Any]) -> dict[str, Any]:
+def _compact_finding(f: FindingWire) -> dict[str, Any]:
+    """A finding in a few keys: what an assistant needs to pick one to look into (verbose: the whole wire shape)."""
     s = f["symptom"]
     return {
         "id": f["id"],
@@ -152,8 +170,8 @@ def _compact_finding(f: dict[str, Any]) -> dict[str, Any]:
         "pid": s.get("pid"),
         "comm": s.get("comm"),
         "op": s.get("op"),
-        "evidence": [line for c in f.get("causes", []) for line in c.get("evidence", [])][:6],
-        "fix": f.get("fix"),
+        "evidence": [line for c in f["causes"] for line in c["evidence"]][:6],
+        "fix": f["fix"],
     }
 
 
@@ -212,7 +230,7 @@ async def check() -> str:
 
 
 async def trace_stats(ctx: Ctx, since: str | None = None, pid: int | None = None, verbose: bool = False) -> str:
-    d = await _call(_served(ctx).api.ops, _ns(SINCE, since), _pid(pid))
+    d = await _call(_recording(ctx).api.ops, _ns(SINCE, since), _pid(pid))
     ops = d["ops"] if verbose else [_compact_op(o) for o in d["ops"]]
     window = d["window"] if verbose else {"events": d["window"]["events"], "length_ns": d["window"]["length_ns"]}
     return fenced({"window": window, "ops": ops, "notes": d["notes"], "sampling": d["sampling"]}, verbose=verbose)
@@ -224,7 +242,7 @@ async def explain(
     _check(TOP_N, top_n)
     if pids and len(pids) > MAX_EXPLAINED_PIDS:  # each is an explain of its own
         raise ToolError(f"pids: at most {MAX_EXPLAINED_PIDS} processes (got {len(pids)})")
-    api, since_ns = _served(ctx).api, _ns(SINCE, since)
+    api, since_ns = _recording(ctx).api, _ns(SINCE, since)
     chosen = [_check(PID, pid) for pid in pids or []]
     if len(chosen) > 1:
         # The engine takes one process or all: several are explained one at a time and merged.
@@ -240,12 +258,12 @@ async def explain(
 
 
 async def stacks(ctx: Ctx, op: str, pid: int | None = None, limit: int = 5) -> str:
-    d = await _call(_served(ctx).api.stacks, op=op or None, pid=_pid(pid), limit=_check(STACK_LIMIT, limit))
+    d = await _call(_recording(ctx).api.stacks, op=op or None, pid=_pid(pid), limit=_check(STACK_LIMIT, limit))
     return fenced(d)
 
 
 async def cpu_profile(ctx: Ctx, since: str | None = None, pid: int | None = None, limit: int = 5) -> str:
-    api = _served(ctx).api
+    api = _recording(ctx).api
     d = await _call(api.profile, _ns(SINCE, since), _pid(pid), _check(PROFILE_ROWS, limit))
     return fenced(_compact_profile(d))
 
@@ -254,7 +272,7 @@ async def query(ctx: Ctx, sql: str, limit: int = DEFAULT_LIMIT) -> str:
     limit = _check(ROWS, limit)
     with _argument_refused():
         sql = sql_statement(sql)  # the reader would answer an empty statement with no rows
-    return fenced(await _call(_served(ctx).api.query, sql, limit))
+    return fenced(await _call(_recording(ctx).api.query, sql, limit))
 
 
 async def events(
@@ -267,7 +285,7 @@ async def events(
     limit: int = DEFAULT_LIMIT,
 ) -> str:
     page = await _call(
-        _served(ctx).api.events,
+        _recording(ctx).api.events,
         after=_check(AFTER, after),
         op=op or None,
         pid=_pid(pid),
@@ -281,13 +299,13 @@ async def events(
 async def graph_lifecycle(ctx: Ctx, pid: int | None = None) -> str:
     from gpuscope.store.dashboard_read import graph_lifecycle_rows
 
-    return fenced({"graph_ops": await _call(_served(ctx).api.read, graph_lifecycle_rows, _pid(pid))})
+    return fenced({"graph_ops": await _call(_recording(ctx).api.read, graph_lifecycle_rows, _pid(pid))})
 
 
 async def graph_frequency(ctx: Ctx, pid: int | None = None, limit: int = 20) -> str:
     from gpuscope.store.dashboard_read import graph_launch_rows
 
-    rows = await _call(_served(ctx).api.read, graph_launch_rows, _pid(pid), _check(GRAPH_ROWS, limit))
+    rows = await _call(_recording(ctx).api.read, graph_launch_rows, _pid(pid), _check(GRAPH_ROWS, limit))
     for r in rows:
         span = (r["last_wall_ns"] or 0) - (r["first_wall_ns"] or 0)
         r["launches_per_s"] = round(r["launches"] / (span / 1e9), 2) if span > 0 else None
@@ -302,7 +320,7 @@ async def diff(
     b_from: str | None = None,
     b_to: str | None = None,
 ) -> str:
-    served = _served(ctx)
+    served = _recording(ctx)
     if other is not None and served.remote:
         other = _beside(served.db, other)
     return fenced(await _call(_diff, served.db, other, (a_from, a_to), (b_from, b_to)))
@@ -329,12 +347,22 @@ def investigate(focus: str | None = None) -> str:
     return INVESTIGATE.format(focus=f"\n\nFocus: {focus}" if focus else "")
 
 
+# What each tool does to its world, as MCP's annotations say it (hints a client may show or act on).
+READS = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+ASKS_THE_FLEET = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True
+)
+# run_demo writes a scratch recording of its own, and removes it: nothing of the user's is touched.
+SCRATCH = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """One tool: its function (named as the tool) and its description, or how to write it for a recording."""
+    """One tool: its function (named as the tool), its description (or how to write it for a recording), its hints."""
 
     fn: Callable[..., Awaitable[str]]
     description: str | Callable[[Path], str]
+    annotations: ToolAnnotations = field(default_factory=lambda: READS)
 
 
 TOOLS = (
@@ -378,11 +406,13 @@ TOOLS = (
         "Run a synthetic demo scenario (incident, cold-start, memcpy-bottleneck, periodic-spike, "
         "cpu-contention, gpu-steal) into a scratch recording and return its findings: to see what a diagnosis "
         "looks like.",
+        SCRATCH,
     ),
     Tool(
         query_fleet,
         "Run read-only SQL on every node of the fleet (the config file's [fleet] nodes) and merge the "
         "rows, node first; nodes that fail are listed in warnings.",
+        ASKS_THE_FLEET,
     ),
 )
 
@@ -408,7 +438,7 @@ def build_server(db: Path, *, remote: bool = False) -> MCPServer[Served]:
     )
     for tool in TOOLS:
         description = tool.description if isinstance(tool.description, str) else tool.description(db)
-        server.add_tool(tool.fn, description=description)
+        server.add_tool(tool.fn, description=description, annotations=tool.annotations)
     server.prompt(description="Walk through a recording: trace_stats, explain, then evidence; no invented numbers.")(
         investigate
     )

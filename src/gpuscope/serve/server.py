@@ -68,6 +68,7 @@ class Listener:
         return {
             "url": f"{self.base_url}?token={self.token}",
             **extra,
+            "token": self.token,  # for a client's Authorization: Bearer header, as --help promises
             "token_source": self.token_source,
             "tls": self.ssl is not None,
             "mutual_tls": self.mutual_tls,
