@@ -44,7 +44,7 @@ from gpuscope.analysis.recording_state import RecordingState, read_recording_sta
 from gpuscope.analysis.report_notes import rates_note, stateless_note, too_small_note
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
-from gpuscope.errors import DatabaseError
+from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.model.units import MAX_NS
@@ -145,10 +145,25 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
         start = max(lo, hi - opts.from_end_ns)
     if opts.to_end_ns is not None:
         end = min(hi, hi - opts.to_end_ns)
+    _refuse_reversed(opts, origin, offset, hi)
     # A bound far past the recording (--from 100000d) stays a time SQLite can compare with, on either clock.
     latest = MAX_NS - max(offset, 0)
     start = min(start, latest)
     return Window(start, min(max(start, end), latest), lo, hi, offset, sessions)
+
+
+def _refuse_reversed(opts: ExplainOptions, origin: int, offset: int, hi: int) -> None:
+    """A --from after its --to, once the recording's start and end say where each lies (an offset and a Unix time)."""
+    starts = [origin + opts.from_ns if opts.from_ns is not None else None,
+              opts.from_wall_ns - offset if opts.from_wall_ns is not None else None,
+              hi - opts.from_end_ns if opts.from_end_ns is not None else None]  # fmt: skip
+    ends = [origin + opts.to_ns if opts.to_ns is not None else None,
+            opts.to_wall_ns - offset if opts.to_wall_ns is not None else None,
+            hi - opts.to_end_ns if opts.to_end_ns is not None else None]  # fmt: skip
+    start = next((t for t in starts if t is not None), None)
+    end = next((t for t in ends if t is not None), None)
+    if start is not None and end is not None and start > end:
+        raise UsageError("--from is after --to in this recording", remedy="give the earlier time to --from")
 
 
 # Findings that describe a symptom without naming its cause. When a causal

@@ -59,5 +59,6 @@ def test_an_offset_after_a_unix_time_is_refused_once_the_recording_says_so(
 ) -> None:
     db = build_db(tmp_path / "t.db")
     # (the recording starts in 2023: a time in 2001 is before any offset into it)
-    assert main(["query", "--db", str(db), "--from", "1s", "--to", "@1000000000", "SELECT 1"]) == 2
-    assert "--from is after --to in this recording" in capsys.readouterr().err
+    for command in (["query", "--db", str(db), "SELECT 1"], ["explain", "--db", str(db)]):
+        assert main([*command, "--from", "1s", "--to", "@1000000000"]) == 2
+        assert "--from is after --to in this recording" in capsys.readouterr().err
