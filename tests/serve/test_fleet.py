@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,9 +178,17 @@ def test_without_a_client_certificate_the_nodes_refuse(fleet: Fleet) -> None:
     assert p.returncode == 1 and "client certificate" in p.stderr
 
 
-def test_without_the_token_the_nodes_refuse(fleet: Fleet) -> None:
+def test_the_fleet_certificate_is_the_credential_and_a_wrong_token_is_refused(fleet: Fleet) -> None:
+    # the nodes serve with --ca-cert: the client's certificate from the fleet CA authenticates it
     p = gpuscope("query", "--nodes", fleet.addr(fleet.alpha), *fleet.tls(), "SELECT 1", token=False)
-    assert p.returncode == 1 and "HTTP 401" in p.stderr
+    assert p.returncode == 0, p.stderr
+    # and a token that is sent must be the node's
+    env = dict(os.environ, GPUSCOPE_TOKEN="not-the-fleet-token-0123")
+    wrong = subprocess.run(
+        [sys.executable, "-m", "gpuscope", "query", "--nodes", fleet.addr(fleet.alpha), *fleet.tls(), "SELECT 1"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert wrong.returncode == 1 and "HTTP 401" in wrong.stderr
 
 
 def test_explain_merges_the_nodes_findings_by_severity(fleet: Fleet) -> None:
@@ -239,16 +248,16 @@ def test_the_mcp_query_fleet_tool_asks_the_configured_fleet(fleet: Fleet, tmp_pa
     env = {"HOME": str(tmp_path), "GPUSCOPE_TOKEN": TOKEN, "PATH": os.environ["PATH"]}
     args = ["-m", "gpuscope", "mcp", "--db", str(fleet.alpha.info["recording"])]
 
-    async def go() -> dict[str, object]:
+    async def go() -> dict[str, Any]:
         params = StdioServerParameters(command=sys.executable, args=args, env=env)
         with open(os.devnull, "w") as quiet:
             async with stdio_client(params, errlog=quiet) as (r, w), ClientSession(r, w) as s:
                 await s.initialize()
-                return data(await s.call_tool("query_fleet", {"sql": "SELECT count(*) AS n FROM events"}))  # type: ignore[no-any-return]
+                return data(await s.call_tool("query_fleet", {"sql": "SELECT count(*) AS n FROM events"}))
 
     got = anyio.run(go)
-    assert got["columns"] == ["node", "n"] and got["rows"][0][0] == fleet.addr(fleet.alpha)  # type: ignore[index]
-    assert any(fleet.dead in w for w in got["warnings"])  # type: ignore[union-attr]
+    assert got["columns"] == ["node", "n"] and got["rows"][0][0] == fleet.addr(fleet.alpha)
+    assert any(fleet.dead in w for w in got["warnings"])
 
 
 def test_plain_http_beyond_loopback_and_loose_keys_are_refused(fleet: Fleet, tmp_path: Path) -> None:
@@ -294,10 +303,12 @@ def test_duckdb_over_the_nodes_parquet_exports_answers_as_query_nodes(tmp_path: 
         assert p.returncode == 0, p.stderr
     fanned = {(addresses[r["node"]], r["op"]): (r["n"], r["t"]) for r in json.loads(p.stdout)}
     # when DuckDB reads the dataset
-    rows = duckdb.sql(
+    relation = duckdb.sql(
         f"SELECT node, op, count(*), sum(duration_ns) FROM read_parquet('{dataset}/**/*.parquet', "
         "hive_partitioning = true) GROUP BY node, op"
-    ).fetchall()
+    )
+    assert relation is not None  # a SELECT always has a result
+    rows = relation.fetchall()
     # then it gives the same answer, node by node
     assert {(node, op): (n, t) for node, op, n, t in rows} == fanned
     assert {node for node, _ in fanned} == set(names)
@@ -323,7 +334,7 @@ def test_export_nodes_puts_every_node_on_the_clients_clock(tmp_path: Path) -> No
     offsets = trace["otherData"]["clock_offsets"]
     assert abs(offsets[f"127.0.0.1:{gamma.port}"]["clock_offset_ns"] - FAKE_OFFSET_S * 1_000_000_000) < 20_000_000
     # then the same call of the two nodes lands at the same moment of the trace (within the offset's error)
-    firsts = {}
+    firsts: dict[int, float] = {}
     for e in trace["traceEvents"]:
         if e.get("ph") == "X" and e["name"] == "cudaStreamSynchronize":
             firsts.setdefault(e["pid"], e["ts"])

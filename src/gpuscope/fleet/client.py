@@ -30,6 +30,10 @@ DEFAULT_TIMEOUT_S = 5.0
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
 
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: trusted, but issued for another name.
+_NAME_MISMATCH = (62, 64)
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A node's API address: ``host:port`` (``[v6]:port``)."""
@@ -184,7 +188,7 @@ class FleetClient:
             res = conn.getresponse()
             raw = _read_capped(res, self.max_bytes, deadline)
         except (OSError, HTTPException) as exc:
-            raise _NodeError(self._failure(exc)) from None
+            raise _NodeError(self._failure(exc, node)) from None
         finally:
             conn.close()
         try:
@@ -196,8 +200,14 @@ class FleetClient:
             raise _NodeError(f"HTTP {res.status}: {err.get('message') or err.get('code') or res.reason}")
         return doc
 
-    def _failure(self, exc: BaseException) -> str:
+    def _failure(self, exc: BaseException, node: Node) -> str:
         """A network or TLS failure talking to a node, as the one line the user sees."""
+        if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_code in _NAME_MISMATCH:
+            return (
+                f"its certificate does not name {node.host} (the address asked): reach it by a name its certificate "
+                f"has, or issue certificates that name it (gpuscope certs init FOLDER --nodes ... --also-name "
+                f"{node.host}; an existing CA is kept)"
+            )
         if isinstance(exc, ssl.SSLCertVerificationError):
             return f"its certificate is not trusted ({exc.verify_message}; see --ca-cert)"
         if isinstance(exc, ssl.SSLError):
@@ -221,7 +231,7 @@ class FleetClient:
                 conn.connect()  # the handshake is not part of the round trip being timed
             except OSError as exc:
                 conn.close()
-                return NodeResult(node, error=self._failure(exc), elapsed_s=time.monotonic() - t_start)
+                return NodeResult(node, error=self._failure(exc, node), elapsed_s=time.monotonic() - t_start)
             t1 = time.time_ns()
             try:
                 doc = self._exchange(

@@ -37,6 +37,9 @@ class Guard:
     token: str
     allowed_hosts: set[str] = field(default_factory=set)
     tls: bool = True
+    # Mutual TLS (--ca-cert): no connection gets past the handshake without a certificate from that CA, so
+    # the certificate authenticates the client, and a fleet client needs no token besides it.
+    client_certified: bool = False
 
     def host_allowed(self, host: str) -> bool:
         name = host.strip().lower()

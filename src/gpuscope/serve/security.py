@@ -111,7 +111,9 @@ class GuardMiddleware:
     def _authorised(self, headers: dict[str, str]) -> bool:
         auth = headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
-            return self.guard.token_ok(auth[7:].strip())
+            return self.guard.token_ok(auth[7:].strip())  # a token that is sent must be the right one
+        if self.guard.client_certified:
+            return True  # the handshake checked the client's certificate against --ca-cert
         for part in headers.get("cookie", "").split(";"):
             name, _, value = part.strip().partition("=")
             if name == COOKIE and self.guard.cookie_ok(value):

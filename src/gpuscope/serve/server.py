@@ -94,7 +94,9 @@ def listen(args: argparse.Namespace) -> Listener:
     scheme = "https" if ssl_ctx is not None else "http"
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     base = f"{scheme}://{'[' + shown + ']' if ':' in shown else shown}:{sock.getsockname()[1]}/"
-    guard = Guard(token, allowed_host_names(host, args.allow_host), tls=ssl_ctx is not None)
+    guard = Guard(
+        token, allowed_host_names(host, args.allow_host), tls=ssl_ctx is not None, client_certified=bool(args.ca_cert)
+    )
     return Listener(sock, guard, ssl_ctx, base, token, token_source, fingerprint, bool(args.ca_cert))
 
 
