@@ -94,7 +94,8 @@ class TraceSession:
     def _get_ready(self) -> None:
         """While the probes load: find the libraries, open the store."""
         self.discovery = find_libraries(self.plan)
-        self.stats = LiveStats()
+        # The job's own events apart from the machine's when the trace follows chosen processes.
+        self.stats = LiveStats(targets=set() if self.plan.opts.filter_targets else None)
         # Called with each batch of events as it is stored (the live view's explain rules).
         self.stored_listeners: list[Callable[[np.ndarray], None]] = []
         self._system = SystemSampler()
@@ -183,6 +184,7 @@ class TraceSession:
         (a Python trampoline) must not be set up for Python stack walks.
         """
         self.tracer.add_target(pid)
+        self.stats.add_target(pid)
         self.targets.append(pid)
         self.notes.process(pid, traced=not before_exec)
         if not self.plan.libraries:

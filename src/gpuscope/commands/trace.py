@@ -261,6 +261,8 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             elapsed_s=result.elapsed_s,
             counters=result.counters,
             preempted=session.stats.preempted,
+            others=session.stats.others,
+            other_comms=session.stats.other_comms,
         ),
         *_late_load_lines(session.late_loads),
         *exported,

@@ -21,13 +21,18 @@ def render_summary(
     elapsed_s: float,
     counters: Mapping[str, int],
     preempted: int = 0,
+    others: Mapping[int, int] | None = None,
+    other_comms: Mapping[int, Mapping[str, int]] | None = None,
 ) -> str:
+    """The summary; ``per_op`` counts the traced processes' own events, ``others`` the machine's (see LiveStats)."""
     lines: list[str] = []
     total = sum(h.count for h in per_op.values())
+    theirs = sum((others or {}).values())
     dropped = counters.get("dropped", 0)
     lines.append(
         f"{fmt_count(total)} events in {elapsed_s:.1f} s, {fmt_count(dropped)} dropped"
-        + (f" ({dropped / max(total + dropped, 1):.2%})" if dropped else "")
+        + (f" ({dropped / max(total + theirs + dropped, 1):.2%})" if dropped else "")
+        + (f"; {fmt_count(theirs)} more of other processes, kept as possible causes" if theirs else "")
     )
     for source in Source:
         ops = sorted((o for o in per_op if source_of(o) is source), key=lambda o: -per_op[o].total_ns)
@@ -47,6 +52,16 @@ def render_summary(
             )
     if preempted:
         lines.append(f"  ({fmt_count(preempted)} of the off-CPU intervals were preemptions)")
+    if theirs:
+        lines.append("")
+        lines.append(
+            "Other processes (machine-wide host events, not counted above; in the recording as possible causes)"
+        )
+        for op, n in sorted((others or {}).items(), key=lambda kv: -kv[1]):
+            names = sorted((other_comms or {}).get(op, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+            who = ", ".join(f"{name} {fmt_count(k)}" for name, k in names[:3])
+            more = f", {len(names) - 3} more" if len(names) > 3 else ""
+            lines.append(f"  {op_name(op):<22}{fmt_count(n):>10}  {who}{more}")
     if counters.get("call_depth") or counters.get("unmatched_ret"):
         lines.append("")
         lines.append(

@@ -1,0 +1,43 @@
+"""trace's summary counts the job's own host events; other processes' I/O is kept apart and named."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from tests.conftest import run_gpuscope
+
+
+def _block_io_line(text: str) -> int:
+    host = text.split("\nHost", 1)[1].split("\n\n", 1)[0]
+    match = re.search(r"^\s+block_io\s+([\d,]+)", host, re.M)
+    return int(match.group(1).replace(",", "")) if match else 0
+
+
+def test_the_summary_counts_the_jobs_block_io_and_names_the_others_apart(tmp_path: Path, standin) -> None:  # type: ignore[no-untyped-def]
+    # given another process writing to the disk while the job does too (the job: direct writes of its own)
+    out = tmp_path / "other.bin"
+    noisy = subprocess.Popen(
+        ["sh", "-c", f"exec -a noisy_writer sh -c 'while :; do dd if=/dev/zero of={out} bs=64k count=16 oflag=direct 2>/dev/null; done'"]
+    )  # fmt: skip
+    try:
+        db = tmp_path / "t.db"
+        job = f"dd if=/dev/zero of={tmp_path / 'job.bin'} bs=64k count=32 oflag=direct 2>/dev/null; sleep 0.5"
+        p = run_gpuscope("trace", "--db", str(db), "--no-tui", "--", "sh", "-c", job, env=standin.env())
+    finally:
+        noisy.kill()
+        noisy.wait()
+    assert p.returncode == 0, p.stderr
+    # then the Host table's block_io is what the job's own processes did, as the recording has it
+    jobs = "(SELECT pid FROM events WHERE op IN ('process_exec', 'process_exit', 'sched_switch'))"
+    own, theirs = subprocess.run(
+        ["sqlite3", str(db), f"SELECT count(*) FROM events WHERE op = 'block_io' AND pid IN {jobs}; "
+         f"SELECT count(*) FROM events WHERE op = 'block_io' AND pid NOT IN {jobs}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert _block_io_line(p.stderr) == int(own) > 0, p.stderr
+    # and the other writer's requests are in the recording, counted in a section of their own
+    others = p.stderr.split("Other processes", 1)[1]
+    match = re.search(r"^\s+block_io\s+([\d,]+)", others, re.M)
+    assert match and int(match.group(1).replace(",", "")) == int(theirs) > 0, p.stderr
