@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ def _block_io_line(text: str) -> int:
     return int(match.group(1).replace(",", "")) if match else 0
 
 
-def test_the_summary_counts_the_jobs_block_io_and_names_the_others_apart(tmp_path: Path, standin) -> None:  # type: ignore[no-untyped-def]
+def test_the_summary_counts_the_jobs_block_io_and_names_the_others_apart(tmp_path: Path, standin) -> None:
     # given another process writing to the disk while the job does too (the job: direct writes of its own)
     out = tmp_path / "other.bin"
     noisy = subprocess.Popen(
@@ -41,3 +42,13 @@ def test_the_summary_counts_the_jobs_block_io_and_names_the_others_apart(tmp_pat
     others = p.stderr.split("Other processes", 1)[1]
     match = re.search(r"^\s+block_io\s+([\d,]+)", others, re.M)
     assert match and int(match.group(1).replace(",", "")) == int(theirs) > 0, p.stderr
+
+    # and an export of it counts the job's threads, the other writers' labelled as not traced
+    out = tmp_path / "t.json"
+    e = run_gpuscope("export", "--db", str(db), "-o", str(out))
+    assert e.returncode == 0, e.stderr
+    names = [ev["args"]["name"] for ev in json.loads(out.read_text())["traceEvents"] if ev.get("name") == "thread_name"]
+    ours = [n for n in names if not n.startswith("(not traced) ")]
+    assert ours, names
+    assert len(ours) < len(names), names  # the other processes whose I/O is in the recording, labelled
+    assert f"events on {len(ours)} threads (and {len(names) - len(ours)} of other processes" in e.stderr, e.stderr

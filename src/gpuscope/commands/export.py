@@ -105,8 +105,13 @@ def run(args: argparse.Namespace) -> int:
         if not to_stdout:
             print("open it in https://www.speedscope.app or feed it to flamegraph.pl / inferno", file=sys.stderr)
         return 0
+    others = (
+        f" (and {stats.other_threads} of other processes: their host events, labelled not traced)"
+        if stats.other_threads
+        else ""
+    )
     print(
-        f"wrote {fmt_count(stats.events_written)} events on {stats.threads} threads of {stats.nodes} node(s), "
+        f"wrote {fmt_count(stats.events_written)} events on {stats.threads} threads{others} of {stats.nodes} node(s), "
         f"{stats.findings} findings ({stats.findings_source}), {stats.counters} counter samples to {where}",
         file=sys.stderr,
     )

@@ -25,7 +25,8 @@ class ExportOptions:
 class ExportStats:
     events_written: int = 0
     events_cut: int = 0
-    threads: int = 0
+    threads: int = 0  # of the traced processes
+    other_threads: int = 0  # of other processes: machine-wide host events only, labelled so
     nodes: int = 0
     findings: int = 0
     counters: int = 0

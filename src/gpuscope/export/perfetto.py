@@ -34,7 +34,7 @@ from gpuscope.query.guarded import GuardedReader
 from gpuscope.store.connect import database_path
 from gpuscope.store.events_read import count_events, events_statement, export_rows, op_counts_by_interval
 from gpuscope.store.imported_read import imported_chain_rows
-from gpuscope.store.sessions_read import session_clocks
+from gpuscope.store.sessions_read import session_clocks, traced_roots
 
 SEVERITY_COLORS = {"CRITICAL": "terrible", "HIGH": "bad", "MEDIUM": "yellow", "LOW": "good"}
 _ENTRY_ONLY = 1
@@ -125,6 +125,11 @@ class _Writer:
         self.node_names = {v: k for k, v in nodes.items()}
         self.seen_nodes: set[int] = set()
         self.seen_threads: set[tuple[int, int]] = set()
+        # Per session, the traced processes as they become known (a fork comes before the child's events);
+        # None: the session traced every process.
+        self.traced: dict[int, set[int] | None] = {
+            sid: None if roots is None else set(roots) for sid, roots in traced_roots(self.conn).items()
+        }
         self.interval_ns = max(1, int(options.counter_interval_ns))
         self.cut_ts_ns: int | None = None  # with --max-events: every row before this ts_ns was written
         self.next_flow_id = 1
@@ -164,12 +169,18 @@ class _Writer:
         self.emit({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"node {name}"}})
         self.emit({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
 
-    def thread(self, pid: int, tid: int, real_pid: int, comm: str | None) -> None:
+    def thread(self, pid: int, tid: int, real_pid: int, comm: str | None, sid: int) -> None:
         if (pid, tid) in self.seen_threads:
             return
         self.seen_threads.add((pid, tid))
-        self.stats.threads += 1
+        traced = self.traced.get(sid)
         label = f"{comm or '?'} [{real_pid}/{tid}]"
+        if traced is None or real_pid in traced:
+            self.stats.threads += 1
+        else:
+            # Its block I/O or retransmits are here as possible causes of the job's waits, not as the job's.
+            self.stats.other_threads += 1
+            label = f"(not traced) {label}"
         self.emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
 
     def rows(self) -> Iterator[tuple[Any, ...]]:
@@ -196,8 +207,10 @@ class _Writer:
                 self.node(pid)
             if op in AGGREGATE_COUNTERS:
                 continue  # a counter track (write_aggregates), not a slice
+            if op == "process_fork" and (traced := self.traced.get(sid)) is not None:
+                traced.add(int(handle))
             if (pid, tid) not in self.seen_threads:
-                self.thread(pid, tid, real_pid, comm)
+                self.thread(pid, tid, real_pid, comm, sid)
             key = (str(op), str(source or "unknown"), arg0 == 1)
             prefix = prefixes.get(key)
             if prefix is None:

@@ -64,6 +64,25 @@ def session_flag_docs(conn: sqlite3.Connection) -> dict[int, dict[str, object]]:
     return out
 
 
+def traced_roots(conn: sqlite3.Connection) -> dict[int, frozenset[int] | None]:
+    """Per session, the pids it was asked to trace (a launched command, ``--pid``); None where it traced every process.
+
+    The traced processes are these and every process they forked (the
+    ``process_fork`` rows, recorded for traced parents only). Other processes
+    appear in a recording only through machine-wide host events and as culprits.
+    """
+    flags = session_flag_docs(conn)
+    out: dict[int, frozenset[int] | None] = {}
+    for sid, raw in conn.execute("SELECT id, targets FROM sessions").fetchall():
+        try:
+            pids = json.loads(raw) if raw else []
+        except (TypeError, ValueError):
+            pids = []
+        every = flags.get(int(sid), {}).get("filter_targets") is False or not isinstance(pids, list)
+        out[int(sid)] = None if every else frozenset(int(p) for p in pids if isinstance(p, int))
+    return out
+
+
 def last_session(conn: sqlite3.Connection) -> tuple[int, int] | None:
     """Return (id, events recorded) of the newest session, or None in an empty recording."""
     row = conn.execute("SELECT id, events_recorded FROM sessions ORDER BY id DESC LIMIT 1").fetchone()
