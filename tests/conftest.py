@@ -201,7 +201,7 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> StandinLibs:
 
 
 @pytest.fixture(scope="session")
-def build_workload(standin: StandinLibs, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def build_workload(standin: StandinLibs, tmp_path_factory: pytest.TempPathFactory):
     """Compile a C workload from tests/workloads against the stand-in libraries.
 
     ``build_workload("cuda_calls.c", extra_flags=["-fomit-frame-pointer"])`` -> Path
@@ -279,7 +279,7 @@ def run_gpuscope(
 
 
 @pytest.fixture
-def trace_command(tmp_path: Path, standin: StandinLibs):  # type: ignore[no-untyped-def]
+def trace_command(tmp_path: Path, standin: StandinLibs):
     """Trace a command with the real tracer: ``trace_command([exe, "100"], env=..., extra=[...])`` -> TraceRun.
 
     Only the stand-in libraries are probed (``--lib``), so results do not

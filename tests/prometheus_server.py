@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,7 @@ def prometheus_server(folder: Path, scrape_configs: str) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-def query(url: str, promql: str) -> list[dict[str, object]]:
+def query(url: str, promql: str) -> list[dict[str, Any]]:
     """The result of an instant query (the last scrape): a list of {"metric", "value"}."""
     with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}", timeout=10) as r:
         doc = json.load(r)

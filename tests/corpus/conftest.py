@@ -8,6 +8,7 @@ the end of the session.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -99,9 +100,9 @@ class IsolatedRuns:
                 if nobody:
                     home = self.corpus.root / "homes" / f"{case.name}-{command.name}"
                     env = self._env(case)
-                    jobs.append((case, command, out, lambda a=argv, h=home, e=env: run_as_nobody(a, h, e)))
+                    jobs.append((case, command, out, functools.partial(run_as_nobody, argv, home, env)))
                 else:
-                    jobs.append((case, command, out, lambda a=argv: run_subprocess(a)))
+                    jobs.append((case, command, out, functools.partial(run_subprocess, argv)))
         workers = min(4, (os.cpu_count() or 1) + 1)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             runs = list(pool.map(lambda job: job[3](), jobs))

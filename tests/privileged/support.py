@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import TraceRun
 
@@ -45,17 +46,17 @@ def ids_from(stdout: str) -> tuple[int, list[int]]:
     return pid, tids
 
 
-def json_line(stdout: str) -> dict[str, object]:
+def json_line(stdout: str) -> dict[str, Any]:
     """The one JSON line a Python workload prints among the trace summary."""
     for line in stdout.splitlines():
         if line.startswith("{"):
-            return json.loads(line)  # type: ignore[no-any-return]
+            return json.loads(line)
     raise AssertionError(f"workload printed no JSON line: {stdout!r}")
 
 
 def session_drops(run: TraceRun) -> dict[str, int]:
     ((drops,),) = run.query("SELECT drops FROM sessions")
-    return json.loads(str(drops))  # type: ignore[no-any-return]
+    return json.loads(str(drops))
 
 
 def median(values: list[int]) -> float:
@@ -71,18 +72,18 @@ def gpuscope_cmd(*args: str) -> list[str]:
 class LineReader:
     """Read a pipe's lines on a thread so a test can wait for one with a deadline."""
 
-    def __init__(self, pipe) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, pipe) -> None:
         self.lines: list[str] = []
         self._q: queue.Queue[str | None] = queue.Queue()
         self._t = threading.Thread(target=self._pump, args=(pipe,), daemon=True)
         self._t.start()
 
-    def _pump(self, pipe) -> None:  # type: ignore[no-untyped-def]
+    def _pump(self, pipe) -> None:
         for line in pipe:
             self._q.put(line)
         self._q.put(None)
 
-    def wait_for(self, predicate, timeout: float) -> str:  # type: ignore[no-untyped-def]
+    def wait_for(self, predicate, timeout: float) -> str:
         """Return the first line (new or already read) for which ``predicate`` holds."""
         for line in self.lines:
             if predicate(line):
@@ -114,7 +115,7 @@ class LineReader:
 
 
 @contextmanager
-def background(cmd: list[str], **kw) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+def background(cmd: list[str], **kw) -> Iterator[subprocess.Popen[str]]:
     """A process that is always ended (SIGKILL by pid) when the block exits."""
     proc = subprocess.Popen(cmd, text=True, **kw)
     try:

@@ -45,7 +45,7 @@ def _stats(doc: dict[str, object]) -> dict[str, dict[str, object]]:
 
 def test_the_default_mode_probes_launches_in_windows_and_estimates_their_counts_within_5_percent(
     build_workload, trace_command
-):  # type: ignore[no-untyped-def]
+):
     # given a host-bound loop of 7 s, traced in the default mode with 1 s probed whole at its start
     exe = build_workload("host_loop.c")
     run = trace_command(["taskset", "-c", "1", str(exe), str(LOOP_S)], extra=["--keep-first", "1s", "--no-tui"])
@@ -86,7 +86,7 @@ def test_the_default_mode_probes_launches_in_windows_and_estimates_their_counts_
 
 
 @pytest.mark.parametrize("flag", [["--record-all"], ["--budget", "off"]])
-def test_the_exact_modes_probe_every_call_and_still_measure_their_cost(build_workload, trace_command, flag):  # type: ignore[no-untyped-def]
+def test_the_exact_modes_probe_every_call_and_still_measure_their_cost(build_workload, trace_command, flag):
     # given the same loop, shorter, traced with every call probed
     exe = build_workload("host_loop.c")
     run = trace_command(["taskset", "-c", "1", str(exe), "3"], extra=[*flag, "--keep-first", "1s", "--no-tui"])
@@ -102,7 +102,7 @@ def test_the_exact_modes_probe_every_call_and_still_measure_their_cost(build_wor
     assert run.query("SELECT count(*) > 0, sum(probe_ns) > 0 FROM self_cost") == [(1, 1)]
 
 
-def test_a_budget_out_of_range_is_refused_before_tracing(trace_command, build_workload):  # type: ignore[no-untyped-def]
+def test_a_budget_out_of_range_is_refused_before_tracing(trace_command, build_workload):
     exe = build_workload("host_loop.c")
     run = trace_command([str(exe), "1"], extra=["--budget", "80%"])
     assert run.returncode == 2
@@ -111,7 +111,7 @@ def test_a_budget_out_of_range_is_refused_before_tracing(trace_command, build_wo
 
 def test_a_trace_shorter_than_its_first_seconds_is_one_exact_window_and_its_counts_are_not_estimates(
     build_workload, trace_command
-):  # type: ignore[no-untyped-def]
+):
     # given a loop that ends long before the first 10 s (probed whole) are over, traced in the default mode
     exe = build_workload("host_loop.c")
     run = trace_command([str(exe), "0.3"], extra=["--no-tui"])

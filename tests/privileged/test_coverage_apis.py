@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 
 
-def test_nccl_calls_of_three_ranks_are_counted_and_joined_to_their_communicator(  # type: ignore[no-untyped-def]
-    build_workload, trace_command, standin
-):
+def test_nccl_calls_of_three_ranks_are_counted_and_joined_to_their_communicator(build_workload, trace_command, standin):
     # given three ranks of one job, launched together
     exe = build_workload("nccl_ranks.c")
     script = " & ".join(f"RANK={r} WORLD_SIZE=3 {exe} 30" for r in range(3)) + " & wait"
@@ -47,7 +45,7 @@ def test_nccl_calls_of_three_ranks_are_counted_and_joined_to_their_communicator(
     assert run.query("SELECT count(*) FROM events WHERE rank = 1 AND op = 'ncclAllReduce'") == [(30,)]
 
 
-def test_graph_capture_instantiate_launch_can_be_followed_by_handle(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_graph_capture_instantiate_launch_can_be_followed_by_handle(build_workload, trace_command):
     exe = build_workload("graphs.c")
     run = trace_command([str(exe), "25", "3"])
     assert run.returncode == 0, run.stderr

@@ -61,7 +61,7 @@ def cgroup_dirs(*paths: Path) -> Iterator[list[Path]]:
                     parent.rmdir()
 
 
-def test_direct_writes_are_recorded_as_block_io_of_the_writing_process(trace_command, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_direct_writes_are_recorded_as_block_io_of_the_writing_process(trace_command, tmp_path: Path):
     target = tmp_path / "direct.bin"
     run = trace_command(
         ["/bin/sh", "-c", f'dd if=/dev/zero of={target} bs=64k count=64 oflag=direct 2>/dev/null; echo "dd done"'],
@@ -139,7 +139,7 @@ cli.close(); t.join()
 """
 
 
-def test_tcp_retransmits_are_recorded_with_addresses_and_ports(trace_command, lossy_netns: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_tcp_retransmits_are_recorded_with_addresses_and_ports(trace_command, lossy_netns: str, tmp_path: Path):
     script = tmp_path / "pair.py"
     script.write_text(TCP_PAIR)
     run = trace_command(["ip", "netns", "exec", lossy_netns, sys.executable, str(script)], timeout=60)
@@ -155,7 +155,7 @@ def test_tcp_retransmits_are_recorded_with_addresses_and_ports(trace_command, lo
 OOM_HOG = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n"
 
 
-def test_an_oom_kill_is_recorded_with_the_victim_and_its_cgroup(trace_command, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_an_oom_kill_is_recorded_with_the_victim_and_its_cgroup(trace_command, tmp_path: Path):
     if not (V1_MEMORY / "memory.limit_in_bytes").exists():
         pytest.skip("needs the cgroup v1 memory controller")
     cg = V1_MEMORY / f"gpuscope-oom-{secrets.token_hex(3)}"
@@ -176,7 +176,7 @@ def test_an_oom_kill_is_recorded_with_the_victim_and_its_cgroup(trace_command, t
     assert last_exec and last_exec[0][0].startswith("python")
 
 
-def test_exec_records_the_argv_of_short_lived_processes(trace_command):  # type: ignore[no-untyped-def]
+def test_exec_records_the_argv_of_short_lived_processes(trace_command):
     run = trace_command(["/bin/sh", "-c", "/bin/true first arg; /bin/echo second 'quoted arg'"])
     assert run.returncode == 0
     argvs = [r[0] for r in run.query("SELECT argv FROM execs ORDER BY ts_ns")]
@@ -197,7 +197,7 @@ def test_exec_records_the_argv_of_short_lived_processes(trace_command):  # type:
         ),
     ],
 )
-def test_processes_in_container_cgroups_are_attributed_to_their_container(  # type: ignore[no-untyped-def]
+def test_processes_in_container_cgroups_are_attributed_to_their_container(
     build_workload, trace_command, standin, style: str, v1_rel: str | None, v2_rel: str | None, runtime: str
 ):
     cid = secrets.token_hex(32)
@@ -227,7 +227,7 @@ def test_processes_in_container_cgroups_are_attributed_to_their_container(  # ty
     assert run.query(SEED_NCCL_COST) == []
 
 
-def test_rank_and_node_are_on_every_event(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_rank_and_node_are_on_every_event(build_workload, trace_command):
     exe = build_workload("cuda_calls.c")
     env = dict(os.environ, RANK="3", LOCAL_RANK="1", WORLD_SIZE="8")
     from tests.conftest import StandinLibs  # noqa: F401 - fixture type only

@@ -11,7 +11,7 @@ from tests.conftest import StandinLibs
 from tests.serve.support import dashboard
 
 
-def test_the_api_follows_a_recording_in_progress(tmp_path: Path, standin: StandinLibs, build_workload) -> None:  # type: ignore[no-untyped-def]
+def test_the_api_follows_a_recording_in_progress(tmp_path: Path, standin: StandinLibs, build_workload) -> None:
     exe = build_workload("cuda_calls.c")
     db = tmp_path / "live.db"
     tracer = subprocess.Popen(

@@ -38,7 +38,7 @@ def calls_made(stdout: str) -> int:
     return int(line.split()[1])
 
 
-def trace_argv(db: Path, standin, *extra: str, command: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
+def trace_argv(db: Path, standin, *extra: str, command: list[str]) -> list[str]:
     """`gpuscope trace` probing only the stand-in libraries, plain output."""
     libs = ["--lib", str(standin.cudart), "--lib", str(standin.cuda)]
     return gpuscope_cmd("trace", "--db", str(db), *libs, "--no-tui", "--record-all", *extra, "--", *command)
@@ -62,16 +62,19 @@ def the_session(db: Path) -> dict[str, object]:
 
 
 def stored_launches(db: Path) -> int:
-    return int(read(db, "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'")[0][0])
+    n = read(db, "SELECT count(*) FROM events WHERE op = 'cudaLaunchKernel'")[0][0]
+    assert isinstance(n, int), n
+    return n
 
 
 def aggregated_launches(db: Path) -> int:
     (n,) = read(db, "SELECT coalesce(sum(count), 0) FROM aggregates WHERE op = 'cudaLaunchKernel'")[0]
-    return int(n)
+    assert isinstance(n, int), n
+    return n
 
 
 @contextmanager
-def process_group(cmd: list[str], **kw) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+def process_group(cmd: list[str], **kw) -> Iterator[subprocess.Popen[str]]:
     """``cmd`` in a process group of its own, all of which is SIGKILLed when the block exits.
 
     The traced workload outlives a killed agent; killing the group by its id
@@ -208,7 +211,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
 
 
 @pytest.mark.parametrize("round_", [1, 2, 3])
-def test_readers_in_loops_never_hurt_the_agent_and_every_call_is_stored_or_counted_dropped(  # type: ignore[no-untyped-def]
+def test_readers_in_loops_never_hurt_the_agent_and_every_call_is_stored_or_counted_dropped(
     round_, build_workload, standin, tmp_path
 ):
     # given a trace whose workload waits for a go-ahead, so readers are running before it calls
@@ -268,7 +271,7 @@ def test_readers_in_loops_never_hurt_the_agent_and_every_call_is_stored_or_count
 
 
 @pytest.mark.parametrize("with_reader", [False, True], ids=["alone", "with-a-reader-looping"])
-def test_max_db_holds_for_file_wal_and_shm_at_every_moment_with_exact_aggregates(  # type: ignore[no-untyped-def]
+def test_max_db_holds_for_file_wal_and_shm_at_every_moment_with_exact_aggregates(
     with_reader, build_workload, standin, tmpfs
 ):
     # given a 40 MB file system and a workload that writes far more than a 5 MiB cap
@@ -309,7 +312,8 @@ def test_max_db_holds_for_file_wal_and_shm_at_every_moment_with_exact_aggregates
     assert aggregated_launches(db) + drops["drop_cuda"] == made, (aggregated_launches(db), drops)
     # and far fewer rows are kept than were made (the oldest went first); rows shed are counted, never hidden
     assert stored_launches(db) < made // 4
-    assert read(db, "SELECT min(id) FROM event_log")[0][0] > 1
+    first_id = read(db, "SELECT min(id) FROM event_log")[0][0]
+    assert isinstance(first_id, int) and first_id > 1, first_id
     assert "rows_shed_db_cap" in drops
     if reader is not None:
         assert reader.outcomes, "the reader never ran"
@@ -320,7 +324,7 @@ def test_max_db_holds_for_file_wal_and_shm_at_every_moment_with_exact_aggregates
 
 
 @pytest.mark.parametrize("run", [1, 2, 3])
-def test_a_sigkilled_agent_leaves_a_readable_file_complete_up_to_its_committed_time(  # type: ignore[no-untyped-def]
+def test_a_sigkilled_agent_leaves_a_readable_file_complete_up_to_its_committed_time(
     run, build_workload, standin, tmp_path
 ):
     # given a busy trace (the workload runs far longer than the test waits)
@@ -361,22 +365,21 @@ def test_a_sigkilled_agent_leaves_a_readable_file_complete_up_to_its_committed_t
     assert 0 <= lost_s <= 3.0, f"killed {delay:.2f} s in, committed up to {lost_s:.3f} s before the kill"
     # and the rows are one unbroken run (no transaction torn out of the middle)
     ((lo, hi, n),) = read(db, "SELECT min(id), max(id), count(*) FROM event_log")
-    assert n > 0 and (lo, hi) == (1, n), (lo, hi, n)
+    assert isinstance(n, int) and n > 0 and (lo, hi) == (1, n), (lo, hi, n)
     # and the exact counts cover the stored calls up to shortly before the committed time: they are
     # written in order with the rows, so they count a prefix of them
     counted = aggregated_launches(db)
     launches = read(db, "SELECT ts_ns FROM events WHERE op = 'cudaLaunchKernel' ORDER BY id")
     assert 0 < counted <= len(launches), (counted, len(launches))
-    last_counted_ns = int(launches[counted - 1][0])
+    last_counted_ns = launches[counted - 1][0]
+    assert isinstance(last_counted_ns, int), last_counted_ns
     assert committed_mono - last_counted_ns <= 3_000_000_000, (committed_mono - last_counted_ns) / 1e9
 
 
 # -- d. a full disk ---------------------------------------------------------------
 
 
-def test_a_full_disk_closes_the_session_and_the_workload_runs_on_to_its_end(  # type: ignore[no-untyped-def]
-    build_workload, standin, tmpfs
-):
+def test_a_full_disk_closes_the_session_and_the_workload_runs_on_to_its_end(build_workload, standin, tmpfs):
     # given an 8 MB file system, no cap, and a workload that would write far more
     exe = build_workload("cuda_hammer.c")
     where = tmpfs("8m")

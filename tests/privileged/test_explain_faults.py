@@ -45,9 +45,7 @@ def cpu0_hogs() -> Iterator[list[int]]:
             p.wait(timeout=10)
 
 
-def test_cpu_hogs_on_the_workloads_cpu_are_named_as_cpu_preemption(  # type: ignore[no-untyped-def]
-    build_workload, trace_command, standin, cpu0_hogs
-):
+def test_cpu_hogs_on_the_workloads_cpu_are_named_as_cpu_preemption(build_workload, trace_command, standin, cpu0_hogs):
     # given a spinning synchronize (2 ms) sharing CPU 0 with two busy loops
     exe = build_workload("explain_scenarios.c")
     run = trace_command(["taskset", "-c", "0", str(exe), "sync", "150"], env=standin.env(cudaStreamSynchronize="2ms"))
@@ -63,9 +61,7 @@ def test_cpu_hogs_on_the_workloads_cpu_are_named_as_cpu_preemption(  # type: ign
     assert {c.pid for c in cause.culprits} & set(cpu0_hogs)
 
 
-def test_voluntary_sleeps_between_and_inside_syncs_are_not_cpu_preemption(  # type: ignore[no-untyped-def]
-    build_workload, trace_command, standin
-):
+def test_voluntary_sleeps_between_and_inside_syncs_are_not_cpu_preemption(build_workload, trace_command, standin):
     exe = build_workload("explain_scenarios.c")
     run = trace_command([*RT, str(exe), "sync", "150", "2000"], env=standin.env(cudaStreamSynchronize="1ms:sleep"))
     assert run.returncode == 0, run.stderr
@@ -75,16 +71,14 @@ def test_voluntary_sleeps_between_and_inside_syncs_are_not_cpu_preemption(  # ty
     assert _kinds(report)[0] == "data-starvation", _kinds(report)
 
 
-def test_a_clean_workload_has_no_high_or_critical_finding(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_a_clean_workload_has_no_high_or_critical_finding(build_workload, trace_command):
     run = trace_command([*RT, str(build_workload("cuda_calls.c")), "300", "2"])
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     assert all(f.severity < Severity.HIGH for f in report.findings), [(f.kind, f.severity) for f in report.findings]
 
 
-def test_two_processes_sharing_the_stand_in_gpu_are_gpu_contention(  # type: ignore[no-untyped-def]
-    build_workload, trace_command, standin, tmp_path
-):
+def test_two_processes_sharing_the_stand_in_gpu_are_gpu_contention(build_workload, trace_command, standin, tmp_path):
     exe = build_workload("explain_scenarios.c")
     shared = tmp_path / "gpu"
     script = f"{exe} contend 150 {shared} & {exe} contend 150 {shared}; wait"
@@ -94,7 +88,7 @@ def test_two_processes_sharing_the_stand_in_gpu_are_gpu_contention(  # type: ign
     assert report.findings and report.findings[0].kind == "gpu-contention", _kinds(report)
 
 
-def test_slow_first_calls_are_cold_start(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_slow_first_calls_are_cold_start(build_workload, trace_command):
     run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "cold", "200"])
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
@@ -104,27 +98,27 @@ def test_slow_first_calls_are_cold_start(build_workload, trace_command):  # type
     assert "cpu-preemption" not in _kinds(report)
 
 
-def test_copies_dominating_the_step_are_memcpy_bound(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
+def test_copies_dominating_the_step_are_memcpy_bound(build_workload, trace_command, standin):
     exe = build_workload("explain_scenarios.c")
     run = trace_command([*RT, str(exe), "memcpy", "150"], env=standin.env(cudaMemcpy="1ms"))
     assert run.returncode == 0, run.stderr
     assert _kinds(_explain(run.db))[0] == "memcpy-bound"
 
 
-def test_periodic_malloc_spikes_are_allocator_churn(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_periodic_malloc_spikes_are_allocator_churn(build_workload, trace_command):
     run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "churn", "120"])
     assert run.returncode == 0, run.stderr
     report = _explain(run.db)
     assert _kinds(report)[0] == "allocator-churn", _kinds(report)
 
 
-def test_allocations_without_frees_are_a_memory_leak(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_allocations_without_frees_are_a_memory_leak(build_workload, trace_command):
     run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "leak", "200"])
     assert run.returncode == 0, run.stderr
     assert "memory-leak" in _kinds(_explain(run.db))
 
 
-def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_command, tmp_path):  # type: ignore[no-untyped-def]
+def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_command, tmp_path):
     run = trace_command([*RT, str(build_workload("explain_scenarios.c")), "leak", "100"])
     p = subprocess.run(
         [sys.executable, "-m", "gpuscope", "explain", "--db", str(run.db), "--json"],
@@ -140,7 +134,7 @@ def test_explain_cli_prints_json_for_a_real_recording(build_workload, trace_comm
     assert doc["stored"] is False  # explain writes findings only with --save-findings
 
 
-def test_a_cuda_thread_waiting_for_its_loader_thread_is_data_starvation(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_a_cuda_thread_waiting_for_its_loader_thread_is_data_starvation(build_workload, trace_command):
     # given quick GPU steps and a loader thread that spends 5 ms of CPU on each batch before handing it over
     run = trace_command([str(build_workload("cuda_feeder.c")), "100", "5000"])
     assert run.returncode == 0, run.stderr

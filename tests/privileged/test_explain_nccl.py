@@ -29,7 +29,7 @@ def _ranks(stdout: str) -> dict[int, int]:
     return {int(m.group(2)): int(m.group(1)) for m in re.finditer(r"pid (\d+) rank (\d+)", stdout)}
 
 
-def test_a_rank_slowed_by_a_cpu_hog_on_its_core_is_the_nccl_straggler_with_the_hog_named(  # type: ignore[no-untyped-def]
+def test_a_rank_slowed_by_a_cpu_hog_on_its_core_is_the_nccl_straggler_with_the_hog_named(
     build_workload, trace_command, standin
 ):
     # given three ranks spinning 500 µs in each allreduce; ranks 0 and 1 share CPU 1, rank 2 shares CPU 0
@@ -59,9 +59,7 @@ def test_a_rank_slowed_by_a_cpu_hog_on_its_core_is_the_nccl_straggler_with_the_h
     assert hog.pid in {c.pid for c in cause.culprits}
 
 
-def test_a_rank_that_never_returns_is_reported_as_nccl_hang_while_tracing_runs(  # type: ignore[no-untyped-def]
-    build_workload, standin, tmp_path: Path
-):
+def test_a_rank_that_never_returns_is_reported_as_nccl_hang_while_tracing_runs(build_workload, standin, tmp_path: Path):
     # given three ranks, rank 2's last allreduce blocking for 20 s, traced with a 2 s hang threshold
     exe = build_workload("nccl_ranks.c")
     script = " & ".join(f"RANK={r} WORLD_SIZE=3 HANG_RANK=2 HANG_SECONDS=20 {exe} 30" for r in range(3)) + " & wait"
@@ -107,7 +105,7 @@ def test_a_rank_that_never_returns_is_reported_as_nccl_hang_while_tracing_runs( 
                 subprocess.run(["kill", "-9", str(pid)], stderr=subprocess.DEVNULL, check=False)
 
 
-def test_graphs_recaptured_after_replay_started_are_graph_recapture(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_graphs_recaptured_after_replay_started_are_graph_recapture(build_workload, trace_command):
     exe = build_workload("graphs.c")
     run = trace_command([str(exe), "25", "5"])
     assert run.returncode == 0, run.stderr
@@ -117,7 +115,7 @@ def test_graphs_recaptured_after_replay_started_are_graph_recapture(build_worklo
     assert found[0].symptom.extra["recaptures"] == 6
 
 
-def test_a_cpu_hog_in_another_container_is_the_named_noisy_neighbour(  # type: ignore[no-untyped-def]
+def test_a_cpu_hog_in_another_container_is_the_named_noisy_neighbour(
     build_workload, trace_command, standin, tmp_path: Path
 ):
     # given the workload in docker container A and a busy loop of higher priority in docker container B,

@@ -55,7 +55,9 @@ def _trace(db: Path, standin: StandinLibs, *args: str, timeout: float = 120) -> 
 
 
 def _mallocs(db: Path) -> int:
-    return int(TraceRun(db, 0, "", "").query("SELECT count(*) FROM events WHERE op = 'cudaMalloc'")[0][0])  # type: ignore[arg-type]
+    n = TraceRun(db, 0, "", "").query("SELECT count(*) FROM events WHERE op = 'cudaMalloc'")[0][0]
+    assert isinstance(n, int), n
+    return n
 
 
 def test_stdout_of_trace_is_the_commands_stdout_byte_for_byte(tmp_path: Path, standin: StandinLibs) -> None:

@@ -27,7 +27,7 @@ NODES = (("alpha", 1), ("beta", 1), ("gamma", 0))  # (node, CPU of its rank): ga
 KIND = "nccl-cross-node-straggler"
 
 
-def test_a_rank_slowed_by_a_cpu_hog_on_its_node_is_the_cross_node_straggler_with_the_hog_and_the_wait_named(  # type: ignore[no-untyped-def]
+def test_a_rank_slowed_by_a_cpu_hog_on_its_node_is_the_cross_node_straggler_with_the_hog_and_the_wait_named(
     build_workload, standin: StandinLibs, tmp_path: Path
 ) -> None:
     # given three nodes, each tracing one rank of a 3-rank job into its own recording; every collective waits for
@@ -84,7 +84,7 @@ def test_a_rank_slowed_by_a_cpu_hog_on_its_node_is_the_cross_node_straggler_with
     assert hog.pid in {c["pid"] for c in cause["culprits"]}, cause
 
 
-def test_ranks_that_keep_pace_on_separate_nodes_give_no_cross_node_straggler(  # type: ignore[no-untyped-def]
+def test_ranks_that_keep_pace_on_separate_nodes_give_no_cross_node_straggler(
     build_workload, standin: StandinLibs, tmp_path: Path
 ) -> None:
     # given two nodes, one rank each, equal host work, no hog, and neither pinned: a rank pinned to a CPU the

@@ -18,7 +18,7 @@ from tests.privileged.support import json_line
 WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "py_host_bound.py"
 
 
-def _trace_loop(trace_command, standin: StandinLibs, seconds: str, *extra: str) -> TraceRun:  # type: ignore[no-untyped-def]
+def _trace_loop(trace_command, standin: StandinLibs, seconds: str, *extra: str) -> TraceRun:
     env = standin.env()
     # The GPU's share of a step: a 2 ms synchronisation after 40 launches.
     env["GPUSCOPE_STANDIN_LATENCY"] = "cudaDeviceSynchronize=2ms:sleep"
@@ -29,7 +29,7 @@ def _trace_loop(trace_command, standin: StandinLibs, seconds: str, *extra: str) 
     return run
 
 
-def test_starvation_names_the_python_function_that_holds_the_host(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_starvation_names_the_python_function_that_holds_the_host(trace_command, standin) -> None:
     # given a loop that spends most of each step in build_batch, traced with the defaults
     run = _trace_loop(trace_command, standin, "6")
     pid = json_line(run.stdout)["pid"]
@@ -51,7 +51,7 @@ def test_starvation_names_the_python_function_that_holds_the_host(trace_command,
     assert "`build_batch` (py_host_bound.py:" in starved["fix"]
 
 
-def test_the_profile_is_shown_and_exported_for_flame_graph_viewers(trace_command, standin, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_profile_is_shown_and_exported_for_flame_graph_viewers(trace_command, standin, tmp_path: Path) -> None:
     run = _trace_loop(trace_command, standin, "3")
     # stacks --cpu: the top function first, its share, file and line
     p = run_gpuscope("stacks", "--cpu", "--db", str(run.db), "--limit", "3")
@@ -80,7 +80,7 @@ def test_the_profile_is_shown_and_exported_for_flame_graph_viewers(trace_command
     assert any(stack.endswith(";<module>;main;build_batch") for stack, _ in folded)
 
 
-def test_a_process_that_exits_at_once_still_has_its_python_frames_named(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_a_process_that_exits_at_once_still_has_its_python_frames_named(trace_command, standin) -> None:
     # given a Python process that computes for a moment and exits before any CUDA call
     code = "def spin():\n    s = 0\n    for i in range(6_000_000):\n        s += i\n    return s\nspin()\n"
     run: TraceRun = trace_command([sys.executable, "-c", code], extra=["--no-tui"])
@@ -92,7 +92,7 @@ def test_a_process_that_exits_at_once_still_has_its_python_frames_named(trace_co
     assert rows and rows[0]["function"] == "spin" and rows[0]["file"] == "<string>", rows
 
 
-def test_sampling_can_be_turned_off(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_sampling_can_be_turned_off(trace_command, standin) -> None:
     run = _trace_loop(trace_command, standin, "1", "--cpu-samples", "off")
     assert run.query("SELECT count(*) FROM cpu_samples") == [(0,)]
     (flags,) = run.query("SELECT flags FROM sessions")[0]
@@ -106,7 +106,7 @@ def test_a_bad_rate_is_one_line_and_nothing_is_recorded(tmp_path: Path) -> None:
     assert "Traceback" not in p.stderr and not db.exists()
 
 
-def test_starvation_and_its_code_are_found_with_record_all_too(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_starvation_and_its_code_are_found_with_record_all_too(trace_command, standin) -> None:
     run = _trace_loop(trace_command, standin, "4", "--record-all")
     p = run_gpuscope("explain", "--db", str(run.db), "--json")
     assert p.returncode == 0, p.stderr

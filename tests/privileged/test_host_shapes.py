@@ -23,7 +23,7 @@ WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "py_host_shape
 HOST_RULES = {"data-starvation", "launch-bound", "gil-bound", "sync-in-loop"}
 
 
-def _explain(trace_command, standin: StandinLibs, shape: str, latency: str = "") -> tuple[int, list[dict]]:  # type: ignore[no-untyped-def, type-arg]
+def _explain(trace_command, standin: StandinLibs, shape: str, latency: str = "") -> tuple[int, list[dict]]:
     env = standin.env()
     if latency:
         env["GPUSCOPE_STANDIN_LATENCY"] = latency
@@ -31,18 +31,18 @@ def _explain(trace_command, standin: StandinLibs, shape: str, latency: str = "")
         [sys.executable, str(WORKLOAD), shape, str(standin.cudart), "6"], env=env, extra=["--no-tui"]
     )
     assert run.returncode == 0, run.stderr
-    pid = int(json_line(run.stdout)["pid"])  # type: ignore[call-overload]
+    pid = int(json_line(run.stdout)["pid"])
     p = run_gpuscope("explain", "--db", str(run.db), "--json")
     assert p.returncode == 0, p.stderr
     return pid, [f for f in json.loads(p.stdout)["findings"] if f["symptom"]["pid"] == pid]
 
 
-def _host_cause(finding: dict) -> dict:  # type: ignore[type-arg]
+def _host_cause(finding: dict) -> dict:
     (cause,) = [c for c in finding["causes"] if c["kind"] == "host-time"]
     return cause
 
 
-def test_tiny_kernels_with_python_between_them_are_launch_bound(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_tiny_kernels_with_python_between_them_are_launch_bound(trace_command, standin) -> None:
     _, findings = _explain(trace_command, standin, "launch")
     (f,) = [f for f in findings if f["kind"] == "launch-bound"]
     # 400 launches a step (read from a sample of the rows on a long run, so an estimate, and said so), tens of
@@ -57,7 +57,7 @@ def test_tiny_kernels_with_python_between_them_are_launch_bound(trace_command, s
     assert {x["kind"] for x in findings} & HOST_RULES == {"launch-bound"}
 
 
-def test_a_python_thread_holding_the_gil_is_gil_bound_and_named(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_a_python_thread_holding_the_gil_is_gil_bound_and_named(trace_command, standin) -> None:
     _, findings = _explain(trace_command, standin, "gil")
     (f,) = [f for f in findings if f["kind"] == "gil-bound"]
     assert "`tokenize` (py_host_shapes.py:" in f["causes"][0]["evidence"][1]
@@ -65,7 +65,7 @@ def test_a_python_thread_holding_the_gil_is_gil_bound_and_named(trace_command, s
     assert not {x["kind"] for x in findings} & {"data-starvation", "launch-bound"}
 
 
-def test_a_sync_every_step_then_python_is_sync_in_loop_not_starvation(trace_command, standin) -> None:  # type: ignore[no-untyped-def]
+def test_a_sync_every_step_then_python_is_sync_in_loop_not_starvation(trace_command, standin) -> None:
     # given a 15 ms wait on the GPU every step, then ~15 ms of Python with nothing queued
     _, findings = _explain(trace_command, standin, "sync", "cudaStreamSynchronize=15ms:sleep")
     (f,) = [f for f in findings if f["kind"] == "sync-in-loop"]
@@ -78,7 +78,7 @@ def test_a_sync_every_step_then_python_is_sync_in_loop_not_starvation(trace_comm
 
 
 @pytest.mark.parametrize("shape", ["launch", "sync"])
-def test_the_host_rules_hold_beside_cpu_hogs(trace_command, standin, shape: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_host_rules_hold_beside_cpu_hogs(trace_command, standin, shape: str) -> None:
     """On a contended machine the shape is still named, or contention is, never a wrong host-bound cause."""
     from tests.privileged.support import cpu0_hogs
 

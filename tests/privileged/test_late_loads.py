@@ -49,7 +49,8 @@ def trace(tmp_path: Path, cmd: list[str], *extra: str) -> TraceRun:
 
 def calls(run: TraceRun, pid: int, op: str) -> int:
     ((n,),) = run.query("SELECT count(*) FROM events WHERE pid = ? AND op = ?", (pid, op))
-    return int(n)
+    assert isinstance(n, int), n
+    return n
 
 
 def pids_of(stdout: str) -> list[int]:
@@ -61,7 +62,7 @@ def library_paths(run: TraceRun) -> list[str]:
     return [lib["path"] for lib in json.loads(str(libs))]
 
 
-def test_a_library_dlopened_from_a_new_directory_is_traced_from_its_first_call(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_library_dlopened_from_a_new_directory_is_traced_from_its_first_call(standin: StandinLibs, tmp_path):
     # given a program linked against no CUDA library, and a libcudart copy in a directory nobody knows
     exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
     lib = fresh_copy(standin.cudart, tmp_path / "fresh" / "lib")
@@ -80,7 +81,7 @@ def test_a_library_dlopened_from_a_new_directory_is_traced_from_its_first_call(s
     assert f"attached after start: {lib}; 1 process(es) held at the load, longest" in run.stderr
 
 
-def test_exec_descendants_with_their_own_rpath_are_traced_from_their_first_call(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]
+def test_exec_descendants_with_their_own_rpath_are_traced_from_their_first_call(standin: StandinLibs, tmp_path):
     # given two NCCL ranks that find libnccl.so.2 through their own rpath, in a new directory
     libdir = tmp_path / "job" / "lib"
     fresh_copy(standin.nccl, libdir)
@@ -104,7 +105,7 @@ def test_exec_descendants_with_their_own_rpath_are_traced_from_their_first_call(
     assert session_drops(run)["hold_expired"] == 0
 
 
-def test_ld_library_path_conda_and_venv_copies_of_descendants_are_traced_from_their_first_call(  # type: ignore[no-untyped-def]
+def test_ld_library_path_conda_and_venv_copies_of_descendants_are_traced_from_their_first_call(
     standin: StandinLibs, tmp_path
 ):
     # given a conda-like env lib directory found through LD_LIBRARY_PATH set inside the job,
@@ -130,7 +131,7 @@ def test_ld_library_path_conda_and_venv_copies_of_descendants_are_traced_from_th
     assert str(wheel_lib) in paths
 
 
-def test_processes_that_map_no_cuda_library_are_never_held(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]
+def test_processes_that_map_no_cuda_library_are_never_held(standin: StandinLibs, tmp_path):
     # given a job that runs programs mapping many other libraries, then one CUDA program
     exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
     lib = fresh_copy(standin.cudart, tmp_path / "fresh")
@@ -170,7 +171,7 @@ def wait_for_state(pid: int, state: str, timeout: float) -> None:
     raise AssertionError(f"pid {pid} never reached state {state} (is {state_of(pid)})")
 
 
-def test_system_wide_trace_follows_a_process_started_later_from_its_first_call(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]
+def test_system_wide_trace_follows_a_process_started_later_from_its_first_call(standin: StandinLibs, tmp_path):
     # given a system-wide trace (no command, no pid) already running
     exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
     db = tmp_path / "system.db"
@@ -190,7 +191,7 @@ def test_system_wide_trace_follows_a_process_started_later_from_its_first_call(s
 
 
 @pytest.fixture
-def held_workload(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]
+def held_workload(standin: StandinLibs, tmp_path):
     """A system-wide agent that cannot run (SIGSTOP), and a process the kernel holds for it."""
     exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
     lib = fresh_copy(standin.cudart, tmp_path / "held")
@@ -208,7 +209,7 @@ def held_workload(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-de
         out.rest(10)
 
 
-def test_a_held_process_is_let_go_when_the_agent_dies(held_workload):  # type: ignore[no-untyped-def]
+def test_a_held_process_is_let_go_when_the_agent_dies(held_workload):
     agent, work, _ = held_workload
     # when the agent is killed while the process waits for it
     os.kill(agent.pid, signal.SIGKILL)
@@ -217,7 +218,7 @@ def test_a_held_process_is_let_go_when_the_agent_dies(held_workload):  # type: i
     assert work.wait(timeout=HOLD_MAX_S / 2) == 0
 
 
-def test_a_held_process_is_let_go_after_the_time_bound_when_the_agent_cannot_run(held_workload):  # type: ignore[no-untyped-def]
+def test_a_held_process_is_let_go_after_the_time_bound_when_the_agent_cannot_run(held_workload):
     agent, work, db = held_workload
     # when the agent stays stopped, the kernel resumes the process on its own
     assert work.wait(timeout=HOLD_MAX_S + 5) == 0
@@ -230,9 +231,7 @@ def test_a_held_process_is_let_go_after_the_time_bound_when_the_agent_cannot_run
     assert session_drops(run)["hold_expired"] >= 1
 
 
-def test_a_job_of_an_interactive_shell_is_not_stopped_and_its_library_is_still_attached(  # type: ignore[no-untyped-def]
-    standin: StandinLibs, tmp_path
-):
+def test_a_job_of_an_interactive_shell_is_not_stopped_and_its_library_is_still_attached(standin: StandinLibs, tmp_path):
     # given an interactive shell with job control, in a terminal, traced
     from tests.privileged.test_tui_pty import Tmux
 
@@ -263,7 +262,7 @@ def test_a_job_of_an_interactive_shell_is_not_stopped_and_its_library_is_still_a
     assert str(lib) in library_paths(run)
 
 
-def test_no_hold_attaches_without_stopping_anyone(standin: StandinLibs, tmp_path):  # type: ignore[no-untyped-def]
+def test_no_hold_attaches_without_stopping_anyone(standin: StandinLibs, tmp_path):
     # given a program that loads a library from a new directory and lives on for a second
     exe = compile_c("dlopen_calls.c", tmp_path / "dlopen_calls", "-ldl")
     lib = fresh_copy(standin.cudart, tmp_path / "nohold")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, int]]:
 
 def _query(url: str, promql: str) -> dict[str, float]:
     """op -> value of an instant vector (the last scrape)."""
-    return {s["metric"].get("op", ""): float(s["value"][1]) for s in query(url, promql)}  # type: ignore[index, union-attr]
+    return {s["metric"].get("op", ""): float(s["value"][1]) for s in query(url, promql)}
 
 
 def test_prometheus_scrapes_the_recordings_exact_counts(
@@ -74,7 +75,7 @@ def test_prometheus_scrapes_the_recordings_exact_counts(
 def _vector(url: str, promql: str) -> list[dict[str, Any]]:
     """The series of an instant query (a PromQL error fails the test with Prometheus's message)."""
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.request.quote(promql)}", timeout=10) as r:
+        with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}", timeout=10) as r:
             doc = json.load(r)
     except urllib.error.HTTPError as exc:
         raise AssertionError(f"{promql}: {exc.read().decode()}") from None

@@ -77,7 +77,7 @@ def wait_for_rows(db: Path, timeout: float = 60) -> None:
 
 
 @contextmanager
-def live_trace(db: Path, exe: Path, standin) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+def live_trace(db: Path, exe: Path, standin) -> Iterator[subprocess.Popen[str]]:
     """A trace of ``exe 60`` into ``db`` in a process group of its own, all SIGKILLed when the block exits."""
     argv = gpuscope_cmd(
         "trace",
@@ -128,7 +128,7 @@ def read_only_view(folder: Path) -> Iterator[Path]:
 # -- tests -----------------------------------------------------------------------
 
 
-def test_a_live_trace_is_read_by_root_and_by_another_user_and_nothing_appears_beside_it(  # type: ignore[no-untyped-def]
+def test_a_live_trace_is_read_by_root_and_by_another_user_and_nothing_appears_beside_it(
     build_workload, standin, shared_dir
 ):
     # given a live trace writing its recording (its -shm writable by root only)
@@ -153,9 +153,7 @@ def test_a_live_trace_is_read_by_root_and_by_another_user_and_nothing_appears_be
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_a_closed_trace_is_read_from_a_read_only_mount_by_root_and_by_another_user(  # type: ignore[no-untyped-def]
-    build_workload, standin, shared_dir
-):
+def test_a_closed_trace_is_read_from_a_read_only_mount_by_root_and_by_another_user(build_workload, standin, shared_dir):
     # given a trace that ended normally
     exe = build_workload("cuda_loop.c")
     db = shared_dir / "rec.db"
@@ -179,9 +177,7 @@ def test_a_closed_trace_is_read_from_a_read_only_mount_by_root_and_by_another_us
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_a_killed_trace_is_read_completely_and_its_folder_is_left_alone(  # type: ignore[no-untyped-def]
-    build_workload, standin, shared_dir, tmp_path
-):
+def test_a_killed_trace_is_read_completely_and_its_folder_is_left_alone(build_workload, standin, shared_dir, tmp_path):
     # given a trace SIGKILLed while its commits are still in the -wal
     exe = build_workload("cuda_loop.c")
     db = shared_dir / "k.db"
@@ -212,7 +208,7 @@ def test_a_killed_trace_is_read_completely_and_its_folder_is_left_alone(  # type
     assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(shared_dir.iterdir())] == sums
 
 
-def test_trace_refuses_to_append_to_a_damaged_recording_before_running_the_command(standin, tmp_path):  # type: ignore[no-untyped-def]
+def test_trace_refuses_to_append_to_a_damaged_recording_before_running_the_command(standin, tmp_path):
     # given a recording whose page of oldest events is damaged (appending never reads that page)
     db = recording(tmp_path / "old.db")
     smash(db, leftmost_child(db, root_page(db, "event_log")))

@@ -11,7 +11,7 @@ from tests.privileged.support import json_line
 SHORT_PY = Path(__file__).resolve().parent.parent / "workloads" / "stack_short_py.py"
 
 
-def _counts_by_caller(run) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _counts_by_caller(run) -> dict[str, int]:
     """cudaMalloc calls per stack, keyed by the frame that called alloc_from."""
     rows = run.query("SELECT frames, count(*) FROM event_call_stacks WHERE op = 'cudaMalloc' GROUP BY stack_hash")
     out: dict[str, int] = {}
@@ -22,7 +22,7 @@ def _counts_by_caller(run) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return out
 
 
-def test_calls_from_two_sites_sharing_a_direct_caller_are_counted_exactly_per_site(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_calls_from_two_sites_sharing_a_direct_caller_are_counted_exactly_per_site(build_workload, trace_command):
     # given 300 calls through one wrapper, from two sites (one call in three from site_a)
     exe = build_workload("stack_sites.c")
     # when traced with the default policy (full stacks once per site, then one call in 64)
@@ -34,7 +34,7 @@ def test_calls_from_two_sites_sharing_a_direct_caller_are_counted_exactly_per_si
     assert _counts_by_caller(run) == want
 
 
-def test_full_stacks_on_every_call_give_the_same_counts_as_site_references(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_full_stacks_on_every_call_give_the_same_counts_as_site_references(build_workload, trace_command):
     # given the same workload
     exe = build_workload("stack_sites.c")
     # when one run takes a full stack on every call and another the default
@@ -45,7 +45,7 @@ def test_full_stacks_on_every_call_give_the_same_counts_as_site_references(build
     assert _counts_by_caller(full) == _counts_by_caller(sites) == {"site_a": 30, "site_b": 60}
 
 
-def test_every_python_call_is_linked_to_a_stack_naming_its_executing_line(trace_command, standin):  # type: ignore[no-untyped-def]
+def test_every_python_call_is_linked_to_a_stack_naming_its_executing_line(trace_command, standin):
     # given 200 calls from one Python line (one site: the first call takes the
     # full stack, the rest refer to it, with one resampled full stack in 64)
     run = trace_command([sys.executable, str(SHORT_PY), str(standin.cudart), "200"])

@@ -15,7 +15,7 @@ PY_WORKLOAD = WORKLOADS / "stack_py.py"
 PYENV = Path("/root/.pyenv/versions")
 
 
-def _stacks(run, op: str) -> list[list[dict[str, object]]]:  # type: ignore[no-untyped-def]
+def _stacks(run, op: str) -> list[list[dict[str, object]]]:
     rows = run.query("SELECT DISTINCT frames FROM event_call_stacks WHERE op = ?", (op,))
     return [json.loads(str(r[0])) for r in rows]
 
@@ -24,7 +24,7 @@ def _native_names(frames: list[dict[str, object]]) -> list[str]:
     return [str(f.get("function")) for f in frames if f["kind"] == "native"]
 
 
-def test_a_frame_pointer_build_names_every_call_level_even_after_the_process_exited(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_a_frame_pointer_build_names_every_call_level_even_after_the_process_exited(build_workload, trace_command):
     # given a C workload built with frame pointers, which exits right after its calls
     exe = build_workload("stack_levels.c")
     # when it is traced (stacks are on by default) and symbolized after it exited
@@ -43,7 +43,7 @@ def test_a_frame_pointer_build_names_every_call_level_even_after_the_process_exi
     ]
 
 
-def test_without_frame_pointers_stack_scanning_names_every_call_level(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_without_frame_pointers_stack_scanning_names_every_call_level(build_workload, trace_command):
     # given the same workload built without frame pointers
     exe = build_workload("stack_levels.c", extra_flags=["-fomit-frame-pointer"])
     # when it is traced
@@ -59,7 +59,7 @@ def test_without_frame_pointers_stack_scanning_names_every_call_level(build_work
         assert frames[1].get("marker") is None, frames
 
 
-def test_no_stack_records_no_stacks(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_no_stack_records_no_stacks(build_workload, trace_command):
     exe = build_workload("stack_levels.c")
     run = trace_command([str(exe), "3"], extra=["--no-stack"])
     assert run.returncode == 0, run.stderr
@@ -80,7 +80,7 @@ def _line_of(text: str, needle: str) -> int:
 
 
 @pytest.mark.parametrize("python", _pythons(), ids=lambda p: p.parent.parent.name)
-def test_python_frames_name_the_exact_file_line_and_function_of_every_level(python, trace_command, standin):  # type: ignore[no-untyped-def]
+def test_python_frames_name_the_exact_file_line_and_function_of_every_level(python, trace_command, standin):
     # given a Python program calling the stand-in libcudart through ctypes from
     # nested functions, a method of a class with a non-ASCII name, and a thread
     # when it is traced

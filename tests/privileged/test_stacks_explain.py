@@ -13,7 +13,7 @@ from gpuscope.recording import open_recording
 PY_WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "stack_py.py"
 
 
-def test_a_findings_calls_are_attributed_to_the_python_function_that_made_them(trace_command, standin):  # type: ignore[no-untyped-def]
+def test_a_findings_calls_are_attributed_to_the_python_function_that_made_them(trace_command, standin):
     # given a Python workload whose cudaMalloc calls all come from allocate_kv_cache
     run = trace_command([sys.executable, str(PY_WORKLOAD), str(standin.cudart), "20"], libs=[standin.cudart])
     assert run.returncode == 0, run.stderr

@@ -21,9 +21,7 @@ def _python_frames(frames: list[dict[str, object]]) -> list[tuple[object, object
     return [(f.get("function"), f.get("file"), f.get("line")) for f in frames if f["kind"] == "python"]
 
 
-def test_every_call_of_a_python_process_that_exits_at_once_names_its_function_line_and_callers(  # type: ignore[no-untyped-def]
-    trace_command, standin
-):
+def test_every_call_of_a_python_process_that_exits_at_once_names_its_function_line_and_callers(trace_command, standin):
     # given a Python script making 50 cudaMalloc calls through ctypes from
     # nested functions, which exits right after the last call
     # when it is traced with Python stacks (the default)
@@ -46,7 +44,7 @@ def test_every_call_of_a_python_process_that_exits_at_once_names_its_function_li
     assert not wrong, (f"{len(wrong)} of 50 calls", wrong[:2])
 
 
-def test_the_first_call_of_a_new_stack_has_its_frames_in_call_order(trace_command, standin):  # type: ignore[no-untyped-def]
+def test_the_first_call_of_a_new_stack_has_its_frames_in_call_order(trace_command, standin):
     # given the same script making a single call, so its only stack is a first one
     run = trace_command([sys.executable, str(SHORT_PY), str(standin.cudart), "1"])
 
@@ -88,7 +86,7 @@ def _cpu_hogs(n: int) -> Iterator[None]:
             h.wait()
 
 
-def test_a_short_lived_python_beside_cpu_hogs_has_its_frames_from_its_first_call(trace_command, standin):  # type: ignore[no-untyped-def]
+def test_a_short_lived_python_beside_cpu_hogs_has_its_frames_from_its_first_call(trace_command, standin):
     # given a machine whose CPUs are all busy, and a Python process that makes one call and exits: user
     # space may read its maps only after it is gone, so its frames come from its executable's registration
     python = _static_python()

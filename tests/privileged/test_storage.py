@@ -10,11 +10,11 @@ _RUNTIME_OPS = ("cudaMalloc", "cudaMemcpy", "cudaLaunchKernel", "cudaMemcpyAsync
 _DRIVER_OPS = ("cuLaunchKernel", "cuMemAlloc", "cuMemFree", "cuCtxSynchronize")
 
 
-def _aggregate_counts(run) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _aggregate_counts(run) -> dict[str, int]:
     return {str(op): int(n) for op, n in run.query("SELECT op, sum(count) FROM aggregates GROUP BY op")}
 
 
-def test_selective_storage_samples_launches_but_counts_every_call(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_selective_storage_samples_launches_but_counts_every_call(build_workload, trace_command):
     exe = build_workload("cuda_calls.c")
     run = trace_command([str(exe), "3000", "1"], extra=["--keep-first", "0"])
     assert run.returncode == 0, run.stderr
@@ -41,19 +41,19 @@ def test_selective_storage_samples_launches_but_counts_every_call(build_workload
     ]
 
 
-def test_record_all_keeps_every_row(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_record_all_keeps_every_row(build_workload, trace_command):
     exe = build_workload("cuda_calls.c")
     run = trace_command([str(exe), "500", "1"], extra=["--keep-first", "0", "--record-all"])
     assert run.op_counts()["cudaLaunchKernel"] == 500
 
 
-def _unaccounted(run, agg: dict[str, int], made: dict[str, dict[str, int]]) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _unaccounted(run, agg: dict[str, int], made: dict[str, dict[str, int]]) -> dict[str, int]:
     """Per drop counter: calls made, less those counted in the aggregates and those the ring reported dropped."""
     drops = json.loads(run.query("SELECT drops FROM sessions")[0][0])
     return {key: sum(n - agg.get(op, 0) for op, n in ops.items()) - drops[key] for key, ops in made.items()}
 
 
-def test_a_trace_pushed_past_max_db_stays_under_it_with_exact_aggregates(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_a_trace_pushed_past_max_db_stays_under_it_with_exact_aggregates(build_workload, trace_command):
     # given a workload writing far more rows than fit in 2 MiB
     exe = build_workload("cuda_calls.c")
     run = trace_command([str(exe), "20000", "2"], extra=["--record-all", "--max-db", "2m"])

@@ -13,11 +13,11 @@ from tests.conftest import TraceRun, run_gpuscope
 from tests.privileged.support import LineReader, background, free_pid, gpuscope_cmd, session_drops
 
 
-def lib_args(standin) -> list[str]:  # type: ignore[no-untyped-def]
+def lib_args(standin) -> list[str]:
     return ["--lib", str(standin.cudart), "--lib", str(standin.cuda)]
 
 
-def start_looping(exe: Path, standin):  # type: ignore[no-untyped-def]
+def start_looping(exe: Path, standin):
     """A cuda_loop process, returned once it has made its first calls."""
     return background([str(exe), "60"], stdout=subprocess.PIPE, env=standin.env())
 
@@ -32,7 +32,7 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-def test_tracing_a_pid_records_that_process_and_no_other(build_workload, standin, tmp_path):  # type: ignore[no-untyped-def]
+def test_tracing_a_pid_records_that_process_and_no_other(build_workload, standin, tmp_path):
     # given two running processes calling CUDA every 10 ms
     exe = build_workload("cuda_loop.c")
     with start_looping(exe, standin) as target, start_looping(exe, standin) as bystander:
@@ -59,7 +59,7 @@ def test_tracing_a_pid_records_that_process_and_no_other(build_workload, standin
     assert run.query("SELECT targets FROM sessions") == [(f"[{target.pid}]",)]
 
 
-def test_ctrl_c_ends_a_pid_trace_cleanly_and_closes_the_session(build_workload, standin, tmp_path):  # type: ignore[no-untyped-def]
+def test_ctrl_c_ends_a_pid_trace_cleanly_and_closes_the_session(build_workload, standin, tmp_path):
     # given a trace of a running process that has recorded for a second
     exe = build_workload("cuda_loop.c")
     db = tmp_path / "sigint.db"
@@ -73,7 +73,8 @@ def test_ctrl_c_ends_a_pid_trace_cleanly_and_closes_the_session(build_workload, 
             # when it gets SIGINT
             os.kill(tracer.pid, signal.SIGINT)
             returncode = tracer.wait(timeout=30)
-            stdout = tracer.stdout.read()  # type: ignore[union-attr]
+            assert tracer.stdout is not None  # started with stdout=PIPE
+            stdout = tracer.stdout.read()
             stderr = err.rest(timeout=10)
         # then it exits 0 with its summary, and leaves the traced process alone
         assert returncode == 0, stderr
@@ -93,7 +94,7 @@ def test_ctrl_c_ends_a_pid_trace_cleanly_and_closes_the_session(build_workload, 
     assert run.query("SELECT DISTINCT pid FROM events WHERE source != 'host' OR op LIKE 'sched_%'") == [(target.pid,)]
 
 
-def test_a_pid_that_does_not_exist_is_refused_with_one_error_line(standin, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_pid_that_does_not_exist_is_refused_with_one_error_line(standin, tmp_path):
     # given a pid no process has
     pid = free_pid()
     # when
@@ -107,7 +108,7 @@ def test_a_pid_that_does_not_exist_is_refused_with_one_error_line(standin, tmp_p
     assert str(pid) in error_lines(p.stderr)[0]
 
 
-def test_an_unwritable_database_path_is_refused_before_the_command_runs(standin, tmp_path):  # type: ignore[no-untyped-def]
+def test_an_unwritable_database_path_is_refused_before_the_command_runs(standin, tmp_path):
     # given a database path that cannot be created, and a command that leaves a mark if it runs
     marker = tmp_path / "ran"
     # when
@@ -122,7 +123,7 @@ def test_an_unwritable_database_path_is_refused_before_the_command_runs(standin,
     assert not marker.exists()
 
 
-def test_returns_in_processes_not_traced_are_not_counted_as_unmatched(build_workload, standin, tmp_path):  # type: ignore[no-untyped-def]
+def test_returns_in_processes_not_traced_are_not_counted_as_unmatched(build_workload, standin, tmp_path):
     # given a traced process and an untraced one, both calling CUDA every 10 ms
     exe = build_workload("cuda_loop.c")
     with start_looping(exe, standin) as target, start_looping(exe, standin) as bystander:

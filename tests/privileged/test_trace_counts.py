@@ -12,7 +12,7 @@ MS = 1_000_000
 @pytest.mark.parametrize("threads", [1, 4])
 def test_each_call_is_recorded_once_under_the_pid_and_tid_of_the_thread_that_made_it(
     build_workload, trace_command, threads
-):  # type: ignore[no-untyped-def]
+):
     # given a workload making 150 iterations on each of `threads` threads
     exe = build_workload("cuda_ids.c")
     # when it is traced from launch to exit
@@ -41,7 +41,7 @@ def test_each_call_is_recorded_once_under_the_pid_and_tid_of_the_thread_that_mad
     assert drops["submitted"] == run.query("SELECT count(*) FROM events WHERE op != 'mm_page_alloc'")[0][0]
 
 
-def test_comm_is_the_executable_name_truncated_to_15_characters(build_workload, trace_command, tmp_path):  # type: ignore[no-untyped-def]
+def test_comm_is_the_executable_name_truncated_to_15_characters(build_workload, trace_command, tmp_path):
     # given the workload under a name longer than the kernel's 15-character comm
     exe = build_workload("cuda_ids.c")
     long_exe = tmp_path / "a_workload_with_a_long_name"
@@ -53,7 +53,7 @@ def test_comm_is_the_executable_name_truncated_to_15_characters(build_workload, 
     assert run.query("SELECT DISTINCT comm FROM events WHERE source = 'cuda'") == [("a_workload_with",)]
 
 
-def test_durations_follow_the_configured_latency_of_each_call(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
+def test_durations_follow_the_configured_latency_of_each_call(build_workload, trace_command, standin):
     # given cudaStreamSynchronize spinning 2 ms, cudaMalloc left at its (near zero) default
     exe = build_workload("cuda_ids.c")
     # when 20 iterations are traced
@@ -70,7 +70,7 @@ def test_durations_follow_the_configured_latency_of_each_call(build_workload, tr
     assert 0 < median(malloc) < 0.5 * MS
 
 
-def test_key_arguments_of_allocations_copies_and_launches_are_recorded(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_key_arguments_of_allocations_copies_and_launches_are_recorded(build_workload, trace_command):
     # given / when
     exe = build_workload("cuda_ids.c")
     run = trace_command([str(exe), "30", "2"])
@@ -79,10 +79,10 @@ def test_key_arguments_of_allocations_copies_and_launches_are_recorded(build_wor
     mallocs = run.query("SELECT bytes, handle, ret FROM events WHERE op = 'cudaMalloc'")
     assert len(mallocs) == 60
     assert {(b, r) for b, _, r in mallocs} == {(1 << 20, 0)}
-    handles = [int(h) for _, h, _ in mallocs]  # type: ignore[call-overload]
+    handles = [int(h) for _, h, _ in mallocs]
     assert 0 not in handles and len(set(handles)) == 60
     # and cudaFree is passed exactly the pointers cudaMalloc returned
-    assert sorted(int(h) for (h,) in run.query("SELECT handle FROM events WHERE op = 'cudaFree'")) == sorted(handles)  # type: ignore[call-overload]
+    assert sorted(int(h) for (h,) in run.query("SELECT handle FROM events WHERE op = 'cudaFree'")) == sorted(handles)
     # and copies record direction and size
     assert run.query("SELECT DISTINCT arg0, bytes FROM events WHERE op = 'cudaMemcpy'") == [(1, 256)]
     assert run.query("SELECT DISTINCT arg0, bytes, stream FROM events WHERE op = 'cudaMemcpyAsync'") == [
@@ -105,7 +105,7 @@ def test_key_arguments_of_allocations_copies_and_launches_are_recorded(build_wor
 
 def test_driver_memsets_are_recorded_with_bytes_as_elements_times_width_pointer_and_stream(
     build_workload, trace_command
-):  # type: ignore[no-untyped-def]
+):
     # given a workload calling each driver memset (and two per-thread twins) 40 times with known arguments
     exe = build_workload("cuda_memsets.c")
     # when
@@ -139,7 +139,7 @@ def test_driver_memsets_are_recorded_with_bytes_as_elements_times_width_pointer_
     assert run.query("SELECT events_dropped FROM sessions") == [(0,)]
 
 
-def test_the_return_code_of_a_failing_call_is_recorded(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
+def test_the_return_code_of_a_failing_call_is_recorded(build_workload, trace_command, standin):
     # given a cudaMalloc that fails with cudaErrorMemoryAllocation (2)
     exe = build_workload("cuda_ids.c")
     env = standin.env()
@@ -156,7 +156,7 @@ def test_the_return_code_of_a_failing_call_is_recorded(build_workload, trace_com
     ]
 
 
-def test_entry_only_mode_records_every_call_without_timing_it(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
+def test_entry_only_mode_records_every_call_without_timing_it(build_workload, trace_command, standin):
     # given synchronizes that take 1 ms
     exe = build_workload("cuda_ids.c")
     # when traced with --entry-only
@@ -179,7 +179,7 @@ def test_entry_only_mode_records_every_call_without_timing_it(build_workload, tr
 
 def test_driver_calls_nested_in_runtime_calls_are_recorded_inside_their_interval(
     build_workload, trace_command, standin
-):  # type: ignore[no-untyped-def]
+):
     # given a runtime that forwards cudaMalloc -> cuMemAlloc_v2 and cudaLaunchKernel -> cuLaunchKernel,
     # with a driver call that takes measurable time
     exe = build_workload("cuda_ids.c")
@@ -205,6 +205,6 @@ def test_driver_calls_nested_in_runtime_calls_are_recorded_inside_their_interval
         )
         assert len(rows) == 50
         assert {n for _, n, _ in rows} == {1}, (outer, inner)
-        assert min(int(d) for _, _, d in rows) >= 50_000  # type: ignore[call-overload]
+        assert min(int(d) for _, _, d in rows) >= 50_000
     assert session_drops(run)["call_depth"] == 0
     assert session_drops(run)["unmatched_ret"] == 0

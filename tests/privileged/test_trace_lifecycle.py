@@ -11,7 +11,7 @@ def parent_and_child(stdout: str) -> tuple[int, int]:
     return int(ids["parent"]), int(ids["child"])
 
 
-def test_a_forked_child_is_followed_through_exec_and_both_exits_are_recorded(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_a_forked_child_is_followed_through_exec_and_both_exits_are_recorded(build_workload, trace_command):
     # given a parent (3 cudaMalloc) that forks a child (5 cudaLaunchKernel) which execs (7 cudaStreamSynchronize)
     exe = build_workload("cuda_fork.c")
     # when traced, the parent exiting 7 and the child 3
@@ -32,7 +32,7 @@ def test_a_forked_child_is_followed_through_exec_and_both_exits_are_recorded(bui
     assert session_drops(run)["dropped"] == 0
 
 
-def test_the_traced_commands_exit_status_becomes_gpuscopes(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_the_traced_commands_exit_status_becomes_gpuscopes(build_workload, trace_command):
     # given / when a command that exits 0, then one that exits 42
     exe = build_workload("cuda_fork.c")
     ok = trace_command([str(exe), "0", "0"])
@@ -45,14 +45,14 @@ def test_the_traced_commands_exit_status_becomes_gpuscopes(build_workload, trace
     ) == [(42,)]
 
 
-def test_a_command_killed_by_a_signal_makes_gpuscope_exit_128_plus_the_signal(trace_command):  # type: ignore[no-untyped-def]
+def test_a_command_killed_by_a_signal_makes_gpuscope_exit_128_plus_the_signal(trace_command):
     # given / when a command that kills itself with SIGTERM (15)
     run = trace_command(["sh", "-c", "kill -TERM $$"])
     # then
     assert run.returncode == 128 + 15, run.stderr
 
 
-def test_a_command_that_cannot_run_is_one_error_exit_127_and_no_recording(tmp_path, standin):  # type: ignore[no-untyped-def]
+def test_a_command_that_cannot_run_is_one_error_exit_127_and_no_recording(tmp_path, standin):
     # given a program that is not on the PATH the command gets (as `python` under sudo on Debian 12)
     db = tmp_path / "t.db"
     env = dict(standin.env(), PATH="/usr/sbin:/usr/bin:/sbin:/bin")

@@ -10,7 +10,7 @@ def calls_made(stdout: str) -> int:
     return int(line.split()[1])
 
 
-def test_records_lost_to_a_full_ring_are_counted_exactly(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_records_lost_to_a_full_ring_are_counted_exactly(build_workload, trace_command):
     # given 2 threads calling cudaLaunchKernel back to back, 400k times each
     exe = build_workload("cuda_hammer.c")
     # when traced through a 64 KiB ring (about 680 records), without host events

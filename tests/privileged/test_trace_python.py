@@ -30,7 +30,7 @@ def real_libcudart(major: str = "12") -> Path:
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_calls_made_through_ctypes_are_recorded_exactly(trace_command, standin, threads):  # type: ignore[no-untyped-def]
+def test_calls_made_through_ctypes_are_recorded_exactly(trace_command, standin, threads):
     # given a Python program calling the stand-in libcudart 120 times per API on each thread
     # when it is traced
     run = trace_command([sys.executable, str(WORKLOAD), str(standin.cudart), "120", str(threads)])
@@ -43,7 +43,7 @@ def test_calls_made_through_ctypes_are_recorded_exactly(trace_command, standin, 
     # and the calls carry the interpreter's pid and comm, and the worker threads' tids
     rows = run.query("SELECT DISTINCT pid, tid, comm FROM events WHERE source = 'cuda'")
     assert {r[0] for r in rows} == {out["pid"]}
-    assert sorted(r[1] for r in rows) == sorted(out["tids"])  # type: ignore[arg-type]
+    assert sorted(r[1] for r in rows) == sorted(out["tids"])
     assert {r[2] for r in rows} == {out["comm"]}
     assert str(out["comm"]).startswith("python")
     # and the dim3 structures passed by value are decoded
@@ -54,7 +54,7 @@ def test_calls_made_through_ctypes_are_recorded_exactly(trace_command, standin, 
 
 
 @pytest.mark.parametrize("major", sorted(REAL_RUNTIMES))
-def test_calls_into_the_real_libcudart_are_recorded_with_the_error_they_returned(trace_command, standin, major):  # type: ignore[no-untyped-def]
+def test_calls_into_the_real_libcudart_are_recorded_with_the_error_they_returned(trace_command, standin, major):
     # given the real libcudart of CUDA 12 or 13, which fails fast without a GPU driver,
     # and no stand-in libcuda on the library path
     lib = real_libcudart(major)
@@ -69,7 +69,7 @@ def test_calls_into_the_real_libcudart_are_recorded_with_the_error_they_returned
     for op in PY_OPS:
         assert counts.get(op) == 120, (op, counts)
     # and each call's recorded return code is the one Python saw, and it is an error
-    rets: dict[str, list[int]] = out["rets"]  # type: ignore[assignment]
+    rets: dict[str, list[int]] = out["rets"]
     for op in PY_OPS:
         recorded = [r for (r,) in run.query("SELECT DISTINCT ret FROM events WHERE op = ?", (op,))]
         assert recorded == rets[op], op

@@ -16,7 +16,7 @@ needs_cpu0 = pytest.mark.skipif(0 not in os.sched_getaffinity(0), reason="CPU 0 
 @needs_cpu0
 def test_a_spinning_worker_thread_preempted_by_cpu_hogs_records_who_took_its_cpu(
     build_workload, trace_command, standin
-):  # type: ignore[no-untyped-def]
+):
     # given 3 busy loops pinned to CPU 0
     exe = build_workload("cuda_sched.c")
     with cpu0_hogs(3) as hogs:
@@ -44,7 +44,7 @@ def test_a_spinning_worker_thread_preempted_by_cpu_hogs_records_who_took_its_cpu
 
 
 @needs_cpu0
-def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(build_workload, trace_command, standin):  # type: ignore[no-untyped-def]
+def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(build_workload, trace_command, standin):
     # given no competition for the CPU
     exe = build_workload("cuda_sched.c")
     # when a worker thread sleeps 50 x 5 ms inside cudaStreamSynchronize

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def test_every_call_of_a_c_workload_is_recorded_exactly_once(build_workload, trace_command):  # type: ignore[no-untyped-def]
+def test_every_call_of_a_c_workload_is_recorded_exactly_once(build_workload, trace_command):
     # given a workload making 200 iterations on each of 2 threads
     exe = build_workload("cuda_calls.c")
     # when it is traced from launch to exit

@@ -100,7 +100,7 @@ def test_ctrl_c_in_the_live_view_stops_and_prints_the_summary(
     tmux: Tmux,
     standin: StandinLibs,
     build_workload,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     # given a workload that would run for a long time, traced in a terminal
     exe = build_workload("cuda_calls.c")
@@ -131,7 +131,7 @@ def test_live_view_closes_by_itself_when_the_workload_ends(
     tmux: Tmux,
     standin: StandinLibs,
     build_workload,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     # given a workload of 1,500 iterations, each with a 2 ms synchronize (3 s or more)
     exe = build_workload("cuda_calls.c")
@@ -150,7 +150,7 @@ def test_live_view_closes_by_itself_when_the_workload_ends(
 def test_piped_trace_prints_one_plain_line_per_second_on_stderr(
     standin: StandinLibs,
     build_workload,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     exe = build_workload("cuda_calls.c")
     db = tmp_path / "plain.db"
@@ -180,7 +180,7 @@ def test_piped_trace_prints_one_plain_line_per_second_on_stderr(
 def test_json_trace_streams_only_json_objects_into_its_file(
     standin: StandinLibs,
     build_workload,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     exe = build_workload("cuda_calls.c")
     db, stream = tmp_path / "json.db", tmp_path / "live.jsonl"

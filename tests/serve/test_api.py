@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def spec(served: Server) -> dict[str, Any]:
     status, doc = served.get_json("/api/v1/openapi.json")
     assert status == 200
-    return doc  # type: ignore[no-any-return]
+    return doc
 
 
 def _is_error(doc: Any) -> bool:
@@ -151,13 +152,18 @@ def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gpuscope.serve.http_api as api_module
+    from gpuscope.analysis.engine import ExplainOptions, Report, explain_db
     from gpuscope.serve.http_api import Api
     from gpuscope.store.connect import connect_writer
 
     db = contention_recording(tmp_path / "run.db")
     runs: list[object] = []
-    real = api_module.explain_db
-    monkeypatch.setattr(api_module, "explain_db", lambda path, opts: runs.append(opts) or real(path, opts))
+
+    def counted(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
+        runs.append(opts)
+        return explain_db(path, opts)  # the function http_api imported and calls by its own name
+
+    monkeypatch.setattr(api_module, "explain_db", counted)
     api = Api(db)
     # overview, ops and findings of one window: one explain
     first = api.ops()

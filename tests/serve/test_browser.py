@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.serve.support import HOSTILE_COMM, HOSTILE_FUNCTION, contention_recording, dashboard, profile_recording
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Dialog
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture
-def page(tmp_path: Path):  # type: ignore[no-untyped-def]
+def page(tmp_path: Path):
     if CHROMIUM is None:
         pytest.fail("chromium is installed by `make setup` (apt package chromium)")
     from playwright.sync_api import sync_playwright
@@ -30,10 +34,15 @@ def page(tmp_path: Path):  # type: ignore[no-untyped-def]
             browser.close()
 
 
-def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tmp_path: Path) -> None:
     db = contention_recording(tmp_path / "run.db", comm=HOSTILE_COMM)
     problems: list[str] = []
-    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def on_dialog(d: Dialog) -> None:
+        problems.append(f"dialog: {d.message}")
+        d.dismiss()
+
+    page.on("dialog", on_dialog)
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     requests: list[str] = []
@@ -76,12 +85,17 @@ def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tm
     assert all(u.startswith(origin) for u in requests), [u for u in requests if not u.startswith(origin)]
 
 
-def test_the_host_time_section_shows_the_sampled_functions_as_text_and_downloads_speedscope(  # type: ignore[no-untyped-def]
+def test_the_host_time_section_shows_the_sampled_functions_as_text_and_downloads_speedscope(
     page, tmp_path: Path
 ) -> None:
     db = profile_recording(tmp_path / "run.db")
     problems: list[str] = []
-    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def on_dialog(d: Dialog) -> None:
+        problems.append(f"dialog: {d.message}")
+        d.dismiss()
+
+    page.on("dialog", on_dialog)
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     with dashboard(db, tmp_path / "home") as server:

@@ -69,8 +69,17 @@ class StdioPeer:
         self.stderr: list[str] = []
         assert self.proc.stdout is not None and self.proc.stderr is not None
         out, err = self.proc.stdout, self.proc.stderr
-        threading.Thread(target=lambda: [self.lines.put(line) for line in out], daemon=True).start()
-        threading.Thread(target=lambda: [self.stderr.append(line.decode()) for line in err], daemon=True).start()
+
+        def read_out() -> None:
+            for line in out:
+                self.lines.put(line)
+
+        def read_err() -> None:
+            for line in err:
+                self.stderr.append(line.decode())
+
+        threading.Thread(target=read_out, daemon=True).start()
+        threading.Thread(target=read_err, daemon=True).start()
         self.next_id = 1000
 
     def send(self, line: bytes) -> None:

@@ -124,7 +124,8 @@ def test_a_query_body_is_read_into_a_request_with_the_servers_limits() -> None:
 
 def test_the_pid_bound_is_the_clis_everywhere(tmp_path: Path) -> None:
     # the CLI reads --pid with the same constant
-    assert (_options.PID_MIN, _options.PID_MAX) == (PID.lo, PID.hi) == (1, 4_194_304)
+    # (names _options imports, read from it on purpose: it is the module --pid is parsed with)
+    assert (_options.PID_MIN, _options.PID_MAX) == (PID.lo, PID.hi) == (1, 4_194_304)  # type: ignore[attr-defined]
     assert _options.pid_arg(str(PID_MAX)) == PID_MAX
     with pytest.raises(argparse.ArgumentTypeError, match="from 1 to 4,194,304"):
         _options.pid_arg(str(PID_MAX + 1))
@@ -134,8 +135,10 @@ def test_the_pid_bound_is_the_clis_everywhere(tmp_path: Path) -> None:
     assert parse_query(BY_PATH["/ops"].params, {"pid": str(PID_MAX)})["pid"] == PID_MAX
     # MCP: every tool that takes a pid, with the API's words
     db = contention_recording(tmp_path / "run.db")
-    too_big = {"pid": PID_MAX + 1}
-    calls = [(tool, too_big) for tool in ("trace_stats", "cpu_profile", "events", "graph_lifecycle", "graph_frequency")]
+    too_big: dict[str, object] = {"pid": PID_MAX + 1}
+    calls: list[tuple[str, dict[str, object]]] = [
+        (tool, too_big) for tool in ("trace_stats", "cpu_profile", "events", "graph_lifecycle", "graph_frequency")
+    ]
     calls += [("stacks", {"op": "cudaMalloc", **too_big}), ("explain", {"pids": [PID_MAX + 1]})]
 
     async def refusals() -> list[str]:
@@ -169,4 +172,5 @@ def test_mcp_and_the_api_read_durations_and_times_alike(tmp_path: Path) -> None:
     by_since, by_start = anyio.run(refusals)
     assert by_since.endswith(str(since.value)) and by_start.endswith(str(start.value))
     # and the typed call MCP makes is the one the page's query string becomes
-    assert api.ops(since_ns=1_000_000_000) == api.ops(**parse_query(BY_PATH["/ops"].params, {"since": "1s"}))
+    # (parsed values are typed by the parameter table, not per name: the server passes them on the same way)
+    assert api.ops(since_ns=1_000_000_000) == api.ops(**parse_query(BY_PATH["/ops"].params, {"since": "1s"}))  # type: ignore[arg-type]

@@ -141,7 +141,7 @@ def test_prometheus_scrapes_over_https_with_a_credentials_file_and_a_ca(pki: Iss
             deadline = time.monotonic() + 60
             while True:  # until both jobs were scraped once
                 try:
-                    up = {str(s["metric"]["job"]): s["value"][1] for s in query(url, "up")}  # type: ignore[index]
+                    up = {str(s["metric"]["job"]): s["value"][1] for s in query(url, "up")}
                 except OSError:
                     up = {}
                 if len(up) == 2 or time.monotonic() > deadline:
@@ -149,4 +149,4 @@ def test_prometheus_scrapes_over_https_with_a_credentials_file_and_a_ca(pki: Iss
                 time.sleep(0.3)
             calls = query(url, 'gpuscope_calls_total{job="gpuscope"}')
     assert up == {"gpuscope": "1", "no-token": "0"}
-    assert [(s["metric"]["op"], s["value"][1]) for s in calls] == [("cudaMalloc", "6")]  # type: ignore[index]
+    assert [(s["metric"]["op"], s["value"][1]) for s in calls] == [("cudaMalloc", "6")]

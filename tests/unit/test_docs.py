@@ -173,7 +173,12 @@ def _finding_queries() -> dict[str, str]:
     text = (DOCS / "explain.md").read_text()
     section = text.split("## Reproducing a finding with one query", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sql\n(-- [a-z0-9-]+:.*?)```", section, flags=re.S)
-    return {re.match(r"-- ([a-z0-9-]+):", b).group(1): b.strip().rstrip(";") for b in blocks}  # type: ignore[union-attr]
+    queries = {}
+    for b in blocks:
+        name = re.match(r"-- ([a-z0-9-]+):", b)
+        assert name is not None, b  # the block pattern above starts every block so
+        queries[name.group(1)] = b.strip().rstrip(";")
+    return queries
 
 
 def test_every_rule_kind_has_a_query_that_reproduces_its_measure_and_runs(tmp_path: Path) -> None:

@@ -60,8 +60,8 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
-    with open("/proc/self/comm") as f:
-        comm = f.read().strip()
+    with open("/proc/self/comm") as comm_file:
+        comm = comm_file.read().strip()
     print(json.dumps({"pid": os.getpid(), "comm": comm, "tids": tids, "rets": {k: sorted(v) for k, v in rets.items()}}))
 
 

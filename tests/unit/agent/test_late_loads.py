@@ -30,7 +30,7 @@ class FakeTracer:
     def mark_library(self, key: tuple[int, int], state: LibState) -> None:
         self.marked.append((key, state))
 
-    def attach_library(self, lib) -> None:  # type: ignore[no-untyped-def]
+    def attach_library(self, lib) -> None:
         if self.fail_attach:
             raise OSError("attach failed")
         self.attached.append(lib.path)
@@ -55,7 +55,7 @@ def test_the_mapped_file_is_found_through_the_descriptor_and_checked_against_the
         assert mapped_file(os.getpid(), f.fileno(), (key[0], key[1] + 1)) is None
 
 
-def test_a_held_process_is_let_go_when_attaching_fails(standin, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_held_process_is_let_go_when_attaching_fails(standin, tmp_path: Path) -> None:
     # given a library the process holds open, and attaching that fails
     tracer = FakeTracer(fail_attach=True)
     watcher = LateLoads(tracer, Discovery())  # type: ignore[arg-type]
@@ -81,7 +81,7 @@ def test_a_file_that_cannot_be_found_is_marked_so_that_nobody_is_held_for_it_aga
     assert watcher.loads[0].path == "libcudart.so.12"
 
 
-def test_a_found_library_is_attached_and_both_keys_are_marked(standin, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_found_library_is_attached_and_both_keys_are_marked(standin, tmp_path: Path) -> None:
     tracer = FakeTracer()
     watcher = LateLoads(tracer, Discovery())  # type: ignore[arg-type]
     with open(standin.cudart, "rb") as f:
@@ -95,7 +95,7 @@ def test_a_found_library_is_attached_and_both_keys_are_marked(standin, tmp_path:
     assert watcher.loads[0].held is HoldKind.VISIBLE and watcher.loads[0].attached
 
 
-def test_a_held_process_this_agent_may_not_signal_is_reported_and_the_watcher_goes_on(standin) -> None:  # type: ignore[no-untyped-def]
+def test_a_held_process_this_agent_may_not_signal_is_reported_and_the_watcher_goes_on(standin) -> None:
     # given an agent without CAP_KILL for the held process (SIGCONT refused)
     tracer = FakeTracer(may_signal=False)
     watcher = LateLoads(tracer, Discovery())  # type: ignore[arg-type]

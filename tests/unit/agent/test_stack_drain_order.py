@@ -63,11 +63,12 @@ def test_a_stack_made_by_a_program_execd_during_a_drain_is_named_after_its_exec_
     # given a session whose traced program execs and makes its first stack while the session drains
     session = TraceSession.__new__(TraceSession)
     session.tracer = _Rings()  # type: ignore[assignment]
-    session.stacks = _Stacks()  # type: ignore[assignment]
+    stacks = _Stacks()
+    session.stacks = stacks  # type: ignore[assignment]
     session.writer = _Writer()  # type: ignore[assignment]
     session.session_id = 1
     # when it drains twice (the stack may land in either batch, depending on when the exec happened)
     session._drain_stacks()
     session._drain_stacks()
     # then the stack was named, and by then the program's exec record had been read
-    assert session.stacks.named == [(b"first stack of pid 4242", True)]  # type: ignore[attr-defined]
+    assert stacks.named == [(b"first stack of pid 4242", True)]

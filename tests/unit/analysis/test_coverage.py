@@ -29,7 +29,7 @@ def test_overlapping_and_touching_windows_merge_and_coverage_is_measured_per_sec
     assert np.allclose(cov.fractions(np.array([0, S, 2 * S])), [0.25, 0.02, 0.0])
 
 
-def _steady(rate_per_s: float, seconds: int, window_ms: int, slowdown: float, exact_s: int = 0):  # type: ignore[no-untyped-def]
+def _steady(rate_per_s: float, seconds: int, window_ms: int, slowdown: float, exact_s: int = 0):
     """Windows of window_ms a second after exact_s probed whole, and the calls a loop at rate_per_s
     (unprobed) makes in them when probing slows it by ``slowdown`` (0.4: 40 % of a window goes to probes)."""
     intervals = [(0, exact_s * S)] if exact_s else []

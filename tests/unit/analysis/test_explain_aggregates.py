@@ -124,10 +124,12 @@ def test_selective_and_record_all_give_identical_stats(
     assert a["stats"] == b["stats"]
     assert a["window"] == b["window"]
     keys = ("op", "pid", "count", "total_ns", "p50_ns", "p95_ns", "p99_ns", "max_ns")
-    per_a = [{k: s[k] for k in keys} for s in a["per_process"]]  # type: ignore[attr-defined]
-    per_b = [{k: s[k] for k in keys} for s in b["per_process"]]  # type: ignore[attr-defined]
+    rows_a, rows_b, stats_a = a["per_process"], b["per_process"], a["stats"]
+    assert isinstance(rows_a, list) and isinstance(rows_b, list) and isinstance(stats_a, list)
+    per_a = [{k: s[k] for k in keys} for s in rows_a]
+    per_b = [{k: s[k] for k in keys} for s in rows_b]
     assert per_a == per_b
-    counts = {s["op"]: s["count"] for s in a["stats"]}  # type: ignore[attr-defined]
+    counts = {s["op"]: s["count"] for s in stats_a}
     assert counts == {"cudaLaunchKernel": 8 * 12_000, "cudaMemcpyAsync": 12_000, "cudaStreamSynchronize": 12_000}
 
 

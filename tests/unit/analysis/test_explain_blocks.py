@@ -47,7 +47,9 @@ def test_every_window_gets_the_same_report_from_blocks_and_from_rows(recordings:
         b = explain_db(rows_only, opts).as_dict(per_process=True)
         # then the two reports are the same, number for number
         assert a == b, opts
-        found |= {str(f["kind"]) for f in a["findings"]}  # type: ignore[union-attr]
+        findings = a["findings"]
+        assert isinstance(findings, list), a
+        found |= {str(f["kind"]) for f in findings}
     # and they have findings to compare: the scenarios' causes
     assert {"cpu-preemption", "gpu-contention", "memcpy-bound"} <= found, found
 

@@ -93,8 +93,9 @@ def test_columns_are_kept_narrow_and_a_value_too_wide_for_int32_keeps_its_own(tm
     conn = sqlite3.connect(f"file:{narrow}?mode=ro", uri=True)
     f = load_frame(conn, 0, 10_000)
     conn.close()
-    assert (f.pid.dtype, f.tid.dtype, f.op.dtype) == (np.int32, np.int32, np.int16)
-    assert (f.bytes.dtype, f.cgroup.dtype, f.handle.dtype) == (np.int32, np.int32, np.int64)
+    i16, i32, i64 = np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64)
+    assert (f.pid.dtype, f.tid.dtype, f.op.dtype) == (i32, i32, i16)
+    assert (f.bytes.dtype, f.cgroup.dtype, f.handle.dtype) == (i32, i32, i64)
     assert f.tid.tolist() == [100, 101] and f.op.tolist() == [int(Op.cudaStreamSynchronize)] * 2
     conn = sqlite3.connect(f"file:{wide}?mode=ro", uri=True)
     f = load_frame(conn, 0, 10_000)

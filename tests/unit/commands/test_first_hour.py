@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -32,6 +33,15 @@ def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     return subprocess.run(
         [sys.executable, "-m", "gpuscope", *argv], capture_output=True, text=True, env=env, timeout=120, check=False
     )
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand, as ``build_parser(name)`` holds it."""
+    subparsers = build_parser(name)._subparsers
+    assert subparsers is not None
+    action = subparsers._group_actions[0]
+    assert isinstance(action, argparse._SubParsersAction), action
+    return action.choices[name]
 
 
 @pytest.mark.parametrize("text", DURATIONS)
@@ -82,7 +92,7 @@ def test_an_unreadable_duration_or_time_is_one_line_naming_the_forms(
 
 
 def test_help_lists_the_forms_a_time_takes() -> None:
-    help_text = build_parser("explain")._subparsers._group_actions[0].choices["explain"].format_help()  # type: ignore[union-attr]
+    help_text = _subparser("explain").format_help()
     assert "end-30s" in help_text and "ISO 8601" in help_text and "@1767323045" in help_text
 
 
@@ -105,7 +115,7 @@ def test_verbose_after_the_command_shows_the_traceback(tmp_path: Path) -> None:
 def test_abbreviated_options_are_refused_not_guessed(command: str) -> None:
     long_options = {
         opt
-        for action in build_parser(command)._subparsers._group_actions[0].choices[command]._actions  # type: ignore[union-attr]
+        for action in _subparser(command)._actions
         for opt in action.option_strings
         if opt.startswith("--") and len(opt) > 6
     }
@@ -179,7 +189,7 @@ def test_an_unknown_guide_names_the_ones_there_are(capsys: pytest.CaptureFixture
 
 def test_help_and_errors_point_at_gpuscope_docs_not_at_paths_a_wheel_lacks() -> None:
     for name in COMMANDS:
-        parser = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        parser = _subparser(name)
         assert "docs/" not in parser.format_help(), name
     from gpuscope.query.guard import QuerySyntaxError
 
@@ -234,5 +244,5 @@ def test_trace_without_privileges_fails_before_creating_a_recording(tmp_path: Pa
 
 @pytest.mark.parametrize("name", [c for c in COMMANDS if c != "completion"])  # completion prints a shell script
 def test_every_command_has_json(name: str) -> None:
-    parser = build_parser(name)._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+    parser = _subparser(name)
     assert any("--json" in a.option_strings for a in parser._actions)

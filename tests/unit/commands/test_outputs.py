@@ -21,7 +21,6 @@ import pytest
 from gpuscope.cli import main
 from gpuscope.export import EXPORTERS, ExportOptions, ExportStats
 from gpuscope.importers import ingero as ingero_importer
-from gpuscope.platform import files
 from gpuscope.query.guarded import GuardedReader
 from gpuscope.recording import as_gpuscope_file, conversion_cache_dir
 from gpuscope.store import merge_recordings as store_merge
@@ -341,7 +340,8 @@ class _FailingExporter:
         self.error, self.after = error, after
 
     def export(self, reader: GuardedReader, out: TextIO, options: ExportOptions) -> ExportStats:
-        return EXPORTERS_REAL.export(reader, _Failing(out, self.error, self.after), options)
+        # _Failing is a write-only stand-in for the stream: writing is all an exporter does with it
+        return EXPORTERS_REAL.export(reader, _Failing(out, self.error, self.after), options)  # type: ignore[arg-type]
 
 
 class _Failing:
@@ -413,7 +413,7 @@ def test_an_export_whose_rename_is_refused_leaves_no_partial_output(
     def refuse(src: object, dst: object) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", str(dst))
 
-    monkeypatch.setattr(files.os, "replace", refuse)
+    monkeypatch.setattr("gpuscope.platform.files.os.replace", refuse)
     assert main(["export", "--db", str(recording), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     monkeypatch.undo()

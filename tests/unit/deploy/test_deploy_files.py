@@ -50,13 +50,13 @@ def manifest() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def pod(manifest: list[dict[str, Any]]) -> dict[str, Any]:
     (daemonset,) = [d for d in manifest if d["kind"] == "DaemonSet"]
-    return daemonset["spec"]["template"]  # type: ignore[no-any-return]
+    return daemonset["spec"]["template"]
 
 
 @pytest.fixture(scope="module")
 def container(pod: dict[str, Any]) -> dict[str, Any]:
     (c,) = pod["spec"]["containers"]
-    return c  # type: ignore[no-any-return]
+    return c
 
 
 def unit_entries(key: str) -> list[str]:

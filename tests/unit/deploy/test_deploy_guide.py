@@ -29,7 +29,7 @@ def prometheus_configs() -> list[str]:
 
 def collector_config() -> dict[str, Any]:
     (block,) = [b for b in yaml_blocks() if "receivers:" in b]
-    return yaml.safe_load(block)  # type: ignore[no-any-return]
+    return yaml.safe_load(block)
 
 
 @pytest.mark.parametrize("index", range(2))

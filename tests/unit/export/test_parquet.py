@@ -31,7 +31,7 @@ def test_one_file_per_session_under_node_and_date_with_the_documented_schema(tmp
     assert table.column("time").to_pylist()[0].year == 2023
 
 
-def test_filters_apply_and_a_second_export_replaces_the_session_file(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_filters_apply_and_a_second_export_replaces_the_session_file(tmp_path: Path, capsys) -> None:
     db = _recording(tmp_path / "run.db")
     out = tmp_path / "ds"
     assert main(["export", "--db", str(db), "--format", "parquet", "-o", str(out), "--pid", "200", "--json"]) == 0
@@ -43,7 +43,7 @@ def test_filters_apply_and_a_second_export_replaces_the_session_file(tmp_path: P
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
 
 
-def test_a_stream_or_a_file_is_refused_as_the_target(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_stream_or_a_file_is_refused_as_the_target(tmp_path: Path, capsys) -> None:
     db = _recording(tmp_path / "run.db")
     assert main(["export", "--db", str(db), "--format", "parquet", "-o", "-"]) == 2
     (tmp_path / "file").write_text("x")

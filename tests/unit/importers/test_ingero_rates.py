@@ -39,7 +39,9 @@ def _reference_file(
         "INSERT INTO sessions(started_at, stopped_at, ingero_ver) VALUES (?, ?, '0.8.1')",
         (T0, T0 + len(per_second) * S),
     )
-    rows, counts, stored = [], {}, {}
+    rows: list[tuple[int, ...]] = []
+    counts: dict[int, int] = {}
+    stored: dict[int, int] = {}
     for sec, n in enumerate(per_second):
         for k in range(n):
             ts = T0 + sec * S + k * (S // n)

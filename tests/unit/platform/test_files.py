@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from gpuscope.errors import UsageError
-from gpuscope.platform import files
 from gpuscope.platform.files import (
     OutputBusyError,
     OutputError,
@@ -78,8 +77,8 @@ def test_the_data_is_synced_to_disk_before_the_rename(tmp_path: Path, monkeypatc
         calls.append(("replace", os.stat(src).st_ino))
         real_replace(src, dst)
 
-    monkeypatch.setattr(files.os, "fsync", fsync)
-    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr("gpuscope.platform.files.os.fsync", fsync)
+    monkeypatch.setattr("gpuscope.platform.files.os.replace", replace)
     # when an output is written
     with atomic_output(tmp_path / "out.json") as tmp:
         tmp.write_text("data")
@@ -94,7 +93,7 @@ def test_a_refused_rename_is_one_error_and_leaves_nothing(tmp_path: Path, monkey
     def refuse(src: object, dst: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(files.os, "replace", refuse)
+    monkeypatch.setattr("gpuscope.platform.files.os.replace", refuse)
     with (
         pytest.raises(OutputError, match=r"out\.json: cannot write: Permission denied"),
         atomic_output(tmp_path / "out.json") as tmp,
@@ -174,7 +173,7 @@ def test_a_replaced_database_loses_its_old_side_files_before_the_rename(
         seen_at_rename.append(_names(tmp_path))
         real_replace(src, dst)
 
-    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr("gpuscope.platform.files.os.replace", replace)
     nobody: Callable[[Path], set[int]] = lambda p: set()  # noqa: E731
     # when a new database replaces it
     with atomic_output(dest, holders=nobody) as tmp:

@@ -43,7 +43,9 @@ def test_the_measured_self_cost_is_given_against_the_budget() -> None:
 
 def test_the_json_says_which_counts_are_estimates() -> None:
     d = _report().as_dict()
-    stats = {s["op"]: s for s in d["stats"]}  # type: ignore[union-attr]
+    op_stats, sampling = d["stats"], d["sampling"]
+    assert isinstance(op_stats, list) and isinstance(sampling, dict), d
+    stats = {s["op"]: s for s in op_stats}
     assert stats["cudaLaunchKernel"]["estimated"] is True and stats["cudaLaunchKernel"]["seen"] == 40_000
     assert "estimated" not in stats["cudaStreamSynchronize"]
-    assert d["sampling"]["self_cost"][0]["budgeted_share"] == round(60 / 9000, 5)  # type: ignore[index]
+    assert sampling["self_cost"][0]["budgeted_share"] == round(60 / 9000, 5)

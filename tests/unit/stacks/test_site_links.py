@@ -92,7 +92,7 @@ def test_a_call_whose_site_stack_comes_later_waits_for_it_and_one_that_never_com
     assert col.unattributed == 1
 
 
-def test_a_call_waits_for_its_site_stack_only_so_long(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_call_waits_for_its_site_stack_only_so_long(monkeypatch) -> None:
     # given a call at a site whose stack never arrives
     col = StackCollector(1, Tracer(), python=False)
     out = Writes()

@@ -18,7 +18,7 @@ from gpuscope.stacks.files import FileIndex
 from gpuscope.stacks.frames import Frame, Stack
 from gpuscope.stacks.policy import DEFAULT_STACK_EVERY, parse_overrides, stack_policy
 from gpuscope.stacks.python import LAYOUTS, line_310, line_311
-from gpuscope.stacks.records import decode
+from gpuscope.stacks.records import RawStack, decode
 from gpuscope.stacks.report import describe_call_sites, top_call_sites
 from gpuscope.stacks.resolve import StackResolver, _merge
 from gpuscope.stacks.scan import Callee, CallInstruction, calls_before, is_return_address, scan
@@ -79,7 +79,7 @@ def test_a_build_id_frame_is_named_without_the_process(tmp_path: Path) -> None:
     frame = np.zeros(1, NATIVE_FRAME_DTYPE)
     frame["status"], frame["build_id"], frame["offset_or_ip"] = 1, bytes.fromhex(bid), offset + 4
     raw = decode(hdr.tobytes() + frame.tobytes())
-    assert raw is not None
+    assert isinstance(raw, RawStack)
     # when it is resolved (symbol tables cached on disk under tmp_path)
     stack = StackResolver(files, SymbolCache(tmp_path)).resolve(raw)
     # then
@@ -97,7 +97,7 @@ def test_an_unknown_build_id_keeps_the_raw_frame_with_a_marker() -> None:
     frame = np.zeros(1, NATIVE_FRAME_DTYPE)
     frame["status"], frame["build_id"], frame["offset_or_ip"] = 1, b"\x01" * 20, 0x1234
     raw = decode(hdr.tobytes() + frame.tobytes())
-    assert raw is not None and raw.py_status is PyStatus.NONE
+    assert isinstance(raw, RawStack) and raw.py_status is PyStatus.NONE
     stack = StackResolver(FileIndex()).resolve(raw)
     assert stack.marker == "unknown build id"
     assert stack.frames[0].offset == 0x1234
@@ -243,7 +243,7 @@ def test_a_record_carries_its_stack_window_after_the_frames() -> None:
     frame["status"], frame["offset_or_ip"] = 2, 0x1234
     body = hdr.tobytes() + frame.tobytes()
     raw = decode(body + struct.pack("<3Q", 1, 2, 3))
-    assert raw is not None and raw.window == (1, 2, 3)
+    assert isinstance(raw, RawStack) and raw.window == (1, 2, 3)
     # the window is not part of the frames' key (the collector adds the words that are code)
     again = decode(body)
-    assert again is not None and again.window == () and again.key == raw.key
+    assert isinstance(again, RawStack) and again.window == () and again.key == raw.key

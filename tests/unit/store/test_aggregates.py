@@ -61,12 +61,18 @@ def _reference(ev: np.ndarray, kept: np.ndarray) -> dict[tuple[int, int, int], t
     return {k: (*v, *hists[k].tolist()) for k, v in out.items()}
 
 
+def _int(x: object) -> int:
+    assert isinstance(x, int), x
+    return x
+
+
 def _taken(agg: Aggregator) -> dict[tuple[int, int, int], tuple[int, ...]]:
-    rows = agg.take()
-    return {
-        (int(r[1]), int(r[2]), int(r[3])): (*(int(x) for x in r[4:10]), *decode_hist(r[10]).tolist())  # type: ignore[call-overload]
-        for r in rows
-    }
+    taken: dict[tuple[int, int, int], tuple[int, ...]] = {}
+    for r in agg.take():
+        hist = r[10]
+        assert isinstance(hist, bytes), hist
+        taken[(_int(r[1]), _int(r[2]), _int(r[3]))] = (*(_int(x) for x in r[4:10]), *decode_hist(hist).tolist())
+    return taken
 
 
 def test_aggregates_of_a_mixed_batch_equal_counting_event_by_event() -> None:

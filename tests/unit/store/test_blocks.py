@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -63,10 +64,23 @@ def _record(path: Path, batches: int = 40, seed: int = 1, durability: Durability
     return path
 
 
-def _frame(path: Path, window: tuple[int, int] = _EVERYTHING, **kw: object) -> EventFrame:
+class _FrameArgs(TypedDict, total=False):
+    """What a case passes to ``_frame`` besides the path."""
+
+    window: tuple[int, int]
+    pids: tuple[int, ...]
+    thin: dict[tuple[int, int], int]
+
+
+def _frame(
+    path: Path,
+    window: tuple[int, int] = _EVERYTHING,
+    pids: tuple[int, ...] = (),
+    thin: dict[tuple[int, int], int] | None = None,
+) -> EventFrame:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return load_frame(conn, *window, **kw)  # type: ignore[arg-type]
+        return load_frame(conn, *window, pids=pids, thin=thin)
     finally:
         conn.close()
 
@@ -168,7 +182,7 @@ def test_the_writers_blocks_hold_every_row_as_stored(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kw", _CASES)
 @pytest.mark.parametrize(("block_rows", "group_rows"), [(1, 1 << 20), (600, 1 << 20), (65_536, 1 << 20), (600, 1_000)])
 def test_the_frame_from_blocks_is_the_frame_from_rows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_rows: int, group_rows: int, kw: dict[str, object]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_rows: int, group_rows: int, kw: _FrameArgs
 ) -> None:
     # given recordings whose blocks are one batch each, a few hundred rows, or the default size,
     # read all at once or a few blocks at a time

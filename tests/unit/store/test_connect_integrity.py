@@ -36,11 +36,15 @@ def _read(db: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 def page_size(db: Path) -> int:
-    return int(_read(db, "PRAGMA page_size")[0][0])  # type: ignore[call-overload]
+    size = _read(db, "PRAGMA page_size")[0][0]
+    assert isinstance(size, int), size
+    return size
 
 
 def root_page(db: Path, name: str) -> int:
-    return int(_read(db, f"SELECT rootpage FROM sqlite_master WHERE name = '{name}'")[0][0])  # type: ignore[call-overload]
+    page = _read(db, f"SELECT rootpage FROM sqlite_master WHERE name = '{name}'")[0][0]
+    assert isinstance(page, int), page
+    return page
 
 
 def page_offset(db: Path, page: int) -> int:

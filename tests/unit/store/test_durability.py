@@ -135,7 +135,7 @@ def test_a_full_disk_degrades_the_writer_instead_of_killing_it(tmp_path: Path) -
     assert state.closed and state.end_reason == "disk full"
 
 
-def _counts():  # type: ignore[no-untyped-def]
+def _counts():
     from gpuscope.store.sessions_write import SessionCounts
 
     return SessionCounts(0, 0, {}, (), ())

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
-from gpuscope.platform.system import SystemStats
+from gpuscope.platform.system import SystemSampler, SystemStats
 from gpuscope.tui.live_snapshot import CollectorSample, Header, LibraryInfo
 
 GIB = 1 << 30
@@ -31,10 +31,11 @@ class FrozenClock:
         self.now += seconds
 
 
-class FixedSystem:
+class FixedSystem(SystemSampler):
     """A system sampler that always reads the same numbers."""
 
     def __init__(self, stats: SystemStats | None = None) -> None:
+        super().__init__()
         self.stats = stats or SystemStats(
             cpu_pct=47.0, mem_pct=72.0, mem_available_bytes=11 * GIB, load1=3.2, swap_used_bytes=0, cpus=16
         )

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from gpuscope.model.findings import Finding
 from gpuscope.model.ops import Op
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.live_snapshot import LiveWindow, Preemptions
@@ -117,7 +118,7 @@ def test_evaluations_are_spaced_so_they_use_at_most_their_share_of_a_cpu(tmp_pat
     db, end = _hung_db(tmp_path)
     live = ExplainFindings(db, every_s=0.0, cpu_share=0.01, clock_ns=lambda: end)
 
-    def busy() -> list[object]:
+    def busy() -> list[Finding]:
         t0 = time.thread_time()
         while time.thread_time() - t0 < 0.05:
             pass

@@ -355,6 +355,8 @@ def test_ops_probed_in_windows_show_estimated_counts_and_the_measured_self_cost(
         "gpuscope: 0.7% of pid 4242's time (budget 1%, measured) · ≈ cudaLaunchKernel probed 25% of the time"
     )
     d = snap.to_dict()
-    ops = {o["op"]: o for o in d["ops"]}  # type: ignore[union-attr]
+    op_rows = d["ops"]
+    assert isinstance(op_rows, list), d
+    ops = {o["op"]: o for o in op_rows}
     assert ops["cudaLaunchKernel"]["estimated"] is True and "estimated" not in ops["cudaStreamSynchronize"]
     assert d["self_cost"] == [{"pid": 4242, "share": 0.007}]
