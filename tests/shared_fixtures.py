@@ -21,16 +21,3 @@ def ingero_fixture(name: str) -> Path:
     if not path.is_file():
         pytest.fail(f"Ingero sample recording not found: {path} (the repository carries it: a broken checkout?)")
     return path
-
-
-def changed_fixtures() -> list[str]:
-    """The carried recordings whose bytes differ from ``SHA256SUMS``: a test wrote to one it should only read."""
-    import hashlib
-
-    changed = []
-    for line in (INGERO_DIR / "SHA256SUMS").read_text().splitlines():
-        digest, name = line.split(maxsplit=1)
-        path = INGERO_DIR / name
-        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-            changed.append(name)
-    return changed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from tests.conftest import run_gpuscope
@@ -20,9 +21,12 @@ def test_the_summary_counts_the_jobs_block_io_and_names_the_others_apart(tmp_pat
     # given another process writing to the disk while the job does too (the job: direct writes of its own)
     out = tmp_path / "other.bin"
     noisy = subprocess.Popen(
-        ["sh", "-c", f"exec -a noisy_writer sh -c 'while :; do dd if=/dev/zero of={out} bs=64k count=16 oflag=direct 2>/dev/null; done'"]
-    )  # fmt: skip
+        ["sh", "-c", f"while :; do dd if=/dev/zero of={out} bs=64k count=16 oflag=direct 2>/dev/null; done"]
+    )
     try:
+        deadline = time.monotonic() + 30
+        while not (out.exists() and out.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.05)  # writing before the trace starts, and all through it
         db = tmp_path / "t.db"
         job = f"dd if=/dev/zero of={tmp_path / 'job.bin'} bs=64k count=32 oflag=direct 2>/dev/null; sleep 0.5"
         p = run_gpuscope("trace", "--db", str(db), "--no-tui", "--", "sh", "-c", job, env=standin.env())

@@ -78,8 +78,10 @@ def traced_roots(conn: sqlite3.Connection) -> dict[int, frozenset[int] | None]:
             pids = json.loads(raw) if raw else []
         except (TypeError, ValueError):
             pids = []
-        every = flags.get(int(sid), {}).get("filter_targets") is False or not isinstance(pids, list)
-        out[int(sid)] = None if every else frozenset(int(p) for p in pids if isinstance(p, int))
+        roots = frozenset(int(p) for p in pids if isinstance(p, int)) if isinstance(pids, list) else frozenset()
+        # No roots: a trace of every process (or a file that does not say): every process is the run's own.
+        every = flags.get(int(sid), {}).get("filter_targets") is False or not roots
+        out[int(sid)] = None if every else roots
     return out
 
 
