@@ -239,10 +239,14 @@ static __always_inline __u64 gs_user_u64(__u64 addr)
 /* Code objects already described to user space, per process: a code record
  * goes out only the first time a process's stack shows a code object. LRU,
  * so a long run with endless generated code re-describes rather than stalls. */
+/* Per process and interpreter: after an exec (the launcher's Python, then
+ * the job's) another runtime's code objects may sit at the same addresses,
+ * and must be described again. */
 struct gs_py_seen_key {
 	__u32 tgid;
 	__u32 _pad;
 	__u64 code;
+	__u64 runtime;
 };
 
 struct {
@@ -362,9 +366,9 @@ static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_
 }
 
 /* First sight of this code object in this process: describe it. */
-static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, const struct gs_py_offsets *o)
+static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, __u64 runtime, const struct gs_py_offsets *o)
 {
-	struct gs_py_seen_key k = {.tgid = tgid, .code = code};
+	struct gs_py_seen_key k = {.tgid = tgid, .code = code, .runtime = runtime};
 	__u8 one = 1;
 
 	if (!code || bpf_map_lookup_elem(&py_code_seen, &k))
@@ -409,7 +413,7 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 		struct gs_py_frame *pf = &b->py[i];
 		pf->code = gs_user_u64(frame + o->frame_code);
 		pf->instr = gs_user_u64(frame + o->frame_instr);
-		gs_py_note_code(tgid, pf->code, o);
+		gs_py_note_code(tgid, pf->code, proc->runtime, o);
 		if (o->instr_is_int)
 			pf->instr &= 0xffffffff;
 		n = i + 1;

@@ -67,7 +67,10 @@ def tmux() -> Iterator[Tmux]:
         t.kill()
 
 
-def trace_shell_command(standin: StandinLibs, db: Path, workload: list[str], latency: str = "") -> str:
+def trace_shell_command(
+    standin: StandinLibs, db: Path, workload: list[str], latency: str = "", *, output: str = "/dev/null"
+) -> str:
+    """The trace, as typed in the pane; ``output``: where the workload's stdout goes ("" for the terminal)."""
     env = [f"LD_LIBRARY_PATH={standin.dir}"] + ([f"GPUSCOPE_STANDIN_LATENCY={latency}"] if latency else [])
     cmd = [
         "env",
@@ -85,8 +88,9 @@ def trace_shell_command(standin: StandinLibs, db: Path, workload: list[str], lat
         "--",
         *workload,
     ]
-    # The live view and the summary are drawn on stderr, the pane's terminal; stdout is the workload's.
-    return shlex.join(cmd)
+    # The live view and the summary are drawn on stderr, the pane's terminal; stdout is the workload's. The
+    # full screen is drawn only when the workload's output goes elsewhere (it would hide it otherwise).
+    return shlex.join(cmd) + (f" > {shlex.quote(output)}" if output else "")
 
 
 def shows_live_runtime_table(screen: str) -> bool:
@@ -145,6 +149,27 @@ def test_live_view_closes_by_itself_when_the_workload_ends(
     assert EXPLAIN_NEXT in done
     assert "1,500" in done[done.index("CUDA Runtime") :]
     assert TraceRun(db, 0, "", "").op_counts()["cudaLaunchKernel"] == 1_500
+
+
+def test_a_commands_output_to_the_terminal_is_shown_as_it_comes_between_status_lines(
+    tmux: Tmux,
+    standin: StandinLibs,
+    build_workload,
+    tmp_path: Path,
+) -> None:
+    # given a job that prints to the terminal before, during and after its CUDA work
+    exe = build_workload("cuda_calls.c")
+    db = tmp_path / "out.db"
+    job = f"echo START; {shlex.quote(str(exe))} 1500 >/dev/null; echo MIDDLE; sleep 1.5; echo END"
+    tmux.start(trace_shell_command(standin, db, ["sh", "-c", job], "cudaStreamSynchronize=1ms:sleep", output=""))
+    # then its lines appear while it runs, not hidden behind a full screen
+    during = tmux.wait_for(lambda s: "MIDDLE" in s, timeout=60)
+    assert "START" in during and "EXIT=" not in during
+    # and every one of them is still there at the end, in order, with the status lines and the summary
+    done = tmux.wait_for(lambda s: "EXIT=" in s, timeout=90)
+    assert done.index("START") < done.index("MIDDLE") < done.index("END") < done.index(EXPLAIN_NEXT)
+    assert "live view: a status line a second, between the command's own output" in done
+    assert "EXIT=0" in done
 
 
 def test_piped_trace_prints_one_plain_line_per_second_on_stderr(

@@ -17,7 +17,7 @@ from gpuscope.commands._exporters import ExporterPlan, RunningExporters, start_e
 from gpuscope.errors import NoCudaLibraryError
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.live_findings import builtin_findings
-from gpuscope.tui.output import LiveOutput, choose_mode
+from gpuscope.tui.output import LiveOutput, choose_mode, same_terminal
 
 if TYPE_CHECKING:
     from gpuscope.agent.live_stats import Tick
@@ -71,7 +71,17 @@ class TraceWatch(Watch):
 
     def begin(self, session: TraceSession) -> AbstractContextManager[object]:
         print_header(session, self.command, self.pids)
-        mode = choose_mode(no_tui=self.no_tui, json=self.json_out is not None, terminal=sys.stderr.isatty())
+        # The command's output comes first: the full screen only when it writes elsewhere (`> train.log`).
+        shared = bool(self.command) and same_terminal(sys.stdout, sys.stderr)
+        mode = choose_mode(
+            no_tui=self.no_tui, json=self.json_out is not None, terminal=sys.stderr.isatty(), shared=shared
+        )
+        if shared and not self.no_tui and self.json_out is None:
+            print(
+                "live view: a status line a second, between the command's own output (send its output "
+                "elsewhere, `> train.log`, for the full-screen view)",
+                file=sys.stderr,
+            )
         # Explain rules over the recent recording, beside the built-in live findings.
         self.explain = ExplainFindings(session.db_path, hang_threshold_ns=self.hang_threshold_ns)
         # Handed the rows as they are stored, it never reads them back out of the recording.

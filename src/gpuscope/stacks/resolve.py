@@ -49,7 +49,8 @@ class StackResolver:
         if rec.flags & CodeFlag.NOT_CODE:
             self._code[key] = NOT_CODE
         elif rec.flags & CodeFlag.UNREADABLE:
-            return
+            self._code.pop(key, None)  # not what an earlier program of this pid had there (an exec)
+            self._partial.pop(key, None)
         elif rec.complete:
             self._code[key] = CodeInfo(rec.filename, rec.qualname, rec.firstlineno, rec.linetable)
             self._partial.pop(key, None)

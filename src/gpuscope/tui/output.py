@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
@@ -24,17 +25,31 @@ class OutputMode(enum.Enum):
     JSON = "json"  # one JSON object per interval on its own stream (-o FILE, or stdout without a command)
 
 
-def choose_mode(*, no_tui: bool, json: bool, terminal: bool) -> OutputMode:
-    """``--json`` wins; the full screen needs stderr to be a terminal and no ``--no-tui``.
+def choose_mode(*, no_tui: bool, json: bool, terminal: bool, shared: bool = False) -> OutputMode:
+    """``--json`` wins; the full screen needs stderr to be a terminal, no ``--no-tui``, and the screen to itself.
 
     Stderr, not stdout: stdout is the traced command's (``trace -- CMD > out``
-    still gets the live view on the terminal).
+    still gets the live view on the terminal). ``shared``: the launched
+    command writes to that same terminal. A full screen would hide its output
+    (the alternate screen is gone at the end, and what was written there with
+    it), so the view is status lines between the command's own.
     """
     if json:
         return OutputMode.JSON
-    if no_tui or not terminal:
+    if no_tui or not terminal or shared:
         return OutputMode.PLAIN
     return OutputMode.TUI
+
+
+def same_terminal(a: IO[str], b: IO[str]) -> bool:
+    """Whether two streams are one terminal (the same device), as a launched command's stdout and our stderr."""
+    try:
+        if not (a.isatty() and b.isatty()):
+            return False
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_rdev, sa.st_dev) == (sb.st_rdev, sb.st_dev)
 
 
 class LiveOutput:
