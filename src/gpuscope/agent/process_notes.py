@@ -56,6 +56,8 @@ class ProcessNotes:
         """Record who a process is (command, cgroups, container, rank) while /proc has it."""
         if self.stacks is not None and traced:
             self.stacks.note_process(pid, refresh)
+        elif self.stacks is not None:
+            self.stacks.hold_python(pid)
         info = read_process(pid)
         if info is None or (info.exited and refresh):
             # Gone already: the exec records (argv, environment) fill the row; an exited process's blanks

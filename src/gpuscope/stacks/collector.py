@@ -114,6 +114,15 @@ class StackCollector:
             self.note_executable(argv0)
         self.note_process(pid, refresh=True)
 
+    def hold_python(self, pid: int) -> None:
+        """A launcher about to exec the job: not registered for Python walks (its exec re-registers the pid).
+
+        Registered, its runtime would outlive the exec in ``py_procs`` until the
+        exec is handled here, and the job's first stacks would be walked with it.
+        """
+        if self.python and pid not in self._registered:
+            self._python_done.add(pid)
+
     def note_executable(self, path: str) -> None:
         """Register a Python executable by file, so that every process running it has Python frames at once.
 
