@@ -133,37 +133,33 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     start, end = lo, hi
     if opts.since_ns is not None:
         start = max(lo, hi - opts.since_ns)
-    if opts.from_ns is not None:
-        start = max(lo, origin + opts.from_ns)
-    if opts.from_wall_ns is not None:
-        start = max(lo, opts.from_wall_ns - offset)
-    if opts.to_ns is not None:
-        end = min(hi, origin + opts.to_ns)
-    if opts.to_wall_ns is not None:
-        end = min(hi, opts.to_wall_ns - offset)
-    if opts.from_end_ns is not None:
-        start = max(lo, hi - opts.from_end_ns)
-    if opts.to_end_ns is not None:
-        end = min(hi, hi - opts.to_end_ns)
-    _refuse_reversed(opts, origin, offset, hi)
+    # --from and --to on the recording's clock, before they are kept within it (one of each form is given).
+    from_at = _point(opts.from_ns, opts.from_wall_ns, opts.from_end_ns, origin, offset, hi)
+    to_at = _point(opts.to_ns, opts.to_wall_ns, opts.to_end_ns, origin, offset, hi)
+    if from_at is not None and to_at is not None and from_at > to_at:
+        # Only the recording can tell for an offset against a Unix time (same forms are refused when parsed).
+        raise UsageError("--from is after --to in this recording", remedy="give the earlier time to --from")
+    if from_at is not None:
+        start = max(lo, from_at)
+    if to_at is not None:
+        end = min(hi, to_at)
     # A bound far past the recording (--from 100000d) stays a time SQLite can compare with, on either clock.
     latest = MAX_NS - max(offset, 0)
     start = min(start, latest)
     return Window(start, min(max(start, end), latest), lo, hi, offset, sessions)
 
 
-def _refuse_reversed(opts: ExplainOptions, origin: int, offset: int, hi: int) -> None:
-    """A --from after its --to, once the recording's start and end say where each lies (an offset and a Unix time)."""
-    starts = [origin + opts.from_ns if opts.from_ns is not None else None,
-              opts.from_wall_ns - offset if opts.from_wall_ns is not None else None,
-              hi - opts.from_end_ns if opts.from_end_ns is not None else None]  # fmt: skip
-    ends = [origin + opts.to_ns if opts.to_ns is not None else None,
-            opts.to_wall_ns - offset if opts.to_wall_ns is not None else None,
-            hi - opts.to_end_ns if opts.to_end_ns is not None else None]  # fmt: skip
-    start = next((t for t in starts if t is not None), None)
-    end = next((t for t in ends if t is not None), None)
-    if start is not None and end is not None and start > end:
-        raise UsageError("--from is after --to in this recording", remedy="give the earlier time to --from")
+def _point(
+    offset_ns: int | None, wall_ns: int | None, before_end_ns: int | None, origin: int, offset: int, hi: int
+) -> int | None:
+    """A --from/--to on the recording's monotonic clock: from its start, a Unix time, or back from its end."""
+    if before_end_ns is not None:
+        return hi - before_end_ns
+    if wall_ns is not None:
+        return wall_ns - offset
+    if offset_ns is not None:
+        return origin + offset_ns
+    return None
 
 
 # Findings that describe a symptom without naming its cause. When a causal
