@@ -61,10 +61,13 @@ class LiveStats:
         if self.targets is not None:
             # A fork is reported before the child runs: its own events come after, in ring order.
             self.targets.update(ev["handle"][ops == Op.process_fork].tolist())
+        traced: np.ndarray | None = None  # per event: made by a traced process (once a batch, if it has host events)
         for op in np.unique(ops).tolist():
             sel = ops == op
             if self.targets is not None and op in MACHINE_WIDE_OPS:
-                sel = self._own(ev, op, sel)
+                if traced is None:
+                    traced = np.isin(ev["pid"], np.fromiter(self.targets, dtype=np.int64, count=len(self.targets)))
+                sel = self._own(ev, op, sel, traced)
                 if not sel.any():
                     continue
             hist = self.per_op.get(op)
@@ -82,10 +85,9 @@ class LiveStats:
         self.pids.update(new)
         return new
 
-    def _own(self, ev: np.ndarray, op: int, sel: np.ndarray) -> np.ndarray:
+    def _own(self, ev: np.ndarray, op: int, sel: np.ndarray, traced: np.ndarray) -> np.ndarray:
         """``sel`` narrowed to the traced processes' events of ``op``; the others counted apart, with their names."""
-        assert self.targets is not None
-        own = sel & np.isin(ev["pid"], np.fromiter(self.targets, dtype=np.int64, count=len(self.targets)))
+        own: np.ndarray = sel & traced
         theirs = ev[sel & ~own]
         if len(theirs):
             self.others[op] = self.others.get(op, 0) + len(theirs)
