@@ -8,6 +8,9 @@ import shutil
 import site
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,20 @@ def _nobody_prefix() -> list[str] | None:
     """The prefix that runs THIS interpreter as nobody, or None where nobody cannot execute it."""
     found = _nobody_run()
     return found[0] if found is not None and found[1] == sys.executable else None
+
+
+@contextmanager
+def open_folder(prefix: str) -> Iterator[Path]:
+    """A folder every user can enter (pytest's own are private to root), removed afterwards.
+
+    Removed whatever a test made of the folders in it (read-only, private): they are opened up first.
+    """
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        for sub in (d, *d.rglob("*")):
+            if sub.is_dir() and not sub.is_symlink():
+                sub.chmod(0o755)
+        shutil.rmtree(d)

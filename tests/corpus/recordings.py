@@ -11,7 +11,7 @@ from gpuscope.model.ops import Op
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.findings_history import save_findings
 from gpuscope.store.stacks_write import insert_stacks
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 from tests.unit.analysis.builder import MS, US, Events, end_session, steady_training
 from tests.unit.query.builder import build_db
 from tests.unit.store.recordings import add_aggregates

@@ -22,7 +22,7 @@ import pytest
 
 from gpuscope.export.perfetto import AGGREGATE_COUNTERS
 from tests.conftest import run_gpuscope
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 
 
 def _ok(*args: str, env: dict[str, str] | None = None) -> str:

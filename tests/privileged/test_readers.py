@@ -21,7 +21,7 @@ import pytest
 
 from gpuscope.store.connect import ReadMode, read_mode
 from tests.conftest import run_gpuscope
-from tests.other_user import as_nobody
+from tests.other_user import as_nobody, open_folder
 from tests.privileged.support import LineReader, background, gpuscope_cmd
 from tests.unit.store.test_connect_integrity import leftmost_child, recording, root_page, smash
 
@@ -34,15 +34,8 @@ HEADER_END = "Hit Ctrl-C to end."
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A folder every user can reach (pytest's own are private to root), removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="gpuscope-readers-"))
-    d.chmod(0o755)
-    try:
+    with open_folder("gpuscope-readers-") as d:
         yield d
-    finally:
-        for sub in (d, *d.rglob("*")):
-            if sub.is_dir():
-                sub.chmod(0o755)
-        shutil.rmtree(d)
 
 
 def count_query(db: Path) -> list[str]:

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
 from gpuscope.serve.http_api import ENDPOINTS, Api
 from gpuscope.serve.openapi import openapi_spec
 from gpuscope.serve.params import parse_query
 from gpuscope.store.aggregates import insert_system_sample
 from gpuscope.store.connect import connect_writer
+from tests.demo_recording import every_scenario
 from tests.serve.support import profile_recording
 from tests.unit.analysis.builder import WALL0
 
@@ -27,14 +27,7 @@ QUERIES: list[dict[str, str]] = [
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every demo scenario recorded synthetically into one file, as `gpuscope demo --synthetic` does."""
-    db = tmp_path_factory.mktemp("schemas") / "demo.db"
-    runner = DemoRunner(db)
-    try:
-        for scenario in REGISTRY:
-            runner.run(scenario, DemoMode.SYNTHETIC)
-    finally:
-        runner.close()
-    return db
+    return every_scenario(tmp_path_factory.mktemp("schemas") / "demo.db")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.cli import main
 from gpuscope.importers import import_file
-from tests.shared_fixtures import INGERO_NODE_FILES, ingero_fixture
+from tests.ingero_fixtures import INGERO_NODE_FILES, ingero_fixture
 from tests.unit.store.recordings import without_blocks
 
 

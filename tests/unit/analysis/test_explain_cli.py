@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from gpuscope.cli import main
 from gpuscope.model.ops import Op
-from tests.other_user import as_nobody
+from tests.other_user import as_nobody, open_folder
 
 from .builder import MS, US, Events, steady_training
 
@@ -85,9 +83,7 @@ def test_a_read_only_database_still_gets_a_report_and_is_not_modified(
 ) -> None:
     if os.geteuid() == 0:
         # root may write whatever the modes say: the reader here is the user nobody (tests.other_user)
-        folder = Path(tempfile.mkdtemp(prefix="gpuscope-readonly-"))
-        try:
-            folder.chmod(0o755)
+        with open_folder("gpuscope-readonly-") as folder:
             db = _preempted_db(folder / "t.db")
             sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()
             db.chmod(0o444)
@@ -95,8 +91,6 @@ def test_a_read_only_database_still_gets_a_report_and_is_not_modified(
             p = as_nobody([sys.executable, "-m", "gpuscope", "explain", "--db", str(db)], tmp_path / "home")
             assert p.returncode == 0 and "cpu-preemption" in p.stdout, p.stderr
             assert db.read_bytes() == before
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
         return
     db = _preempted_db(tmp_path / "t.db")
     sqlite3.connect(db).execute("PRAGMA wal_checkpoint(TRUNCATE)").close()

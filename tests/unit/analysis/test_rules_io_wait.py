@@ -9,7 +9,7 @@ import pytest
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.model.findings import Severity
 from gpuscope.model.ops import Op
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 
 from .builder import MS, US, Events
 

@@ -25,7 +25,7 @@ from gpuscope.query.guarded import GuardedReader
 from gpuscope.recording import as_gpuscope_file, conversion_cache_dir
 from gpuscope.store import merge_recordings as store_merge
 from gpuscope.store.connect import connect_reader, connect_writer
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 from tests.unit.query.builder import build_db
 
 ALIASES = ["same path", "relative path", "symlink", "hard link"]

@@ -17,7 +17,7 @@ from gpuscope.model.units import fmt_ns
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.sessions_write import SessionInfo, create_session
 from gpuscope.store.writer import EventWriter
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 from tests.unit.query.builder import MONO0, WALL0, build_db
 
 WALL0_ISO = "2023-11-14T22:13:20.000000Z"  # WALL0 in ISO 8601

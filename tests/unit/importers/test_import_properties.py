@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gpuscope.errors import GpuscopeError
 from gpuscope.importers import import_file
 from gpuscope.store.connect import connect_reader
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 from tests.unit.properties import quick
 
 values = st.one_of(

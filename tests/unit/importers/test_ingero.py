@@ -13,7 +13,7 @@ from gpuscope.cli import main
 from gpuscope.importers import import_file
 from gpuscope.recording.merge_formats import merge_recordings as merge_files
 from gpuscope.store.connect import connect_reader
-from tests.shared_fixtures import INGERO_NODE_FILES, ingero_fixture
+from tests.ingero_fixtures import INGERO_NODE_FILES, ingero_fixture
 from tests.unit.importers.reference_schema import LEGACY_TABLES
 
 NODE_FILES = list(INGERO_NODE_FILES)

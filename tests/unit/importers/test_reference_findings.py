@@ -9,7 +9,7 @@ import pytest
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.cli import main
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 
 
 def test_explain_shows_the_references_findings_as_its_own_with_how_ours_relate(

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
-from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
 from gpuscope.model.finding_wire import (
     CauseWire,
     CulpritWire,
@@ -24,6 +23,7 @@ from gpuscope.model.finding_wire import (
     check_finding_wire,
 )
 from gpuscope.model.findings import Cause, Caveat, Culprit, Effect, Finding, NodeFinding, Severity, Symptom
+from tests.demo_recording import every_scenario
 from tests.unit.properties import quick
 
 DASHBOARD_JS = Path(__file__).parents[3] / "src/gpuscope/serve/static/dashboard.js"
@@ -83,10 +83,7 @@ def _full_finding() -> Finding:
 @pytest.fixture(scope="module")
 def demo_findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """The wire dicts of real findings: every synthetic demo scenario recorded and explained."""
-    db = tmp_path_factory.mktemp("wire") / "demo.db"
-    runner = DemoRunner(db)
-    for scenario in REGISTRY:
-        runner.run(scenario, DemoMode.SYNTHETIC)
+    db = every_scenario(tmp_path_factory.mktemp("wire") / "demo.db")
     wire: list[dict[str, Any]] = json.loads(
         json.dumps([f.as_dict() for f in explain_db(db, ExplainOptions()).findings])
     )

@@ -6,11 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.other_user import open_folder
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "install_launcher.py"
 # Stands in for an environment's gpuscope: answers `version` and `completion bash`.
@@ -26,12 +27,8 @@ needs_other_user = pytest.mark.skipif(
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
     """A folder every user can enter (pytest's own are private to root), removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="gpuscope-install-"))
-    d.chmod(0o755)
-    try:
+    with open_folder("gpuscope-install-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _environment(folder: Path, mode: int) -> Path:

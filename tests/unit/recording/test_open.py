@@ -12,7 +12,7 @@ from gpuscope.cli import main
 from gpuscope.errors import DatabaseError
 from gpuscope.model.ops import Op
 from gpuscope.recording import Format, as_gpuscope_file, conversion_cache_dir, detect_format, open_recording
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 from tests.unit.analysis.builder import MS, Events, steady_training
 
 

@@ -17,7 +17,7 @@ from gpuscope.store.connect import connect_reader, connect_writer, database_path
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpuscope.store.sessions_write import SessionInfo, create_session
 from gpuscope.store.writer import EventWriter
-from tests.shared_fixtures import ingero_fixture
+from tests.ingero_fixtures import ingero_fixture
 from tests.unit.analysis.builder import Events
 
 from .recordings import reading, record

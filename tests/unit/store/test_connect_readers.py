@@ -27,7 +27,7 @@ import pytest
 from gpuscope.errors import DatabaseError
 from gpuscope.recording import open_recording
 from gpuscope.store.connect import ReadMode, connect_reader, read_mode
-from tests.other_user import as_nobody
+from tests.other_user import as_nobody, open_folder
 from tests.unit.analysis.builder import Events, steady_training
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
@@ -72,15 +72,8 @@ print(n)
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A folder every user can reach (pytest's own are private to root), removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="gpuscope-readers-"))
-    d.chmod(0o755)
-    try:
+    with open_folder("gpuscope-readers-") as d:
         yield d
-    finally:
-        for sub in (d, *d.rglob("*")):
-            if sub.is_dir() and not sub.is_symlink():
-                sub.chmod(0o755)
-        shutil.rmtree(d)
 
 
 @pytest.fixture
