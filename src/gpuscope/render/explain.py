@@ -57,7 +57,13 @@ def _self_cost_lines(report: Report) -> list[str]:
             parts.append(f"{c.share:.2%} of pid {c.pid}'s CPU time, no budget (every call probed)")
             continue
         steady = c.budgeted_share
-        after = f"; {steady:.2%} after its first seconds" if steady is not None else ""
+        # A process traced only in its first seconds (probed whole, on purpose) was never under its budget:
+        # its cost says so rather than stand beside the budget as if it overran it.
+        after = (
+            f"; {steady:.2%} after its first seconds"
+            if steady is not None
+            else ", all in its first seconds, probed whole (`trace --keep-first`)"
+        )
         parts.append(f"{c.share:.2%} of pid {c.pid}'s CPU time{after} (budget {c.budget:.1%})")
     more = f" (+{len(s.self_costs) - 4} more processes)" if len(s.self_costs) > 4 else ""
     return [*out, f"gpuscope's own cost (measured): {'; '.join(parts)}{more}"]

@@ -26,6 +26,22 @@ def test_preemption_inside_slow_syncs_is_reported_with_its_preemptor_and_effect(
     assert "stress" in top.fix
 
 
+def test_preemption_by_its_own_threads_is_named_as_its_own_with_the_fix_for_its_threads() -> None:
+    # given syncs slowed mostly by another thread of the same process (a Python thread beside the feeder), a little
+    # by an outside task
+    ev = Events(comms={100: "train", 999: "stress"})
+    syncs = steady_training(ev, 400)
+    slow_syncs(ev, syncs, 4, 5 * MS, preempted=True, by_pid=100)
+    slow_syncs(ev, syncs[2::40], 1, 5 * MS, preempted=True, by_pid=999)
+    # when
+    (f,) = [f for f in ev.report().findings if f.kind == "cpu-preemption"]
+    # then the process's own threads are said to be most of it, and the fix is its thread count first
+    assert "of it by its own threads, not another process" in f.symptom.summary
+    assert f.fix.startswith("its own threads outnumber the cores it has")
+    # and the outside task is still named, as the smaller part
+    assert "move `stress` (pid 999)" in f.fix
+
+
 def test_voluntary_sleep_inside_calls_is_not_cpu_preemption() -> None:
     ev = Events()
     syncs = steady_training(ev, 400)

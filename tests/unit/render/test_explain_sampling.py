@@ -11,11 +11,12 @@ from gpuscope.render.explain import render_report
 S = 1_000_000_000
 
 
-def _report() -> Report:
+def _report(costs: tuple[ProcessCost, ...] | None = None) -> Report:
     launches = OpStats("cudaLaunchKernel", None, 1_234_567, 2 * S, 1_000, 1_200, 1_500, 9_000, 0.2, 123_456.7,
                        estimated=True, coverage=0.021, seen=40_000)  # fmt: skip
     syncs = OpStats("cudaStreamSynchronize", None, 1_000, S, 20_000, 40_000, 60_000, 90_000, 0.1, 100.0)
-    costs = (ProcessCost(4242, 70 * 10**6, 10 * S, 500_000, 0.01, 60 * 10**6, 9 * S),)
+    if costs is None:
+        costs = (ProcessCost(4242, 70 * 10**6, 10 * S, 500_000, 0.01, 60 * 10**6, 9 * S),)
     return Report(
         Window(0, 10 * S, 0, 10 * S, 0, (1,), 10),
         (),
@@ -38,6 +39,16 @@ def test_the_measured_self_cost_is_given_against_the_budget() -> None:
     assert (
         "gpuscope's own cost (measured): 0.70% of pid 4242's CPU time; 0.67% after its first seconds (budget 1.0%)"
         in text
+    )
+
+
+def test_a_process_traced_only_in_its_first_seconds_is_not_set_beside_the_budget_as_if_over_it() -> None:
+    # given a process whose whole trace fell in the first seconds, probed whole on purpose
+    text = render_report(_report((ProcessCost(4242, 540 * 10**6, 6 * S, 230_000, 0.01),)))
+    # then its cost says it was never under the budget, instead of 9% standing beside "budget 1.0%"
+    assert (
+        "gpuscope's own cost (measured): 9.00% of pid 4242's CPU time, all in its first seconds, "
+        "probed whole (`trace --keep-first`) (budget 1.0%)" in text
     )
 
 

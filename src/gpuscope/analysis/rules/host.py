@@ -19,8 +19,15 @@ BURST_BYTES = 64 << 20
 BURST_MAX_NS = 100_000_000
 
 
+# The fix when a process's own threads take most of its CPU: more runnable threads than it has cores.
+OWN_THREADS_FIX = (
+    "its own threads outnumber the cores it has: run fewer (torch.set_num_threads, OMP_NUM_THREADS, fewer "
+    "Python threads; where they run Python they also wait for the GIL, see gil-bound) or give it more cores"
+)
+
+
 def _with_own_workers(ctx: Context, x: Finding, culprits: tuple[Culprit, ...]) -> Finding:
-    """The fix for a process's own preemptors: its workers are its configuration, outsiders are to be moved."""
+    """The fix for a process's own preemptors: its threads and workers are its configuration, outsiders are moved."""
     pid = x.symptom.pid
     if pid is None:
         return x
@@ -30,6 +37,10 @@ def _with_own_workers(ctx: Context, x: Finding, culprits: tuple[Culprit, ...]) -
     names = ", ".join(f"`{c.comm or c.pid}` (pid {c.pid})" for c in outside[:2])
     fix = x.fix + (f"; move {names} to other cores or lower its priority (nice -n 19, cpu.weight)" if names else "")
     share = sum(c.share or 0 for c in workers)
+    threads = sum(c.share or 0 for c in culprits if c.pid == pid)
+    if threads >= 0.5:
+        summary = f"{x.symptom.summary}; {threads:.0%} of it by its own threads, not another process"
+        return replace(x, symptom=replace(x.symptom, summary=summary), fix=f"{OWN_THREADS_FIX}; {fix}")
     if share < 0.5:
         return replace(x, fix=fix)
     who = (

@@ -83,8 +83,12 @@ function selfCostText(s) {
   if (!s || !s.self_cost || !s.self_cost.length) return "";
   const worst = [...s.self_cost].sort((a, b) => b.share - a.share).slice(0, 3);
   const parts = worst.map((c) => {
-    const after = c.budgeted_share === null || c.budgeted_share === undefined
-      ? "" : `, ${(100 * c.budgeted_share).toFixed(2)}% after its first seconds`;
+    let after = "";
+    if (c.budgeted_share !== null && c.budgeted_share !== undefined) {
+      after = `, ${(100 * c.budgeted_share).toFixed(2)}% after its first seconds`;
+    } else if (c.budget) {
+      after = ", all in its first seconds, probed whole";
+    }
     return `${(100 * c.share).toFixed(2)}% of pid ${c.pid}'s CPU time${after}`;
   });
   const budget = s.budget ? `budget ${(100 * s.budget).toFixed(1)}%` : "no budget: every call probed";
