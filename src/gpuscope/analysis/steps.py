@@ -82,6 +82,10 @@ def _sync_turns(ctx: Context, pid: int) -> Turns | None:
         return None
     if float(np.median(waits)) < MIN_WAIT_NS or float(np.median(host)) < MIN_HOST_NS:
         return None
-    if float(off.sum()) > 0.5 * max(float(gap.sum()), 1.0):
+    # Asleep, not preempted: on a contended machine the thread is runnable but off its CPU for much of the
+    # host work, and that is still host work (made slower by the contention), not waiting for data.
+    slept = s[f.arg0[s] == 0]
+    asleep = overlap_by_key(f.tid[sync], gs, gs + gap, f.tid[slept], f.ts[slept], f.ts[slept] + f.dur[slept])
+    if float(asleep.sum()) > 0.5 * max(float(gap.sum()), 1.0):
         return None
     return Turns(pid, sync, waits, gs, gs + gap, host, wall)

@@ -126,6 +126,19 @@ def test_a_wait_every_step_then_host_work_is_sync_in_loop_with_what_overlap_save
     assert "`log_metrics` (train.py:10)" in f.fix and ".item()" in f.fix
 
 
+@pytest.mark.parametrize("preempted", [6 * MS, 9 * MS])
+def test_a_sync_loop_on_a_contended_cpu_is_still_sync_in_loop_not_starvation(preempted: int) -> None:
+    # given the same turns (10 ms waits, 8 ms of host work after each) on a machine where another process holds
+    # the thread's CPU for part of every host turn, so the GPU idles more than half the time
+    ev = Events(comms={100: "train", 999: "stress"})
+    for s, _ in _sync_loop(ev, 10 * MS, 8 * MS + preempted):
+        ev.sched(s + 2 * MS, preempted, preempted=True, by_pid=999)
+    kinds = [f.kind for f in _report(ev).findings]
+    # then the loop is still the host and the GPU taking turns: the preempted time is contention (slower host
+    # work), neither sleep nor the process's own host starving its GPU
+    assert "sync-in-loop" in kinds and "data-starvation" not in kinds, kinds
+
+
 @pytest.mark.parametrize(("wait", "host"), [(10 * MS, 200 * US), (200 * US, 10 * MS)])
 def test_a_busy_gpu_or_a_starved_one_is_not_sync_in_loop(wait: int, host: int) -> None:
     ev = Events()

@@ -29,7 +29,8 @@ MIN_GAPS = 5
 HOST_BOUND_ON_CPU = 0.8
 STEADY_SPREAD = 2.0  # p75/p25 of the gaps at most: the steady beat of a loop
 NOT_OWN_SHARE = 0.5
-# A process whose host and GPU take turns (sync-in-loop) is starved only where the GPU idles most of the time.
+# A process whose host and GPU take turns (sync-in-loop) is starved only where its host work holds the GPU idle
+# most of the time.
 TAKES_TURNS_IDLE = 0.5
 
 
@@ -70,8 +71,12 @@ class DataStarvationRule:
             g = idle_gaps(ctx, p)
             if g is None or len(g.idle) < MIN_GAPS or int(g.idle.sum()) < STARVE_SHARE * g.wall_ns:
                 continue
-            if int(g.idle.sum()) < TAKES_TURNS_IDLE * g.wall_ns and sync_turns(ctx, p) is not None:
-                continue  # the GPU is busy as long as it idles, in turns with the host: sync-in-loop
+            turns = sync_turns(ctx, p)
+            if turns is not None and turns.host_ns < TAKES_TURNS_IDLE * g.wall_ns:
+                # The GPU is busy about as long as the host works, in turns: sync-in-loop. The host's own
+                # on-CPU time is compared, not the idle gaps: on a contended machine those also hold the time
+                # the thread was preempted, which is contention, not the process starving its GPU.
+                continue
             if gil_waits(ctx, p) is not None:
                 continue  # its feeding thread waits for the GIL another of its threads holds: gil-bound
             found = self._finding(ctx, g)
