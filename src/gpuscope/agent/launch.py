@@ -109,6 +109,7 @@ def launch_held(
     *,
     env: dict[str, str] | None = None,
     stdout: int | IO[bytes] | None = None,
+    stderr: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` held, call ``attach(pid)``, then let it run.
 
@@ -117,6 +118,7 @@ def launch_held(
         attach: makes the pid a trace target; runs before the command's first instruction.
         env: its environment (default: ours).
         stdout: where its standard output goes (default: ours).
+        stderr: where its standard error goes (default: ours).
 
     Raises CommandNotFoundError (exit status 127) when the command cannot run,
     before anything is attached; UsageError when the trampoline cannot start;
@@ -134,6 +136,7 @@ def launch_held(
             pass_fds=(r,),
             env=env,
             stdout=stdout,
+            stderr=stderr,
         )  # fmt: skip
     except OSError as exc:
         os.close(w)

@@ -77,6 +77,14 @@ class Watch:
         """
         return contextlib.nullcontext()
 
+    def command_stderr(self) -> int | None:
+        """Where the launched command's stderr goes: a file descriptor, or None for ours."""
+        return None
+
+    def launched(self) -> None:
+        """The command is running (and holds what ``command_stderr`` gave it)."""
+        return None
+
     def should_stop(self, elapsed_s: float) -> bool:
         """Asked at every poll, ``elapsed_s`` after the launch: the caller's own reason to stop (or its progress)."""
         return False
@@ -131,6 +139,7 @@ def launch_traced(
     *,
     env: dict[str, str] | None = None,
     stdout: int | IO[bytes] | None = None,
+    stderr: int | None = None,
 ) -> Process:
     """Start ``command`` held, make it a target of ``session``, then let it run: traced from its first instruction.
 
@@ -141,7 +150,9 @@ def launch_traced(
     # gone before its own maps are read); a libpython build is registered at its exec instead.
     session.note_executable(os.path.realpath(check_runnable(command, env)))
     # A launcher about to exec the real command: described again at its exec (see TraceSession.add_target).
-    return launch_held(command, lambda pid: session.add_target(pid, before_exec=True), env=env, stdout=stdout)
+    return launch_held(
+        command, lambda pid: session.add_target(pid, before_exec=True), env=env, stdout=stdout, stderr=stderr
+    )
 
 
 def trace_command(
@@ -189,7 +200,8 @@ def trace_command(
         with StopSignals() if ending is Ending.PASS_ON else _NoStopSignals() as stop:
             view = watch.begin(session)
             if command:
-                proc = launch_traced(session, command, env=env)
+                proc = launch_traced(session, command, env=env, stderr=watch.command_stderr())
+                watch.launched()
             launched = time.monotonic()
             deadline = launched + duration_s if duration_s else None
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, TextIO
 from gpuscope.agent.traced_command import Watch
 from gpuscope.commands._exporters import ExporterPlan, RunningExporters, start_exporters
 from gpuscope.errors import NoCudaLibraryError
+from gpuscope.tui.command_stderr import CommandStderr
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.live_findings import builtin_findings
-from gpuscope.tui.output import LiveOutput, choose_mode, same_terminal
+from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode, same_terminal
 
 if TYPE_CHECKING:
     from gpuscope.agent.live_stats import Tick
@@ -60,6 +61,8 @@ class TraceWatch(Watch):
         self.explain: ExplainFindings | None = None
         self.metrics: RunningExporters | None = None
         self.live: LiveOutput | None = None
+        # The command's stderr while the full screen holds the terminal (None: it writes to ours).
+        self.stderr: CommandStderr | None = None
 
     def opened(self, session: TraceSession) -> None:
         for pid in self.pids:
@@ -87,6 +90,9 @@ class TraceWatch(Watch):
         # Handed the rows as they are stored, it never reads them back out of the recording.
         session.stored_listeners.append(self.explain.feed)
         self.metrics = _start_exporters(session, self.explain, self.exporters)
+        if mode is OutputMode.TUI and self.command:
+            # The full screen would draw over what the command writes to stderr, and take it away at the end.
+            self.stderr = CommandStderr(sys.stderr.fileno())
         self.live = LiveOutput(
             session,
             mode,
@@ -94,8 +100,16 @@ class TraceWatch(Watch):
             findings=[*builtin_findings(session.flags), self.explain],
             stdout=self.json_out,
             status_every=self.status_every,
+            command_tail=self.stderr.tail if self.stderr is not None else None,
         )
         return self.live
+
+    def command_stderr(self) -> int | None:
+        return self.stderr.fd if self.stderr is not None else None
+
+    def launched(self) -> None:
+        if self.stderr is not None:
+            self.stderr.launched()
 
     def on_tick(self, tick: Tick) -> None:
         if self.live is not None:
@@ -106,6 +120,11 @@ class TraceWatch(Watch):
         # mid-numpy aborts the process); it ran on while the session detached and drained instead of before.
         if self.explain is not None:
             self.explain.close()
+        if self.stderr is not None:
+            # The screen has closed: everything the command wrote to stderr, in order, before the summary.
+            sys.stderr.flush()
+            self.stderr.replay(sys.stderr.fileno())
+            self.stderr = None
 
     def recording_stopped(self, session: TraceSession, proc: Process | None) -> None:
         reason = session.failure or "error"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING
 
 from gpuscope.agent.live_stats import Tick
@@ -70,6 +70,7 @@ class LiveOutput:
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
         status_every: int = 1,
+        command_tail: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.mode = mode
         self.source = SessionSource(session, targets)
@@ -82,7 +83,7 @@ class LiveOutput:
 
             from gpuscope.tui.screen import LiveView
 
-            self.view = LiveView(Console(file=err))
+            self.view = LiveView(Console(file=err), command_tail=command_tail)
         elif mode is OutputMode.JSON:
             self.view = JsonView(out)
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Sequence
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -27,6 +28,8 @@ MAX_LIBRARY_LINES = 3
 NARROW_WIDTH = 100
 NARROWER_WIDTH = 90
 _EMPTY = "—"
+# The traced command's stderr lines the screen shows while it holds the terminal (the rest follows it).
+COMMAND_LINES = 5
 
 
 def _line(*parts: str | tuple[str, str]) -> Text:
@@ -190,15 +193,18 @@ def render_findings(snap: LiveSnapshot) -> RenderableType:
     return Group(_line(("Findings", "bold")), grid)
 
 
-def rows_per_layer(snap: LiveSnapshot, height: int | None, width: int | None = None) -> int | None:
-    """The largest per-table row count that lets the whole screen fit ``height`` lines (None: no cut)."""
+def rows_per_layer(snap: LiveSnapshot, height: int | None, width: int | None = None, reserved: int = 0) -> int | None:
+    """The largest per-table row count that lets the whole screen fit ``height`` lines (None: no cut).
+
+    ``reserved``: lines kept for other sections (the command's stderr).
+    """
     if height is None:
         return None
     layers = snap.layers()
     sizes = [len(snap.layer(layer)) for layer in layers]
     # header, system bar, blank; per layer: title, column header, rule, blank
     # (an empty layer: one line and a blank); findings; footer.
-    fixed = header_height(snap) + 2 + sum(4 if n else 2 for n in sizes) + _findings_lines(snap, width) + 1
+    fixed = header_height(snap) + 2 + sum(4 if n else 2 for n in sizes) + _findings_lines(snap, width) + 1 + reserved
     budget = height - fixed
     if sum(sizes) <= budget:
         return None
@@ -209,14 +215,26 @@ def rows_per_layer(snap: LiveSnapshot, height: int | None, width: int | None = N
     return limit
 
 
-def render_screen(snap: LiveSnapshot, height: int | None = None, width: int | None = None) -> RenderableType:
-    """The whole live screen for one snapshot, cut to ``height`` lines and laid out for ``width``."""
-    limit = rows_per_layer(snap, height, width)
+def render_screen(
+    snap: LiveSnapshot, height: int | None = None, width: int | None = None, command_lines: Sequence[str] = ()
+) -> RenderableType:
+    """The whole live screen for one snapshot, cut to ``height`` lines and laid out for ``width``.
+
+    ``command_lines``: the last lines of the traced command's stderr, shown under the findings.
+    """
+    reserved = len(command_lines) + 2 if command_lines else 0
+    limit = rows_per_layer(snap, height, width, reserved)
     parts: list[RenderableType] = [render_header(snap), render_system(snap.system), Text("")]
     for layer in snap.layers():
         parts.append(render_layer(snap, layer, limit, width))
         parts.append(Text(""))
     parts.append(render_findings(snap))
+    if command_lines:
+        parts.append(Text(""))
+        parts.append(
+            _line(("The command's stderr", "bold"), ("  last lines; all of it follows when this view closes", "dim"))
+        )
+        parts.extend(Text(line, no_wrap=True, overflow="ellipsis") for line in command_lines)
     parts.append(
         _line(
             (
@@ -232,8 +250,9 @@ def render_screen(snap: LiveSnapshot, height: int | None = None, width: int | No
 class LiveView:
     """Full-screen view on a terminal (rich ``Live`` on the alternate screen)."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, command_tail: Callable[[int], list[str]] | None = None) -> None:
         self.console = console or Console()
+        self._tail = command_tail
         self._live: Live | None = None
         self._lock = threading.Lock()
 
@@ -253,7 +272,8 @@ class LiveView:
         with self._lock:
             if self._live is not None:
                 width, height = self._terminal_size()
-                self._live.update(render_screen(snap, height, width), refresh=True)
+                lines = self._tail(COMMAND_LINES) if self._tail is not None else []
+                self._live.update(render_screen(snap, height, width, lines), refresh=True)
 
     def _terminal_size(self) -> tuple[int, int]:
         """The terminal's size now (it follows resizes; stale COLUMNS/LINES variables are ignored)."""
