@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Finding
+from gpuscope.model.session_choice import SessionChoice
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.finding_sources import explain_findings
 from gpuscope.query.guarded import GuardedReader, open_reader
@@ -35,22 +36,34 @@ Rows = list[dict[str, Any]]
 _FRAMES_REMEDY = "pip install 'gpuscope[frames]' (pandas), or pip install polars; or pass frame='rows'"
 
 
-def open(path: str | os.PathLike[str], *, timeout_s: float = 0.0, frame: FrameKind = "auto") -> Trace:
+def open(
+    path: str | os.PathLike[str], *, timeout_s: float = 0.0, frame: FrameKind = "auto", session: int | str = "last"
+) -> Trace:
     """Open a recording read-only. ``timeout_s``: limit per query (0: none). ``frame``: default table type.
 
-    Raises DatabaseError (missing, corrupt, not gpuscope) or SchemaTooNewError.
+    ``session``: which sessions every call reads, as ``--session`` does: a
+    number, ``"last"`` (the last trace run, the default) or ``"all"``.
+    Raises DatabaseError (missing, corrupt, not gpuscope), SchemaTooNewError,
+    or UsageError for a session the recording does not hold.
     """
-    open_reader(path, timeout_s=timeout_s).close()  # fail now, not at the first call
-    return Trace(os.fspath(path), timeout_s=timeout_s, frame=frame)
+    trace = Trace(os.fspath(path), timeout_s=timeout_s, frame=frame, session=session)
+    trace._reader(EventFilter(sessions=trace.chosen)).close()  # fail now, not at the first call
+    return trace
 
 
 class Trace:
     """A recording on disk. Cheap to keep: each call opens and closes its own read-only connection."""
 
-    def __init__(self, path: str, *, timeout_s: float = 0.0, frame: FrameKind = "auto") -> None:
+    def __init__(
+        self, path: str, *, timeout_s: float = 0.0, frame: FrameKind = "auto", session: int | str = "last"
+    ) -> None:
         self.path = path
         self.timeout_s = timeout_s
         self.frame: FrameKind = frame
+        try:
+            self.chosen = SessionChoice.parse(str(session))
+        except ValueError as exc:
+            raise UsageError(f"session: {exc}") from None
 
     def __repr__(self) -> str:
         return f"gpuscope.Trace({self.path!r})"
@@ -74,7 +87,7 @@ class Trace:
         pid: int | Sequence[int] | None = None,
     ) -> Any:
         """Run one read-only SQL statement (``?`` or ``:name`` parameters); filters as in ``events``."""
-        with self._reader(_filter(since, pid)) as reader:
+        with self._reader(_filter(self.chosen, since, pid)) as reader:
             result = reader.query(sql, params)
             return to_frame(result.columns, list(result.rows), frame or self.frame)
 
@@ -101,14 +114,14 @@ class Trace:
         if op is not None:
             ops = [op] if isinstance(op, str) else list(op)
         statement = events_statement(ops, source, limit)
-        with self._reader(_filter(since, pid, start, end, node)) as reader:
+        with self._reader(_filter(self.chosen, since, pid, start, end, node)) as reader:
             result = reader.query(statement.sql, statement.params)
             return to_frame(result.columns, list(result.rows), frame or self.frame)
 
     def explain(self, since: str | float | None = None, pid: int | Sequence[int] | None = None) -> list[Finding]:
         """Run the explain engine (stores nothing) and return its ranked ``Finding`` objects."""
-        f = _filter(since, pid)
-        return explain_findings(self.path, since_ns=f.since_ns, pids=f.pids)
+        f = _filter(self.chosen, since, pid)
+        return explain_findings(self.path, since_ns=f.since_ns, pids=f.pids, sessions=f.sessions)
 
     def findings(
         self,
@@ -170,6 +183,7 @@ def finding_row(f: Finding) -> dict[str, Any]:
 
 
 def _filter(
+    sessions: SessionChoice,
     since: str | float | None,
     pid: int | Sequence[int] | None,
     start: str | None = None,
@@ -184,6 +198,7 @@ def _filter(
         end=end,
         pids=pids,
         nodes=nodes,
+        sessions=sessions,
     )
 
 

@@ -323,15 +323,18 @@ def diff_databases(
     report has no findings section and a note says why.
     """
     profiles = []
+    notes: list[str] = []
     for path in (path_a, path_b):
         with open_reader(path, event_filter=event_filter, timeout_s=0) as reader:
             profiles.append(profile(reader.conn, os.fspath(path)))
-    notes: list[str] = []
+            left_out = reader.sessions_note()
+            if left_out:
+                notes.append(f"{os.fspath(path)}: {left_out.removeprefix('note: ')}")
     fdiff = None
     if with_findings:
-        since = event_filter.since_ns if event_filter is not None else None
-        keys_a, note_a = _finding_keys(path_a, since)
-        keys_b, note_b = _finding_keys(path_b, since)
+        f = event_filter if event_filter is not None else EventFilter()
+        keys_a, note_a = _finding_keys(path_a, f)
+        keys_b, note_b = _finding_keys(path_b, f)
         notes += [n for n in (note_a, note_b) if n]
         if keys_a is not None and keys_b is not None:
             fdiff = findings_diff(keys_a, keys_b)
@@ -352,9 +355,10 @@ def diff_windows(
     return compare(profiles[0], profiles[1], options, None, ["two windows of one recording: findings not compared"])
 
 
-def _finding_keys(path: str | os.PathLike[str], since_ns: int | None) -> tuple[list[str] | None, str]:
+def _finding_keys(path: str | os.PathLike[str], f: EventFilter) -> tuple[list[str] | None, str]:
     try:
-        return [finding_marker(f).compare_key for f in explain_findings(path, since_ns=since_ns)], ""
+        found = explain_findings(path, since_ns=f.since_ns, sessions=f.sessions)
+        return [finding_marker(x).compare_key for x in found], ""
     except (ImportError, GpuscopeError, sqlite3.Error, ValueError) as exc:
         reason = f"explain failed on {os.fspath(path)} ({exc})"
     with open_reader(path, timeout_s=0) as reader:

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import StandinLibs, TraceRun, run_gpuscope
 
-EXPLAIN_NEXT = "run `gpuscope explain` next"
+EXPLAIN_NEXT = "next, for this run: gpuscope explain --db "
 
 
 class Tmux:
@@ -170,6 +170,32 @@ def test_a_commands_output_to_the_terminal_is_shown_as_it_comes_between_status_l
     assert done.index("START") < done.index("MIDDLE") < done.index("END") < done.index(EXPLAIN_NEXT)
     assert "live view: a status line a second, between the command's own output" in done
     assert "EXIT=0" in done
+
+
+def test_a_commands_stderr_under_the_full_screen_is_shown_there_and_all_of_it_kept_after(
+    tmux: Tmux,
+    standin: StandinLibs,
+    build_workload,
+    tmp_path: Path,
+) -> None:
+    # given a job whose stdout goes to a file (so the full screen is drawn) and which writes to stderr before,
+    # during and after its CUDA work, one line a progress bar's way (redrawn with carriage returns)
+    exe = build_workload("cuda_calls.c")
+    db, log = tmp_path / "err.db", tmp_path / "train.log"
+    job = (
+        f"echo OUT; echo ERR-START >&2; {shlex.quote(str(exe))} 3000 >/dev/null; "
+        "printf 'step 1\\rstep 2\\rERR-STEP-3\\n' >&2; [ -t 2 ] && echo ERR-IS-A-TERMINAL >&2; "
+        "sleep 1.5; echo ERR-END >&2"
+    )
+    tmux.start(trace_shell_command(standin, db, ["sh", "-c", job], "cudaStreamSynchronize=1ms:sleep", output=str(log)))
+    # then while it runs the full screen shows its last stderr lines under the findings
+    during = tmux.wait_for(lambda s: "The command's stderr" in s and "ERR-STEP-3" in s, timeout=60)
+    assert shows_live_runtime_table(during) and "EXIT=" not in during
+    # and once the screen has closed every line follows in order, before the summary; its stderr was a terminal
+    done = tmux.wait_for(lambda s: "EXIT=" in s, timeout=90)
+    order = ["ERR-START", "ERR-STEP-3", "ERR-IS-A-TERMINAL", "ERR-END", EXPLAIN_NEXT]
+    assert [done.index(x) for x in order] == sorted(done.index(x) for x in order), done
+    assert "EXIT=0" in done and log.read_text() == "OUT\n"
 
 
 def test_piped_trace_prints_one_plain_line_per_second_on_stderr(

@@ -226,7 +226,7 @@ def test_every_answer_on_the_wire_matches_the_schema_the_served_spec_publishes(
 def test_a_pid_past_the_clis_bound_is_a_400_that_says_the_bound(served: Server, spec: dict[str, Any]) -> None:
     from gpuscope.model.limits import PID_MAX
 
-    pid = spec["paths"]["/api/v1/ops"]["get"]["parameters"][1]
+    (pid,) = [p for p in spec["paths"]["/api/v1/ops"]["get"]["parameters"] if p["name"] == "pid"]
     assert pid["name"] == "pid" and pid["schema"]["maximum"] == PID_MAX
     status, doc = served.get_json(f"/api/v1/ops?pid={PID_MAX + 1}")
     assert status == 400 and doc["error"]["message"] == f"pid={PID_MAX + 1}: must be between 1 and {PID_MAX}"

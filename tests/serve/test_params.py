@@ -15,6 +15,7 @@ from gpuscope.commands import _options
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.limits import PID_MAX, PID_MIN
+from gpuscope.model.session_choice import LAST_RUN, SessionChoice, SessionScope
 from gpuscope.model.times import TimePoint
 from gpuscope.serve.http_api import ENDPOINTS, Api
 from gpuscope.serve.mcp_server import build_server
@@ -64,11 +65,18 @@ def test_the_openapi_document_types_each_parameter_with_its_bounds_and_default()
 
 def test_the_query_string_is_read_once_into_typed_arguments() -> None:
     # given a query string of every kind
-    query = {"since": "1m30s", "pid": "100", "min_severity": "HIGH", "unknown": "ignored"}
+    query = {"since": "1m30s", "pid": "100", "min_severity": "HIGH", "session": "2", "unknown": "ignored"}
     # when read with the findings endpoint's spec
     args = parse_query(BY_PATH["/findings"].params, query)
-    # then the method gets nanoseconds, an int and a Severity
-    assert args == {"since_ns": 90_000_000_000, "pid": 100, "min_severity": Severity.HIGH}
+    # then the method gets nanoseconds, an int, a Severity and a SessionChoice
+    assert args == {
+        "since_ns": 90_000_000_000,
+        "pid": 100,
+        "min_severity": Severity.HIGH,
+        "sessions": SessionChoice(SessionScope.ONE, 2, True),
+    }
+    # and without a session, the last run
+    assert parse_query(BY_PATH["/findings"].params, {})["sessions"] == LAST_RUN
     timeline = parse_query(BY_PATH["/timeline"].params, {"from": "end-30s", "to": "@1767323045"})
     assert timeline["start"] == TimePoint(before_end_ns=30_000_000_000)
     assert timeline["end"] == TimePoint(wall_ns=1_767_323_045_000_000_000)

@@ -124,7 +124,7 @@ def test_findings_present_in_only_one_run_are_listed(runs: tuple[Path, Path], mo
         str(runs[0]): [finding("cpu-preemption", "cudaMalloc", 1)],
         str(runs[1]): [finding("cpu-preemption", "cudaMalloc", 2), finding("slow-sync", "cudaStreamSynchronize", 2)],
     }
-    monkeypatch.setattr("gpuscope.diff.explain_findings", lambda path, since_ns=None: fake[str(path)])
+    monkeypatch.setattr("gpuscope.diff.explain_findings", lambda path, since_ns=None, sessions=None: fake[str(path)])
     report = diff_databases(*runs)
     assert report.findings is not None
     assert report.findings.only_a == ()

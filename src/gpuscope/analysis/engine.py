@@ -47,10 +47,12 @@ from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
 from gpuscope.model.policy import SLOW_FACTOR
+from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.model.units import MAX_NS
 from gpuscope.recording import open_recording_meanwhile
 from gpuscope.store.cpu_samples_read import has_cpu_samples
-from gpuscope.store.sessions_read import recording_origin_ns
+from gpuscope.store.session_scope import choose_sessions
+from gpuscope.store.sessions_read import recording_origin_ns, session_wall_offsets
 from gpuscope.store.stacks_read import any_call_stacks
 
 # No (pid, op) group read selectively.
@@ -65,6 +67,7 @@ class ExplainOptions:
     its first session started, as in every command); ``from_wall_ns``/``to_wall_ns`` are Unix times (ns), turned
     into the recording's clock by ``resolve_window``; ``from_end_ns``/``to_end_ns``
     count back from the end of the recording. Give at most one of each group.
+    ``sessions``: which sessions (the last run unless given); "the recording" above means them.
     """
 
     since_ns: int | None = None
@@ -76,6 +79,7 @@ class ExplainOptions:
     to_wall_ns: int | None = None
     from_end_ns: int | None = None
     to_end_ns: int | None = None
+    sessions: SessionChoice = LAST_RUN
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,16 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     # Offsets count from when the first session started, as in query, export and diff.
     origin = recording_origin_ns(conn)
     origin = lo if origin is None else origin
+    chosen = choose_sessions(conn, opts.sessions)
+    if not chosen.whole:
+        # The chosen sessions' span on the clock of their rows; their own last one's wall offset.
+        offset = dict(session_wall_offsets(conn)).get(chosen.ids[-1], offset)
+        if chosen.mono_start is not None:
+            lo = origin = max(lo, chosen.mono_start)
+        if chosen.mono_end is not None:
+            hi = min(hi, chosen.mono_end)
+        hi = max(lo, hi)
+        sessions = chosen.ids
     start, end = lo, hi
     if opts.since_ns is not None:
         start = max(lo, hi - opts.since_ns)
@@ -146,7 +160,8 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     # A bound far past the recording (--from 100000d) stays a time SQLite can compare with, on either clock.
     latest = MAX_NS - max(offset, 0)
     start = min(start, latest)
-    return Window(start, min(max(start, end), latest), lo, hi, offset, sessions)
+    part = "the recording" if chosen.whole else chosen.part()
+    return Window(start, min(max(start, end), latest), lo, hi, offset, sessions, part=part)
 
 
 def _point(
@@ -371,7 +386,9 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         report = with_recording(report, state)
         estimated = tuple(st.op for st in report.stats if st.estimated)
         findings, sampling = with_sampling(conn, report.findings, estimated, coverage, window.start_ns, window.end_ns)
-        return replace(report, findings=findings, sampling=sampling)
+        left_out = choose_sessions(conn, opts.sessions).note()
+        notes = (left_out, *report.notes) if left_out else report.notes
+        return replace(report, findings=findings, sampling=sampling, notes=notes)
 
 
 def with_recording(report: Report, state: RecordingState) -> Report:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from gpuscope.config import DEFAULT_DB, resolve_db_path
 from gpuscope.errors import UsageError
 from gpuscope.model.limits import PID_MAX, PID_MIN
+from gpuscope.model.session_choice import LAST_RUN, SESSION_FORMS, SessionChoice
 from gpuscope.model.times import TIME_FORMS
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns, parse_duration_s, parse_size
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     # Imported where used: the query package loads the query engine and the
     # recording formats, which `trace` never needs (about 50 ms at its start).
     from gpuscope.query.filters import EventFilter
+    from gpuscope.query.guarded import GuardedReader
 
 
 INT64_MAX = 2**63 - 1
@@ -48,6 +51,29 @@ def bounded_int(lo: int, hi: int, what: str = "an integer") -> Callable[[str], i
 
 
 pid_arg = bounded_int(PID_MIN, PID_MAX, "a process id")
+
+
+def session_arg(text: str) -> SessionChoice:
+    """An argparse ``type`` for ``--session``: N, last or all."""
+    try:
+        return SessionChoice.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+session_arg.__name__ = "a session"
+
+
+def add_session_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--session N|last|all`` (default: the last run, see ``gpuscope.model.session_choice``)."""
+    p.add_argument(
+        "--session",
+        type=session_arg,
+        default=LAST_RUN,
+        metavar="N|last|all",
+        help=f"which sessions of the recording to read: {SESSION_FORMS}; "
+        "the last run is the last trace, with the other nodes traced beside it in a merged recording",
+    )
 
 
 def bounded_float(
@@ -104,15 +130,18 @@ def db_from_args(args: argparse.Namespace) -> Path:
 
 
 def add_filter_options(p: argparse.ArgumentParser, *, node: bool = True, fleet: bool = False) -> None:
-    """Add the time window (``--since``, ``--from``, ``--to``), ``--pid`` and, with ``node``, ``--node``.
+    """Add the sessions (``--session``), the time window (``--since``, ``--from``, ``--to``), ``--pid`` and,
+    with ``node``, ``--node``.
 
     Without ``fleet`` (the command's own ``--nodes``, see ``commands._fleet``),
     also a hidden ``--nodes`` that is refused with a pointer (``refuse_nodes``).
     """
+    add_session_option(p)
     p.add_argument(
         "--since",
         metavar="DURATION",
-        help="only the last DURATION of the recording, counted back from its end, not from now (e.g. 30s, 5m, 1m30s)",
+        help="only the last DURATION of the sessions read, counted back from their end, not from now "
+        "(e.g. 30s, 5m, 1m30s)",
     )
     p.add_argument("--from", dest="start", metavar="TIME", help=f"from TIME: {TIME_FORMS}")
     p.add_argument("--to", dest="end", metavar="TIME", help="up to TIME (same forms as --from)")
@@ -130,8 +159,20 @@ def filter_from_args(args: argparse.Namespace) -> EventFilter:
     refuse_nodes(args)
 
     return EventFilter.from_options(
-        since=args.since, start=args.start, end=args.end, pids=args.pid, nodes=getattr(args, "node", None) or []
+        since=args.since,
+        start=args.start,
+        end=args.end,
+        pids=args.pid,
+        nodes=getattr(args, "node", None) or [],
+        sessions=args.session,
     )
+
+
+def print_sessions_note(reader: GuardedReader) -> None:
+    """On stderr, the one line naming the sessions the default (the last run) left out, if any."""
+    note = reader.sessions_note()
+    if note:
+        print(note, file=sys.stderr)
 
 
 def refuse_nodes(args: argparse.Namespace) -> None:

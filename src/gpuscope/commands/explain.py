@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def explain_options(f: EventFilter, min_severity: Severity) -> ExplainOptions:
-    """Map a parsed ``--since/--from/--to/--pid`` onto the engine's options.
+    """Map a parsed ``--session/--since/--from/--to/--pid`` onto the engine's options.
 
     Raises UsageError for ``--since`` with ``--from``/``--to`` (two ends would be fixed at once).
     """
@@ -64,6 +64,7 @@ def explain_options(f: EventFilter, min_severity: Severity) -> ExplainOptions:
         to_end_ns=f.end.before_end_ns if f.end else None,
         pids=f.pids,
         min_severity=min_severity,
+        sessions=f.sessions,
     )
 
 
@@ -99,7 +100,13 @@ def _fleet(args: argparse.Namespace, min_sev: Severity) -> int:
 
     if args.start or args.end or len(args.pid) > 1:
         raise UsageError("with --nodes, explain takes --since and at most one --pid")
-    params = {"since": args.since, "pid": args.pid[0] if args.pid else None, "min_severity": min_sev.name.lower()}
+    params = {
+        "since": args.since,
+        "pid": args.pid[0] if args.pid else None,
+        "min_severity": min_sev.name.lower(),
+        # Each node reads its own recording's sessions: its last run unless told (numbers are each node's own).
+        "session": str(args.session) if args.session.given else None,
+    }
     query = urlencode({k: v for k, v in params.items() if v is not None})
     client = fleet_client(args)
     results = client.get(f"/api/v1/findings?{query}")

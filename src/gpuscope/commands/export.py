@@ -15,6 +15,7 @@ from gpuscope.commands._options import (
     db_from_args,
     duration_ns,
     filter_from_args,
+    print_sessions_note,
 )
 from gpuscope.errors import UsageError
 from gpuscope.export import EXPORTERS, PROFILE_FORMATS, ExportOptions, ExportStats, export_to_file
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if not to_stdout:
         refuse_same_file(args.output, [db])  # before the recording is opened at all
     with open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
+        print_sessions_note(reader)
         if to_stdout:
             stats = exporter.export(reader, sys.stdout, options)
         else:
@@ -161,6 +163,7 @@ def _parquet(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {out}: not a folder", remedy="give a folder (made if missing) for the dataset")
     db = db_from_args(args)
     with open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
+        print_sessions_note(reader)
         stats = export_parquet(reader, out)
     if args.json:
         doc = {"output": absolute_path(args.output), "recording": absolute_path(str(db)), "format": "parquet"}

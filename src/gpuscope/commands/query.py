@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     with open_reader(db, event_filter=filter_from_args(args), timeout_s=timeout_from_args(args.timeout)) as reader:
         result = reader.query(args.sql)
         # Not in the result: CSV and JSON stay machine-readable; a person still sees the recording is partial.
-        note = _note(reader.conn, db)
-        if note:
-            print(note, file=sys.stderr)
+        for note in (reader.sessions_note(), _note(reader.conn, db)):
+            if note:
+                print(note, file=sys.stderr)
         fmt = chosen_format(args.output)
         # Every table is made readable, in a pipe too: the table is for people, and a person reads
         # `gpuscope query ... | less` as much as a terminal; programs ask for --json or --csv, and

@@ -99,10 +99,12 @@ def _filtered(args: argparse.Namespace) -> sqlite3.Connection:
     f: EventFilter = filter_from_args(args)
     conn = open_recording(db_from_args(args))
     try:
-        apply_filter(conn, f)
+        note = apply_filter(conn, f).note()
     except BaseException:
         conn.close()
         raise
+    if note:
+        print(note, file=sys.stderr)
     return conn
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 import threading
 from typing import TYPE_CHECKING, NoReturn, TextIO
@@ -266,7 +267,8 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
         ),
         *_late_load_lines(session.late_loads),
         *exported,
-        f"\nrecorded to {result.db_path} (session {result.session_id}); run `gpuscope explain` next",
+        f"\nrecorded to {result.db_path} (session {result.session_id}); next, for this run: "
+        f"gpuscope explain --db {shlex.quote(str(result.db_path))} --session {result.session_id}",
     ]
     with contextlib.suppress(OSError):  # stderr closed (`2>&1 | head`): the recording is complete regardless
         print("\n".join(lines), file=sys.stderr, flush=True)

@@ -69,11 +69,18 @@ def next_steps(db: str, session_ids: list[int], program: str = "gpuscope") -> st
     ``program`` is how this gpuscope is run here (``gpuscope`` when that is
     on PATH, else its full path), so each line works when pasted.
     """
+    if len(session_ids) == 1:
+        again = f"  {program} explain --db {db} --session {session_ids[0]}   # the scenario again"
+    else:
+        first, last = session_ids[0], session_ids[-1]
+        again = (
+            f"  {program} explain --db {db} --session all   # all the scenarios at once "
+            f"(--session {first} … {last} for one)"
+        )
     lines = [
         f"data kept in {db} ({len(session_ids)} session(s)). Next:",
-        f"  {program} explain --db {db}            # "
-        + ("the scenario again" if len(session_ids) == 1 else "all the scenarios at once (--from/--to for one)"),
-        f'  {program} query --db {db} "{COUNT_BY_OP}"',
+        again,
+        f'  {program} query --db {db} --session all "{COUNT_BY_OP}"',
         f"  sudo {program} trace -- python train.py    # your own workload",
     ]
     if program != "gpuscope":

@@ -26,10 +26,11 @@ from gpuscope.demo.scenario import Scenario
 from gpuscope.demo.synthetic import SyntheticRecording
 from gpuscope.errors import EnvironmentUnsupported, GpuscopeError
 from gpuscope.model.policy import DEFAULT_CPU_SAMPLE_HZ
+from gpuscope.model.session_choice import SessionChoice, SessionScope
 from gpuscope.recording import open_recording
 from gpuscope.store.findings_history import save_findings
 from gpuscope.store.private_snapshot import user_cache_dir
-from gpuscope.store.sessions_read import last_session, session_offsets
+from gpuscope.store.sessions_read import last_session
 from gpuscope.tui.live_snapshot import LiveSnapshot
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ class DemoRunner:
         if progress:
             progress(1.0, "explaining")
         session_id, events = _last_session(self.db)
-        report = explain_db(self.db, _session_window(self.db, session_id))
+        report = explain_db(self.db, _session_window(session_id))
         if report.findings:
             # The demo's own recording: keep its findings, as `explain --save-findings` would.
             w = report.window
@@ -270,13 +271,6 @@ class _GpuWatch(Watch):
         return False
 
 
-def _session_window(db: Path, session_id: int) -> ExplainOptions:
-    """Options that analyse one session: from its first event to its last (sessions do not overlap in time)."""
-    conn = open_recording(db)
-    try:
-        offsets = session_offsets(conn, session_id)
-    finally:
-        conn.close()
-    if offsets is None:
-        return ExplainOptions()
-    return ExplainOptions(from_ns=offsets[0], to_ns=offsets[1])
+def _session_window(session_id: int) -> ExplainOptions:
+    """Options that analyse one session: the scenario the runner just recorded."""
+    return ExplainOptions(sessions=SessionChoice(SessionScope.ONE, session_id, True))

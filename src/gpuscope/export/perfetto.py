@@ -28,6 +28,7 @@ from gpuscope.errors import UsageError
 from gpuscope.export.base import ExportOptions, ExportStats
 from gpuscope.export.flows import CAUSE_LINKS, MAX_LINKS_PER_FINDING, Span, flow_points, link_causes, symptom_pid
 from gpuscope.model.ops import Op
+from gpuscope.model.session_choice import LAST_RUN
 from gpuscope.model.units import fmt_ns
 from gpuscope.query.finding_sources import FindingMarker, explain_markers, stored_markers
 from gpuscope.query.guarded import GuardedReader
@@ -110,6 +111,8 @@ class _CounterTrack:
 class _Writer:
     def __init__(self, reader: GuardedReader, out: TextIO, options: ExportOptions) -> None:
         self.conn = reader.conn
+        # explain --explain's markers are for the sessions the rows are (the last run unless --session).
+        self.sessions = reader.sessions.choice if reader.sessions is not None else LAST_RUN
         self.out = out
         self.options = options
         self.stats = ExportStats()
@@ -242,7 +245,7 @@ class _Writer:
     def write_findings(self) -> None:
         markers: Iterator[FindingMarker] | None
         if self.options.explain:
-            markers = iter(explain_markers(database_path(self.conn)))
+            markers = iter(explain_markers(database_path(self.conn), sessions=self.sessions))
             self.stats.findings_source = "explain"
         else:
             markers = stored_markers(self.conn)

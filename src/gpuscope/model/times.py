@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gpuscope.model.units import MAX_NS, parse_duration_ns
 
 TIME_FORMS = (
-    "an offset from the recording start (90s, 1m30s), from its end (end-30s), "
+    "an offset from the start of the sessions read (90s, 1m30s), from their end (end-30s), "
     "an ISO 8601 time (2026-01-02T03:04:05Z; local time without a zone) or Unix seconds (@1767323045)"
 )
 

@@ -1,4 +1,4 @@
-"""``--since/--from/--to/--pid/--node`` as TEMP views that shadow the event views.
+"""``--session/--since/--from/--to/--pid/--node`` as TEMP views that shadow the event views.
 
 The user's SQL is never edited. Instead, on the read-only connection, a TEMP
 view named like each table or view that has ``session_id`` and ``ts_ns``
@@ -17,8 +17,10 @@ import sqlite3
 from dataclasses import dataclass
 
 from gpuscope.errors import UsageError
+from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.model.times import TIME_FORMS, TimePoint
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
+from gpuscope.store.session_scope import ChosenSessions, choose_sessions
 
 
 def parse_time(text: str, flag: str) -> TimePoint:
@@ -31,11 +33,13 @@ def parse_time(text: str, flag: str) -> TimePoint:
 
 @dataclass(frozen=True, slots=True)
 class EventFilter:
-    """Which events a reader sees. Empty (the default) means every event.
+    """Which events a reader sees: by default every event of the last run (``sessions``).
 
-    ``since_ns``: the last stretch of the recording, measured back from the
-    end of its last call (as ``explain --since`` counts). ``start``/``end``: inclusive window. ``pids``/``nodes``: keep
-    only these (any of them).
+    ``sessions``: which sessions (``--session``; the last run unless given).
+    ``since_ns``: the last stretch of them, measured back from the end of
+    their last call (as ``explain --since`` counts). ``start``/``end``:
+    inclusive window, offsets counted from the start of those sessions.
+    ``pids``/``nodes``: keep only these (any of them).
     """
 
     since_ns: int | None = None
@@ -43,9 +47,11 @@ class EventFilter:
     end: TimePoint | None = None
     pids: tuple[int, ...] = ()
     nodes: tuple[str, ...] = ()
+    sessions: SessionChoice = LAST_RUN
 
     @property
     def empty(self) -> bool:
+        """No window, pid or node: only the sessions choose."""
         return self.since_ns is None and self.start is None and self.end is None and not self.pids and not self.nodes
 
     @classmethod
@@ -56,6 +62,7 @@ class EventFilter:
         end: str | None = None,
         pids: list[int] | tuple[int, ...] | None = None,
         nodes: list[str] | tuple[str, ...] | None = None,
+        sessions: SessionChoice = LAST_RUN,
     ) -> EventFilter:
         """Build a filter from the ``--since/--from/--to/--pid/--node`` texts; raises UsageError on bad text."""
         since_ns = None
@@ -70,6 +77,7 @@ class EventFilter:
             end=parse_time(end, "--to") if end else None,
             pids=tuple(int(p) for p in pids or ()),
             nodes=tuple(nodes or ()),
+            sessions=sessions,
         )
         if f.start is not None and f.end is not None and f.start.is_after(f.end):
             # An empty window is never what was meant: say so rather than answer "0 events".
@@ -85,25 +93,37 @@ class _Session:
     end_wall_ns: int
 
 
-def _sessions(conn: sqlite3.Connection, nodes: tuple[str, ...]) -> list[_Session]:
-    rows = conn.execute("SELECT id, node, started_wall_ns, started_mono_ns, stopped_wall_ns FROM sessions").fetchall()
-    # The end of a session is the end of its last call (as `explain` counts it).
-    if len(rows) == 1:
+def _sessions(
+    conn: sqlite3.Connection, nodes: tuple[str, ...], chosen: ChosenSessions, need_end: bool
+) -> list[_Session]:
+    """The chosen sessions of ``nodes`` (any node when empty), with their ends where ``need_end``."""
+    ids = frozenset(chosen.ids)
+    rows = [
+        r
+        for r in conn.execute("SELECT id, node, started_wall_ns, started_mono_ns, stopped_wall_ns FROM sessions")
+        if int(r[0]) in ids and (not nodes or r[1] in nodes)
+    ]
+    # The end of a session is the end of its last call (as `explain` counts it); only --since and the
+    # end- forms need it, and it costs a scan of the rows where the file holds several sessions.
+    last: dict[int, int | None] = {}
+    if need_end and rows and len(chosen.every) == 1:
         # One session: through the ts_ns index, among the calls that started in the final minute.
         (top,) = conn.execute("SELECT max(ts_ns) FROM event_log").fetchone()
-        last: dict[int, int | None] = {rows[0][0]: None}
         if top is not None:
             (last[rows[0][0]],) = conn.execute(
                 "SELECT max(ts_ns + duration_ns) FROM event_log WHERE ts_ns >= ?", (int(top) - 60_000_000_000,)
             ).fetchone()
-    else:
+    elif need_end and rows:
+        marks = ",".join("?" * len(rows))
         last = dict(
-            conn.execute("SELECT session_id, max(ts_ns + duration_ns) FROM event_log GROUP BY session_id").fetchall()
+            conn.execute(
+                "SELECT session_id, max(ts_ns + duration_ns) FROM event_log "
+                f"WHERE session_id IN ({marks}) GROUP BY session_id",
+                [r[0] for r in rows],
+            ).fetchall()
         )
     out = []
-    for sid, node, wall0, mono0, stopped in rows:
-        if nodes and node not in nodes:
-            continue
+    for sid, _node, wall0, mono0, stopped in rows:
         offset = int(wall0) - int(mono0)
         end_mono = last.get(sid)
         end = int(end_mono) + offset if end_mono is not None else int(stopped or wall0)
@@ -111,9 +131,11 @@ def _sessions(conn: sqlite3.Connection, nodes: tuple[str, ...]) -> list[_Session
     return out
 
 
-def _where(conn: sqlite3.Connection, f: EventFilter) -> str:
+def _where(conn: sqlite3.Connection, f: EventFilter, chosen: ChosenSessions) -> str:
     """The WHERE clause (integers only) that selects the filtered rows."""
-    sessions = _sessions(conn, f.nodes)
+    ends = (f.start, f.end)
+    need_end = f.since_ns is not None or any(p is not None and p.before_end_ns is not None for p in ends)
+    sessions = _sessions(conn, f.nodes, chosen, need_end)
     if not sessions:
         return "0"
     rec_start = min(s.start_wall_ns for s in sessions)
@@ -144,17 +166,19 @@ def _where(conn: sqlite3.Connection, f: EventFilter) -> str:
     return clause
 
 
-def apply_filter(conn: sqlite3.Connection, f: EventFilter) -> None:
-    """Create the TEMP views that restrict the event views of ``conn`` to ``f``.
+def apply_filter(conn: sqlite3.Connection, f: EventFilter) -> ChosenSessions:
+    """Create the TEMP views that restrict the event views of ``conn`` to ``f``; returns the sessions read.
 
     Must run before the read-only authorizer is installed. ``query_only`` is
     lifted for the duration: ``mode=ro`` still keeps the file itself unwritable,
-    and the temp schema lives in memory.
+    and the temp schema lives in memory. Raises UsageError for a session the
+    file does not hold.
     """
-    if f.empty:
-        return
+    chosen = choose_sessions(conn, f.sessions)
+    if f.empty and chosen.whole:
+        return chosen
     names = [r[0] for r in conn.execute("SELECT name FROM main.sqlite_master WHERE type IN ('table', 'view')")]
-    where = _where(conn, f)
+    where = _where(conn, f, chosen)
     targets = []
     for name in names:
         cols = {r[1] for r in conn.execute("SELECT * FROM pragma_table_info(?)", (name,))}
@@ -167,3 +191,4 @@ def apply_filter(conn: sqlite3.Connection, f: EventFilter) -> None:
             conn.execute(f"CREATE TEMP VIEW {quoted} AS SELECT * FROM main.{quoted} WHERE {where}")
     finally:
         conn.execute("PRAGMA query_only=1")
+    return chosen

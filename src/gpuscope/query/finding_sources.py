@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscope.model.findings import Finding
+from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.store.findings_history import latest_stored_findings
 
 
@@ -41,35 +42,29 @@ class FindingMarker:
 
 
 def explain_findings(
-    path: str | os.PathLike[str], *, since_ns: int | None = None, pids: tuple[int, ...] = ()
+    path: str | os.PathLike[str],
+    *,
+    since_ns: int | None = None,
+    pids: tuple[int, ...] = (),
+    sessions: SessionChoice = LAST_RUN,
 ) -> list[Finding]:
     """Run the explain engine on ``path`` (read-only: nothing is stored) and return its ranked findings."""
     from gpuscope.analysis.engine import ExplainOptions, explain_db
 
-    return list(
-        explain_db(
-            path,
-            ExplainOptions(
-                since_ns=since_ns,
-                pids=pids,
-            ),
-        ).findings
-    )
+    return list(explain_db(path, ExplainOptions(since_ns=since_ns, pids=pids, sessions=sessions)).findings)
 
 
 def explain_markers(
-    path: str | os.PathLike[str], *, since_ns: int | None = None, pids: tuple[int, ...] = ()
+    path: str | os.PathLike[str],
+    *,
+    since_ns: int | None = None,
+    pids: tuple[int, ...] = (),
+    sessions: SessionChoice = LAST_RUN,
 ) -> list[FindingMarker]:
     """Explain-engine findings as markers, placed at the start of the analysed window."""
     from gpuscope.analysis.engine import ExplainOptions, explain_db
 
-    report = explain_db(
-        path,
-        ExplainOptions(
-            since_ns=since_ns,
-            pids=pids,
-        ),
-    )
+    report = explain_db(path, ExplainOptions(since_ns=since_ns, pids=pids, sessions=sessions))
     at = report.window.start_ns + report.window.wall_offset_ns
     return [finding_marker(f, at) for f in report.findings]
 

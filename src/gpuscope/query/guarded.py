@@ -25,6 +25,7 @@ from gpuscope.query.guard import (
     translate_error,
 )
 from gpuscope.recording import open_recording
+from gpuscope.store.session_scope import ChosenSessions
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_VALUE_BYTES = 64 * MiB
@@ -62,7 +63,12 @@ class GuardedReader:
     auth: ReadOnlyAuthorizer
     timeout_s: float = DEFAULT_TIMEOUT_S
     limits: ResultLimits = field(default_factory=ResultLimits)
+    sessions: ChosenSessions | None = None  # the sessions the filter views show (None: no filter, every row)
     _closed: bool = field(default=False, repr=False)
+
+    def sessions_note(self) -> str | None:
+        """One line naming the sessions the default left out (``ChosenSessions.note``); None if none."""
+        return self.sessions.note() if self.sessions is not None else None
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> QueryResult:
         """Prepare ``sql`` and return its columns and a row iterator, both under the time limit.
@@ -205,10 +211,11 @@ def open_reader(
     """
     limits = limits or ResultLimits()
     conn = open_recording(path)
+    chosen = None
     try:
         if event_filter is not None:
             with time_limit(conn, max(timeout_s, 30.0) if timeout_s > 0 else 0):
-                apply_filter(conn, event_filter)
+                chosen = apply_filter(conn, event_filter)
         if sys.version_info >= (3, 11) and _CAN_SET_LIMITS:
             # After the filter views: the limit is for what the user's statement makes.
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.value_bytes)
@@ -216,7 +223,7 @@ def open_reader(
     except BaseException:
         conn.close()
         raise
-    return GuardedReader(conn, auth, timeout_s, limits)
+    return GuardedReader(conn, auth, timeout_s, limits, chosen)
 
 
 def run_query(

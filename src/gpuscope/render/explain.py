@@ -120,17 +120,22 @@ def wall_span(start_wall_ns: int, end_wall_ns: int) -> str:
 
 
 def _placement(w: Window) -> str:
-    """Where the window lies in the recording, in durations from its ends ("the whole recording" when it is)."""
+    """Where the window lies in what was read, in durations from its ends ("the whole recording" when it is).
+
+    What was read is the recording, or the sessions chosen from it ("the whole session 3").
+    """
     after_start = w.start_ns - w.recording_start_ns
     before_end = w.recording_end_ns - w.end_ns
+    part = w.part
+    whole = part.removeprefix("the ")
     if w.length_ns == 0 and w.start_ns >= w.recording_end_ns > w.recording_start_ns:
-        return "after the end of the recording"
+        return f"after the end of {part}"
     if before_end <= 0:
-        return "the whole recording" if after_start <= 0 else f"the last {_dur(w.length_ns)} of the recording"
+        return f"the whole {whole}" if after_start <= 0 else f"the last {_dur(w.length_ns)} of {part}"
     if after_start <= 0:
-        start = "from the start of the recording"
+        start = f"from the start of {part}"
     else:
-        start = f"starting {_dur(after_start)} after the start of the recording"
+        start = f"starting {_dur(after_start)} after the start of {part}"
     return f"{start}, ending {_dur(before_end)} before its end"
 
 

@@ -22,9 +22,10 @@ from typing import Any
 from gpuscope._version import __version__
 from gpuscope.analysis.collectives import DEFAULT_LIMIT as COLLECTIVES_DEFAULT
 from gpuscope.analysis.collectives import MAX_LIMIT as COLLECTIVES_MAX
-from gpuscope.analysis.engine import ExplainOptions, explain_db
+from gpuscope.analysis.engine import ExplainOptions, explain_db, resolve_window
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
+from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.model.times import TimePoint
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.guard import MiB
@@ -39,6 +40,7 @@ from gpuscope.serve.params import (
     OP,
     PID,
     QUERY_TIMEOUT_S,
+    SESSION,
     SINCE,
     STACK_LIMIT,
     WALL_FROM,
@@ -88,8 +90,15 @@ class Api:
         # The page asks for the profile on every refresh: read again only when the recording changed.
         self._profiles = ReportCache(size=8)
 
-    def _explain(self, since_ns: int | None, pid: int | None, min_severity: Severity = Severity.LOW) -> Any:
-        opts = ExplainOptions(since_ns=since_ns, pids=(pid,) if pid is not None else (), min_severity=min_severity)
+    def _explain(
+        self,
+        since_ns: int | None,
+        pid: int | None,
+        min_severity: Severity = Severity.LOW,
+        sessions: SessionChoice = LAST_RUN,
+    ) -> Any:
+        pids = (pid,) if pid is not None else ()
+        opts = ExplainOptions(since_ns=since_ns, pids=pids, min_severity=min_severity, sessions=sessions)
         return self._reports.get(opts, file_signature(self.db), lambda: explain_db(self.db, opts))
 
     def warm(self) -> None:
@@ -112,15 +121,17 @@ class Api:
     def time(self) -> dict[str, Any]:
         return {"timestamp_ns": time.time_ns()}
 
-    def overview(self, since_ns: int | None = None, pid: int | None = None) -> dict[str, Any]:
-        d = self._explain(since_ns, pid).as_dict()
-        sessions = self.read(store.sessions_brief)
+    def overview(
+        self, since_ns: int | None = None, pid: int | None = None, sessions: SessionChoice = LAST_RUN
+    ) -> dict[str, Any]:
+        d = self._explain(since_ns, pid, sessions=sessions).as_dict()
+        every = self.read(store.sessions_brief)
         top = d["findings"][0] if d["findings"] else None
         return {
             "version": __version__,
             "recording": str(self.db),
-            "sessions": sessions,
-            "nodes": sorted({s["node"] for s in sessions if s["node"]}),
+            "sessions": every,
+            "nodes": sorted({s["node"] for s in every if s["node"]}),
             "window": d["window"],
             "events": d["window"]["events"],
             "recording_state": d.get("recording"),
@@ -130,14 +141,20 @@ class Api:
             "sampling": d.get("sampling"),
         }
 
-    def ops(self, since_ns: int | None = None, pid: int | None = None) -> dict[str, Any]:
-        d = self._explain(since_ns, pid).as_dict()
+    def ops(
+        self, since_ns: int | None = None, pid: int | None = None, sessions: SessionChoice = LAST_RUN
+    ) -> dict[str, Any]:
+        d = self._explain(since_ns, pid, sessions=sessions).as_dict()
         return {"window": d["window"], "ops": d["stats"], "notes": d["notes"], "sampling": d.get("sampling")}
 
     def findings(
-        self, since_ns: int | None = None, pid: int | None = None, min_severity: Severity = Severity.LOW
+        self,
+        since_ns: int | None = None,
+        pid: int | None = None,
+        min_severity: Severity = Severity.LOW,
+        sessions: SessionChoice = LAST_RUN,
     ) -> dict[str, Any]:
-        d = self._explain(since_ns, pid, min_severity).as_dict()
+        d = self._explain(since_ns, pid, min_severity, sessions).as_dict()
         return {
             "window": d["window"],
             "findings": d["findings"],
@@ -176,20 +193,26 @@ class Api:
         }
 
     def profile(
-        self, since_ns: int | None = None, pid: int | None = None, limit: int = PROFILE_DEFAULT
+        self,
+        since_ns: int | None = None,
+        pid: int | None = None,
+        limit: int = PROFILE_DEFAULT,
+        sessions: SessionChoice = LAST_RUN,
     ) -> dict[str, Any]:
         """Where the traced threads' CPU time went: hot functions and stacks, by on-CPU samples (estimates)."""
         found: dict[str, Any] = self._profiles.get(
-            (pid, since_ns, limit),
+            (pid, since_ns, limit, sessions),
             file_signature(self.db),
-            lambda: self.read(profile_summary, pid=pid, since_ns=since_ns, limit=limit),
+            lambda: self.read(profile_summary, pid=pid, since_ns=since_ns, limit=limit, sessions=sessions),
         )
         return found
 
-    def profile_speedscope(self, since_ns: int | None = None, pid: int | None = None) -> dict[str, Any]:
+    def profile_speedscope(
+        self, since_ns: int | None = None, pid: int | None = None, sessions: SessionChoice = LAST_RUN
+    ) -> dict[str, Any]:
         """The same samples as a speedscope file: one sampled profile per thread."""
         doc: dict[str, Any] = self.read(
-            profile_speedscope, pid=pid, since_ns=since_ns, name=f"{self.db.name}: on-CPU samples"
+            profile_speedscope, pid=pid, since_ns=since_ns, name=f"{self.db.name}: on-CPU samples", sessions=sessions
         )
         return doc
 
@@ -225,13 +248,14 @@ class Api:
         start: TimePoint | None = None,
         end: TimePoint | None = None,
         buckets: int = 120,
+        sessions: SessionChoice = LAST_RUN,
     ) -> dict[str, Any]:
         """Per time bucket: each op's call count, mean and max latency, and the host's off-CPU and I/O events.
 
-        ``start``/``end`` (resolved against the recording) or ``since_ns`` choose the span, ``buckets`` its
+        ``start``/``end`` (resolved against the sessions read) or ``since_ns`` choose the span, ``buckets`` its
         resolution.
         """
-        lo, hi = self.read(store.wall_bounds)
+        lo, hi = self.read(session_wall_bounds, sessions)
         if lo is None:
             return {"start_wall_ns": None, "end_wall_ns": None, "bucket_ns": None, "series": []}
         first, last = (hi - since_ns if since_ns is not None else lo), hi
@@ -271,12 +295,16 @@ class Api:
         return {"snapshots": [], "note": "this recording holds no system samples (recorded before gpuscope kept them)"}
 
     def collectives(
-        self, since_ns: int | None = None, pid: int | None = None, limit: int = COLLECTIVES_DEFAULT
+        self,
+        since_ns: int | None = None,
+        pid: int | None = None,
+        limit: int = COLLECTIVES_DEFAULT,
+        sessions: SessionChoice = LAST_RUN,
     ) -> dict[str, Any]:
         """Each NCCL rank's collective calls, with its host activity before each (for cross-node stragglers)."""
         from gpuscope.analysis.collectives import collective_calls
 
-        opts = ExplainOptions(since_ns=since_ns, pids=(pid,) if pid is not None else ())
+        opts = ExplainOptions(since_ns=since_ns, pids=(pid,) if pid is not None else (), sessions=sessions)
         return collective_calls(self.db, opts, limit)
 
     def capabilities(self) -> dict[str, Any]:
@@ -316,6 +344,17 @@ class Api:
         return {"columns": result.columns, "rows": rows, "truncated": False}
 
 
+def session_wall_bounds(conn: sqlite3.Connection, sessions: SessionChoice) -> tuple[int | None, int | None]:
+    """The first and last wall time of the sessions read (every event's for the whole recording)."""
+    lo, hi = store.wall_bounds(conn)
+    if lo is None or hi is None:
+        return lo, hi
+    w = resolve_window(conn, ExplainOptions(sessions=sessions))
+    if w.part == "the recording":
+        return lo, hi
+    return w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
+
+
 def _counts(severities: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for s in severities:
@@ -337,12 +376,17 @@ ENDPOINTS = [
     Endpoint(
         "/time", "the server's wall clock (no recording access), for clock-skew measurement", (), Api.time, schemas.TIME
     ),
-    Endpoint("/overview", "the recording at a glance", (SINCE, PID), Api.overview, schemas.OVERVIEW),
-    Endpoint("/ops", "per-op count, rate, p50/p95/p99/max and time share", (SINCE, PID), Api.ops, schemas.OPS),
+    Endpoint("/overview", "the recording at a glance", (SESSION, SINCE, PID), Api.overview, schemas.OVERVIEW),
+    Endpoint("/ops", "per-op count, rate, p50/p95/p99/max and time share", (SESSION, SINCE, PID), Api.ops, schemas.OPS),
     Endpoint(
         "/findings",
         "explain's ranked findings with evidence and fix",
-        (SINCE, PID, Param("min_severity", "low, medium, high or critical", Kind.SEVERITY, default=Severity.LOW)),
+        (
+            SESSION,
+            SINCE,
+            PID,
+            Param("min_severity", "low, medium, high or critical", Kind.SEVERITY, default=Severity.LOW),
+        ),
         Api.findings,
         schemas.FINDINGS,
     ),
@@ -360,14 +404,14 @@ ENDPOINTS = [
     Endpoint(
         "/profile",
         "where the traced threads' CPU time went: hot functions and stacks by on-CPU samples (estimates)",
-        (SINCE, PID, PROFILE_LIMIT),
+        (SESSION, SINCE, PID, PROFILE_LIMIT),
         Api.profile,
         schemas.PROFILE,
     ),
     Endpoint(
         "/profile.speedscope",
         "the on-CPU samples as a speedscope file to download, one sampled profile per thread",
-        (SINCE, PID),
+        (SESSION, SINCE, PID),
         Api.profile_speedscope,
         schemas.SPEEDSCOPE,
         download=".speedscope.json",
@@ -382,7 +426,7 @@ ENDPOINTS = [
     Endpoint(
         "/timeline",
         "per time bucket: each op's count, mean and max latency",
-        (SINCE, FROM, TO, Param("buckets", "how many buckets (1..2000)", Kind.INT, 1, 2000, 120)),
+        (SESSION, SINCE, FROM, TO, Param("buckets", "how many buckets (1..2000)", Kind.INT, 1, 2000, 120)),
         Api.timeline,
         schemas.TIMELINE,
     ),
@@ -405,6 +449,7 @@ ENDPOINTS = [
         "/collectives",
         "each NCCL rank's collective calls (wall clock) with its preempted, blocked and block-I/O time before each",
         (
+            SESSION,
             SINCE,
             PID,
             Param(

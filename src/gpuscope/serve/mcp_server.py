@@ -32,10 +32,24 @@ from mcp_types import ToolAnnotations
 from gpuscope._version import __version__
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.finding_wire import FindingWire
+from gpuscope.model.session_choice import EVERY_SESSION, SessionChoice
+from gpuscope.query.filters import EventFilter
 from gpuscope.query.guard import cap_sqlite_heap
 from gpuscope.serve.http_api import Api
 from gpuscope.serve.mcp_errors import AnsweringServer, one_line_errors
-from gpuscope.serve.params import AFTER, LIMIT, MAX_ROWS, PID, SINCE, STACK_LIMIT, WALL_FROM, WALL_TO, Kind, Param
+from gpuscope.serve.params import (
+    AFTER,
+    LIMIT,
+    MAX_ROWS,
+    PID,
+    SINCE,
+    STACK_LIMIT,
+    WALL_FROM,
+    WALL_TO,
+    Kind,
+    Param,
+    session_choice,
+)
 from gpuscope.serve.params import statement as sql_statement
 from gpuscope.serve.untrusted import fenced
 
@@ -145,6 +159,12 @@ def _ns(param: Param, text: str | None) -> int | None:
     return value
 
 
+def _session(text: str | None) -> SessionChoice:
+    """Which sessions a tool reads, as the API's ``session`` parameter reads them (default: the last run)."""
+    with _argument_refused():
+        return session_choice(text)
+
+
 async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run a blocking read on a worker thread; the user's errors become one-line tool errors."""
     try:
@@ -198,6 +218,9 @@ def _compact_profile(d: dict[str, Any]) -> dict[str, Any]:
     return {**{k: d[k] for k in keys}, "stacks": stacks, "notes": d["notes"]}
 
 
+SESSION_HELP = "session: which sessions of the recording, a number, 'last' (the last trace run, the default) or 'all'."
+
+
 def query_description(db: Path) -> str:
     """The query tool's description, carrying the columns of the recording's views (so SQL can be written at once)."""
     from gpuscope.recording.open import open_recording
@@ -215,6 +238,7 @@ def query_description(db: Path) -> str:
     return (
         "Run one read-only SQLite query on the recording (5 s limit; writes, attaching files and pragmas are refused). "
         "Times: ts_ns monotonic, wall_ns Unix ns; durations in ns. "
+        "session: the sessions the event views show, a number, 'last' (the last trace run, the default) or 'all'. "
         f"Views: {schema or 'see gpuscope docs schema'}."
     )
 
@@ -229,17 +253,25 @@ async def check() -> str:
     return fenced({"tracing_possible": tracing_possible(results), "checks": [r.as_dict() for r in results]})
 
 
-async def trace_stats(ctx: Ctx, since: str | None = None, pid: int | None = None, verbose: bool = False) -> str:
-    d = await _call(_recording(ctx).api.ops, _ns(SINCE, since), _pid(pid))
+async def trace_stats(
+    ctx: Ctx, since: str | None = None, pid: int | None = None, verbose: bool = False, session: str | None = None
+) -> str:
+    d = await _call(_recording(ctx).api.ops, _ns(SINCE, since), _pid(pid), _session(session))
     ops = d["ops"] if verbose else [_compact_op(o) for o in d["ops"]]
     window = d["window"] if verbose else {"events": d["window"]["events"], "length_ns": d["window"]["length_ns"]}
     return fenced({"window": window, "ops": ops, "notes": d["notes"], "sampling": d["sampling"]}, verbose=verbose)
 
 
 async def explain(
-    ctx: Ctx, since: str | None = None, pids: list[int] | None = None, top_n: int = 5, verbose: bool = False
+    ctx: Ctx,
+    since: str | None = None,
+    pids: list[int] | None = None,
+    top_n: int = 5,
+    verbose: bool = False,
+    session: str | None = None,
 ) -> str:
     _check(TOP_N, top_n)
+    sessions = _session(session)
     if pids and len(pids) > MAX_EXPLAINED_PIDS:  # each is an explain of its own
         raise ToolError(f"pids: at most {MAX_EXPLAINED_PIDS} processes (got {len(pids)})")
     api, since_ns = _recording(ctx).api, _ns(SINCE, since)
@@ -248,10 +280,10 @@ async def explain(
         # The engine takes one process or all: several are explained one at a time and merged.
         found: list[dict[str, Any]] = []
         for pid in chosen:
-            found += (await _call(api.findings, since_ns, pid))["findings"]
+            found += (await _call(api.findings, since_ns, pid, sessions=sessions))["findings"]
         d: dict[str, Any] = {"findings": found, "notes": []}
     else:
-        d = await _call(api.findings, since_ns, chosen[0] if chosen else None)
+        d = await _call(api.findings, since_ns, chosen[0] if chosen else None, sessions=sessions)
     findings = d["findings"][:top_n]
     out = findings if verbose else [_compact_finding(f) for f in findings]
     return fenced({"findings": out, "total": len(d["findings"]), "notes": d["notes"]}, verbose=verbose)
@@ -262,17 +294,20 @@ async def stacks(ctx: Ctx, op: str, pid: int | None = None, limit: int = 5) -> s
     return fenced(d)
 
 
-async def cpu_profile(ctx: Ctx, since: str | None = None, pid: int | None = None, limit: int = 5) -> str:
+async def cpu_profile(
+    ctx: Ctx, since: str | None = None, pid: int | None = None, limit: int = 5, session: str | None = None
+) -> str:
     api = _recording(ctx).api
-    d = await _call(api.profile, _ns(SINCE, since), _pid(pid), _check(PROFILE_ROWS, limit))
+    d = await _call(api.profile, _ns(SINCE, since), _pid(pid), _check(PROFILE_ROWS, limit), _session(session))
     return fenced(_compact_profile(d))
 
 
-async def query(ctx: Ctx, sql: str, limit: int = DEFAULT_LIMIT) -> str:
+async def query(ctx: Ctx, sql: str, limit: int = DEFAULT_LIMIT, session: str | None = None) -> str:
     limit = _check(ROWS, limit)
     with _argument_refused():
         sql = sql_statement(sql)  # the reader would answer an empty statement with no rows
-    return fenced(await _call(_recording(ctx).api.query, sql, limit))
+    event_filter = EventFilter(sessions=_session(session))
+    return fenced(await _call(_recording(ctx).api.query, sql, limit, event_filter))
 
 
 async def events(
@@ -372,12 +407,14 @@ TOOLS = (
         "Per-op call counts, rates, latency percentiles (ns) and share of time, CUDA and host; "
         "ops marked estimated were probed in windows under the overhead budget (coverage: the share of the "
         "time), and sampling.self_cost is gpuscope's measured cost per process. "
-        "since: only the last DURATION (e.g. 30s, 5m); pid: one process; verbose: every field.",
+        "since: only the last DURATION (e.g. 30s, 5m); pid: one process; verbose: every field; "
+        f"{SESSION_HELP}",
     ),
     Tool(
         explain,
         "Ranked causal findings: symptom, cause, evidence with effect sizes, fix. "
-        "since: the last DURATION; pids: only these processes; top_n: how many (default 5); verbose: full findings.",
+        "since: the last DURATION; pids: only these processes; top_n: how many (default 5); verbose: full findings; "
+        f"{SESSION_HELP}",
     ),
     Tool(stacks, "Call stacks (native and Python frames) behind the calls of an op, most calls first."),
     Tool(
@@ -385,7 +422,8 @@ TOOLS = (
         "Where the traced threads spent their CPU time, from on-CPU samples (trace --cpu-samples): the "
         "hot functions (the user's own code where a stack has it) with their share of the samples, and the top "
         "stacks, innermost frame first. Counts are samples: shares and CPU seconds are estimates. "
-        f"since: only the last DURATION; pid: one process; limit: functions and stacks (at most {MAX_PROFILE_ROWS}).",
+        f"since: only the last DURATION; pid: one process; limit: functions and stacks (at most {MAX_PROFILE_ROWS}); "
+        f"{SESSION_HELP}",
     ),
     Tool(query, query_description),  # the description names the recording's views and their columns
     Tool(
@@ -483,8 +521,12 @@ def _diff(db: Path, other: str | None, a: tuple[str | None, str | None], b: tupl
             raise ToolError("other: the path of a recording (not empty, no NUL character)")
         report = diff_databases(db, other)
     elif any(a) and any(b):
+        # Two windows named by time may lie in any two sessions: offsets count from the recording's start.
+        every = EVERY_SESSION
         report = diff_windows(
-            db, EventFilter.from_options(start=a[0], end=a[1]), EventFilter.from_options(start=b[0], end=b[1])
+            db,
+            EventFilter.from_options(start=a[0], end=a[1], sessions=every),
+            EventFilter.from_options(start=b[0], end=b[1], sessions=every),
         )
     else:
         raise ToolError("give other (a recording's path) or two windows (a_from/a_to and b_from/b_to)")

@@ -20,6 +20,7 @@ from typing import Any
 from gpuscope.errors import UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.limits import PID_MAX, PID_MIN
+from gpuscope.model.session_choice import LAST_RUN, SESSION_FORMS, SessionChoice
 from gpuscope.model.times import TimePoint
 from gpuscope.model.units import DURATION_FORMS, parse_duration_ns
 from gpuscope.query.filters import EventFilter, parse_time
@@ -40,15 +41,17 @@ class Kind(enum.Enum):
     TIME = "time"  # any of TIME_FORMS: a TimePoint, resolved against the recording by the method
     WALL_TIME = "wall time"  # an absolute time (ISO 8601, @UNIX_SECONDS): integer Unix nanoseconds
     SEVERITY = "severity"  # low, medium, high or critical: a Severity
+    SESSION = "session"  # N, last or all: a SessionChoice
 
 
-Value = int | str | TimePoint | Severity | None
+Value = int | str | TimePoint | Severity | SessionChoice | None
 
 # Examples the OpenAPI document shows for the kinds read from text forms (the parsers are the CLI's).
 _EXAMPLES: dict[Kind, list[str]] = {
     Kind.DURATION: ["30s", "5m", "1m30s", "250ms"],
     Kind.TIME: ["90s", "end-30s", "2026-01-02T03:04:05Z", "@1767323045"],
     Kind.WALL_TIME: ["2026-01-02T03:04:05Z", "@1767323045"],
+    Kind.SESSION: ["last", "all", "3"],
 }
 
 
@@ -101,6 +104,11 @@ class Param:
                 return Severity.parse(text)
             except ValueError as exc:
                 raise UsageError(f"{self.name}: {exc}") from None
+        if self.kind is Kind.SESSION:
+            try:
+                return SessionChoice.parse(text)
+            except ValueError as exc:
+                raise UsageError(f"{self.name}: {exc}") from None
         return text
 
     def check(self, value: int) -> int:
@@ -116,12 +124,16 @@ class Param:
             schema = {"type": "integer", "minimum": self.lo, "maximum": self.hi}
         elif self.kind is Kind.SEVERITY:
             schema = {"type": "string", "enum": [s.name.lower() for s in Severity]}
+        elif self.kind is Kind.SESSION:
+            schema = {"type": "string", "pattern": "^([1-9][0-9]*|last|all)$"}
         else:
             schema = {"type": "string"}
         if self.kind in _EXAMPLES:
             schema["examples"] = _EXAMPLES[self.kind]
         if isinstance(self.default, Severity):
             schema["default"] = self.default.name.lower()
+        elif isinstance(self.default, SessionChoice):
+            schema["default"] = str(self.default)
         elif isinstance(self.default, (int, str)):
             schema["default"] = self.default
         return schema
@@ -138,7 +150,10 @@ def parse_query(params: Sequence[Param], query: Mapping[str, str]) -> dict[str, 
 
 # -- the parameters that several endpoints (and MCP's tools) share ---------------------------------------------------
 
-SINCE = Param("since", "only the last DURATION of the recording (e.g. 30s, 5m, 1m30s)", Kind.DURATION, arg="since_ns")
+SESSION = Param("session", f"which sessions: {SESSION_FORMS}", Kind.SESSION, default=LAST_RUN, arg="sessions")
+SINCE = Param(
+    "since", "only the last DURATION of the sessions read (e.g. 30s, 5m, 1m30s)", Kind.DURATION, arg="since_ns"
+)
 PID = Param("pid", "only this process", Kind.INT, lo=PID_MIN, hi=PID_MAX)
 LIMIT = Param(
     "limit", f"at most this many rows (1..{MAX_ROWS}, default {DEFAULT_ROWS})", Kind.INT, 1, MAX_ROWS, DEFAULT_ROWS
@@ -148,6 +163,12 @@ STACK_LIMIT = Param("limit", "at most this many stacks (1..100)", Kind.INT, 1, 1
 AFTER = Param("after", "the next_after of the previous page", Kind.INT, default=0)
 WALL_FROM = Param("from", "from this time (ISO 8601 or @UNIX_SECONDS)", Kind.WALL_TIME, arg="from_wall_ns")
 WALL_TO = Param("to", "up to this time", Kind.WALL_TIME, arg="to_wall_ns")
+
+
+def session_choice(text: str | None) -> SessionChoice:
+    """``session`` read as ``SESSION`` reads it, typed; raises UsageError naming the parameter."""
+    value = SESSION.parse(text)
+    return value if isinstance(value, SessionChoice) else LAST_RUN
 
 
 # -- POST /query -----------------------------------------------------------------------------------------------------
@@ -186,11 +207,14 @@ def query_request(body: Mapping[str, Any]) -> QueryRequest:
         or not all(isinstance(p, int) and not isinstance(p, bool) and PID_MIN <= p <= PID_MAX for p in pids)
     ):
         raise UsageError(f"pids: a list of at most {MAX_PIDS} process ids (each from {PID_MIN} to {PID_MAX})")
-    window = {k: body.get(k) for k in ("since", "from", "to")}
+    window = {k: body.get(k) for k in ("since", "from", "to", "session")}
     if not all(v is None or isinstance(v, str) for v in window.values()):
-        raise UsageError("since, from, to: strings (30s, end-5m, ISO 8601, @UNIX_SECONDS)")
+        raise UsageError("since, from, to, session: strings (30s, end-5m, ISO 8601, @UNIX_SECONDS; N, last, all)")
+    sessions = session_choice(window["session"])
     # The CLI's own filter: the same TEMP views over events, cuda_calls, … as `gpuscope query --since`.
-    event_filter = EventFilter.from_options(since=window["since"], start=window["from"], end=window["to"], pids=pids)
+    event_filter = EventFilter.from_options(
+        since=window["since"], start=window["from"], end=window["to"], pids=pids, sessions=sessions
+    )
     timeout_s = body.get("timeout_s", QUERY_TIMEOUT_S)
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s < float("inf"):
         raise UsageError("timeout_s: a positive number of seconds")

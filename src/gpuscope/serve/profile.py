@@ -18,6 +18,7 @@ import sqlite3
 from typing import Any
 
 from gpuscope.analysis.engine import ExplainOptions, resolve_window
+from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.stacks.profile import cpu_profile, speedscope_document, top_functions
 from gpuscope.store.cpu_samples_read import has_cpu_samples
 from gpuscope.store.processes_read import process_rows
@@ -29,11 +30,14 @@ NONE_SELECTED = "no on-CPU samples of the traced threads in this window or proce
 NO_RATE = "the recording does not say its sampling rate: shares of the samples only, no CPU seconds"
 
 
-def _bounds(conn: sqlite3.Connection, since_ns: int | None) -> tuple[int | None, int | None]:
-    """The monotonic bounds of the last ``since_ns`` of the recording (as explain counts it); None: all of it."""
-    if since_ns is None:
+def _bounds(conn: sqlite3.Connection, since_ns: int | None, sessions: SessionChoice) -> tuple[int | None, int | None]:
+    """The monotonic bounds of the sessions read, or their last ``since_ns`` (as explain counts them).
+
+    None for both: the whole recording (every session, no window).
+    """
+    window = resolve_window(conn, ExplainOptions(since_ns=since_ns, sessions=sessions))
+    if since_ns is None and window.part == "the recording":
         return None, None
-    window = resolve_window(conn, ExplainOptions(since_ns=since_ns))
     return window.start_ns, window.end_ns
 
 
@@ -42,14 +46,21 @@ def estimate_note(hz: int) -> str:
     return f"counts of on-CPU samples, {hz} a second of each thread's CPU time: shares and seconds are estimates"
 
 
-def profile_summary(conn: sqlite3.Connection, *, pid: int | None, since_ns: int | None, limit: int) -> dict[str, Any]:
+def profile_summary(
+    conn: sqlite3.Connection,
+    *,
+    pid: int | None,
+    since_ns: int | None,
+    limit: int,
+    sessions: SessionChoice = LAST_RUN,
+) -> dict[str, Any]:
     """The hot functions and the top ``limit`` stacks of ``pid``'s samples (all processes' when None).
 
-    ``since_ns``: only the last DURATION of the recording, counted back from
-    its end as ``explain --since`` does. An empty profile carries a note
-    saying why it is empty.
+    ``since_ns``: only the last DURATION of the sessions read (the last run
+    unless ``sessions``), counted back from their end as ``explain --since``
+    does. An empty profile carries a note saying why it is empty.
     """
-    start_ns, end_ns = _bounds(conn, since_ns)
+    start_ns, end_ns = _bounds(conn, since_ns, sessions)
     profile = cpu_profile(conn, pid=pid, start_ns=start_ns, end_ns=end_ns)
     total = profile.samples
     if total:
@@ -77,10 +88,15 @@ def profile_summary(conn: sqlite3.Connection, *, pid: int | None, since_ns: int 
 
 
 def profile_speedscope(
-    conn: sqlite3.Connection, *, pid: int | None, since_ns: int | None, name: str
+    conn: sqlite3.Connection,
+    *,
+    pid: int | None,
+    since_ns: int | None,
+    name: str,
+    sessions: SessionChoice = LAST_RUN,
 ) -> dict[str, object]:
     """The samples as a speedscope file named ``name``: one sampled profile per thread, weights in samples."""
-    start_ns, end_ns = _bounds(conn, since_ns)
+    start_ns, end_ns = _bounds(conn, since_ns, sessions)
     profile = cpu_profile(conn, pid=pid, start_ns=start_ns, end_ns=end_ns)
     # Rows come oldest session first: the newest name of each pid wins, as the exporter names them.
     comms = {p: comm for p, comm, _ in process_rows(conn) if comm}

@@ -14,6 +14,7 @@ from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.cli import main
 from gpuscope.model.latency import LatencyHistogram
 from gpuscope.model.ops import Op
+from gpuscope.model.session_choice import EVERY_SESSION
 from gpuscope.store.aggregates import INSERT_AGGREGATES, Aggregator
 from gpuscope.store.connect import connect_writer
 
@@ -215,8 +216,8 @@ def test_a_sessions_window_counts_none_of_the_calls_of_a_session_in_the_same_sec
             [(sid, int(r["ts_ns"]), int(r["duration_ns"]), pid, pid, int(op)) for r in ev],
         )
     conn.close()
-    # when session 2's window is explained (offsets from the recording's start)
-    report = explain_db(tmp_path / "two.db", ExplainOptions(from_ns=2610 * MS, to_ns=4 * S))
+    # when session 2's window is explained (offsets from the start of both sessions read)
+    report = explain_db(tmp_path / "two.db", ExplainOptions(from_ns=2610 * MS, to_ns=4 * S, sessions=EVERY_SESSION))
     # then its counts are its own
     assert {s.op: s.count for s in report.stats} == {"cudaLaunchKernel": 300}
     assert report.window.events == 300

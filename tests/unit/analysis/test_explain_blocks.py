@@ -10,6 +10,7 @@ import pytest
 from gpuscope.analysis.engine import ExplainOptions, explain_db
 from gpuscope.cli import main
 from gpuscope.importers import import_file
+from gpuscope.model.session_choice import EVERY_SESSION, SessionChoice
 from tests.ingero_fixtures import INGERO_NODE_FILES, ingero_fixture
 from tests.unit.store.recordings import without_blocks
 
@@ -28,13 +29,15 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _options(path: Path) -> list[ExplainOptions]:
     conn = sqlite3.connect(path)
-    sessions = conn.execute("SELECT started_wall_ns, stopped_wall_ns FROM sessions ORDER BY id").fetchall()
+    sessions = conn.execute("SELECT id, started_wall_ns, stopped_wall_ns FROM sessions ORDER BY id").fetchall()
     pids = [int(r[0]) for r in conn.execute("SELECT DISTINCT pid FROM processes ORDER BY pid LIMIT 2")]
     conn.close()
+    every = EVERY_SESSION
     return (
-        [ExplainOptions()]
-        + [ExplainOptions(from_wall_ns=a, to_wall_ns=b) for a, b in sessions]
-        + [ExplainOptions(pids=(p,)) for p in pids]
+        [ExplainOptions(), ExplainOptions(sessions=every)]
+        + [ExplainOptions(from_wall_ns=a, to_wall_ns=b, sessions=every) for _, a, b in sessions]
+        + [ExplainOptions(sessions=SessionChoice.parse(str(i))) for i, _, _ in sessions]
+        + [ExplainOptions(pids=(p,), sessions=every) for p in pids]
     )
 
 

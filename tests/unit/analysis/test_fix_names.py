@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
+from gpuscope.model.session_choice import EVERY_SESSION
 from tests.demo_recording import every_scenario
 
 # How a fix names a process: `comm` (pid N)
@@ -31,8 +32,9 @@ def _evidence_processes(finding: dict[str, Any]) -> set[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def demo_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`gpuscope demo --synthetic`, then `gpuscope explain --json`: every scenario in one recording, explained whole."""
-    return explain_db(every_scenario(tmp_path_factory.mktemp("fix-names") / "d.db"), ExplainOptions()).as_dict()
+    """`gpuscope demo --synthetic`, then `gpuscope explain --session all --json`: every scenario in one recording, explained whole."""
+    db = every_scenario(tmp_path_factory.mktemp("fix-names") / "d.db")
+    return explain_db(db, ExplainOptions(sessions=EVERY_SESSION)).as_dict()
 
 
 def test_the_processes_a_fix_names_are_those_in_its_evidence(demo_report: dict[str, Any]) -> None:

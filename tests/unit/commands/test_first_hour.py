@@ -92,7 +92,7 @@ def test_an_unreadable_duration_or_time_is_one_line_naming_the_forms(
 
 
 def test_help_lists_the_forms_a_time_takes() -> None:
-    help_text = _subparser("explain").format_help()
+    help_text = " ".join(_subparser("explain").format_help().split())  # as read, whatever the wrapping
     assert "end-30s" in help_text and "ISO 8601" in help_text and "@1767323045" in help_text
 
 

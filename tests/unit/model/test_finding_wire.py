@@ -23,6 +23,7 @@ from gpuscope.model.finding_wire import (
     check_finding_wire,
 )
 from gpuscope.model.findings import Cause, Caveat, Culprit, Effect, Finding, NodeFinding, Severity, Symptom
+from gpuscope.model.session_choice import EVERY_SESSION
 from tests.demo_recording import every_scenario
 from tests.unit.properties import quick
 
@@ -85,7 +86,7 @@ def demo_findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, An
     """The wire dicts of real findings: every synthetic demo scenario recorded and explained."""
     db = every_scenario(tmp_path_factory.mktemp("wire") / "demo.db")
     wire: list[dict[str, Any]] = json.loads(
-        json.dumps([f.as_dict() for f in explain_db(db, ExplainOptions()).findings])
+        json.dumps([f.as_dict() for f in explain_db(db, ExplainOptions(sessions=EVERY_SESSION)).findings])
     )
     return wire
 

@@ -5,7 +5,7 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#2f6fde", "#d92d20", "#067647", "#b54708", "#7a5af8", "#0e9384", "#c11574", "#667085"];
-const state = { since: "", from: null, to: null, op: null, pid: null };
+const state = { session: "last", since: "", from: null, to: null, op: null, pid: null };
 
 // A finding's fields, as /api/v1/findings sends them: the wire shape is the TypedDicts FindingWire, SymptomWire
 // and CauseWire of src/gpuscope/model/finding_wire.py. Every key the page reads of a finding is named here and
@@ -58,7 +58,18 @@ async function api(path, params) {
 }
 
 function windowParams() {
-  return { since: state.since, pid: state.pid };
+  return { session: state.session, since: state.since, pid: state.pid };
+}
+
+// One option per session of the recording, beside "last run" and "all" (a recording grows sessions while open).
+function renderSessions(sessions) {
+  const select = document.getElementById("session");
+  const have = new Set([...select.options].map((o) => o.value));
+  for (const s of sessions) {
+    const value = String(s.id);
+    if (have.has(value)) continue;
+    select.append(el("option", { value }, `session ${s.id}${s.node ? ` (${s.node})` : ""}`));
+  }
 }
 
 function renderFilter() {
@@ -69,8 +80,10 @@ function renderFilter() {
 
 function renderOverview(o) {
   const w = o.window;
+  const read = w.session_ids.length === o.sessions.length ? "" : ` (reading ${w.session_ids.length === 1
+    ? `session ${w.session_ids[0]}` : `sessions ${w.session_ids.join(", ")}`})`;
   const text = `${o.recording} · ${fmtWall(w.start_wall_ns)} – ${fmtWall(w.end_wall_ns)} · `
-    + `${(w.events || 0).toLocaleString()} events · ${o.sessions.length} session(s)`
+    + `${(w.events || 0).toLocaleString()} events · ${o.sessions.length} session(s)${read}`
     + (o.nodes.length ? ` · nodes ${o.nodes.join(", ")}` : "");
   document.getElementById("recording").textContent = text;
   const counts = Object.entries(o.finding_counts).map(([s, n]) => `${n} ${s}`).join(", ");
@@ -283,11 +296,13 @@ async function refresh() {
     const params = windowParams();
     const [overview, findings, ops, processes, containers, timeline, system] = await Promise.all([
       api("overview", params), api("findings", params), api("ops", params), api("processes", { limit: 50 }),
-      api("containers", {}), api("timeline", { since: state.since, from: state.from, to: state.to }),
+      api("containers", {}),
+      api("timeline", { session: state.session, since: state.since, from: state.from, to: state.to }),
       api("snapshots", { since: state.since, limit: 3600 }),
     ]);
     renderSystem(system);
     renderFilter();
+    renderSessions(overview.sessions);
     renderOverview(overview);
     renderOps(ops, renderFindings(findings));
     renderProcesses(processes, containers);
@@ -301,6 +316,10 @@ async function refresh() {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("since").addEventListener("change", (ev) => { state.since = ev.target.value; refresh(); });
+  document.getElementById("session").addEventListener("change", (ev) => {
+    state.session = ev.target.value;
+    refresh();
+  });
   document.getElementById("pid-filter").addEventListener("click", () => { state.pid = null; refresh(); });
   setInterval(() => { if (document.getElementById("live").checked && !document.hidden) refresh(); }, 3000);
   refresh();
