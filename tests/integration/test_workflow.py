@@ -137,7 +137,8 @@ def test_merge_of_our_runs_and_an_ingero_recording_keeps_every_event(runs: tuple
     renames = ["--force-node", f"{a}=node-a", "--force-node", f"{b}=node-b"]
     _ok("merge", str(a), str(b), str(ingero), "-o", str(merged), *renames, env=env)
     # then every event of every input is there, once, under its node
-    doc = json.loads(_ok("query", "--db", str(merged), "--json", "SELECT count(*) AS n FROM events", env=env))
+    every = ("--session", "all")  # the merged file's three runs, not only its last
+    doc = json.loads(_ok("query", "--db", str(merged), *every, "--json", "SELECT count(*) AS n FROM events", env=env))
     assert doc[0]["n"] == sum(counts.values())
-    nodes = json.loads(_ok("query", "--db", str(merged), "--json", "SELECT DISTINCT node FROM events", env=env))
+    nodes = json.loads(_ok("query", "--db", str(merged), *every, "--json", "SELECT DISTINCT node FROM events", env=env))
     assert {"node-a", "node-b"} <= {r["node"] for r in nodes}

@@ -54,8 +54,9 @@ def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(bu
     pid, (tid,) = ids_from(run.stdout)
     assert tid != pid
     rows = run.query("SELECT preempted, prev_state, off_cpu_ns FROM sched_switches WHERE tid = ?", (tid,))
-    # every sleep is one voluntary switch (sleeping state) lasting the sleep
-    sleeps = [r for r in rows if r[2] >= 4.9 * MS]
+    # every sleep is one voluntary switch (sleeping state) lasting the sleep: most of its 5 ms (the thread can
+    # reach its nanosleep late: one sync in about five runs spent 0.49 ms on-CPU first, off-CPU 4.67 ms)
+    sleeps = [r for r in rows if r[2] >= 4 * MS]
     assert 50 <= len(sleeps) <= 52, rows
     assert all(preempted == 0 and prev_state != 0 for preempted, prev_state, _ in sleeps), sleeps
     # and the sleeps fall inside the synchronize calls of that thread
@@ -63,6 +64,6 @@ def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(bu
         "SELECT count(*) FROM sched_switches s JOIN events c ON c.op = 'cudaStreamSynchronize' AND c.tid = s.tid "
         "AND s.ts_ns >= c.ts_ns AND s.ts_ns + s.off_cpu_ns <= c.ts_ns + c.duration_ns "
         "WHERE s.tid = ? AND s.off_cpu_ns >= ?",
-        (tid, int(4.9 * MS)),
+        (tid, 4 * MS),
     )
     assert inside[0][0] >= 50
