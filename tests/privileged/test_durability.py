@@ -401,6 +401,9 @@ def test_a_full_disk_closes_the_session_and_the_workload_runs_on_to_its_end(buil
     # and the session is closed, saying why, and the reserved space was given back
     session = the_session(db)
     assert session["stopped_wall_ns"] is not None and session["end_reason"] == "disk full", session
+    # and it is complete up to its last commit, before the failure, not up to when it was closed
+    committed, stopped = session["committed_wall_ns"], session["stopped_wall_ns"]
+    assert isinstance(committed, int) and isinstance(stopped, int) and committed < stopped, session
     assert not Path(f"{db}-reserve").exists()
     assert read(db, "PRAGMA integrity_check") == [("ok",)]
     assert stored_launches(db) > 0

@@ -375,6 +375,8 @@ class TraceSession:
                 stopped_wall_ns=time.time_ns(),
                 stopped_mono_ns=time.clock_gettime_ns(time.CLOCK_MONOTONIC),
                 end_reason=end_reason,
+                # After a failure the rows stored stop at the last commit: the session is complete up to then.
+                complete=self.writer.failure is None,
             )
         else:
             self.writer.write(update_session_counts, self.session_id, counts)

@@ -16,8 +16,8 @@ _UPDATE_COUNTS = (
 )
 _CLOSE_SESSION = (
     "UPDATE sessions SET events_recorded = ?, events_dropped = ?, drops = ?, targets = ?, libraries = ?, "
-    "stopped_wall_ns = ?, stopped_mono_ns = ?, committed_wall_ns = ?, committed_mono_ns = ?, end_reason = ? "
-    "WHERE id = ?"
+    "stopped_wall_ns = ?, stopped_mono_ns = ?, committed_wall_ns = coalesce(?, committed_wall_ns), "
+    "committed_mono_ns = coalesce(?, committed_mono_ns), end_reason = ? WHERE id = ?"
 )
 _MARK_COMMITTED = "UPDATE sessions SET committed_wall_ns = ?, committed_mono_ns = ? WHERE id = ?"
 
@@ -112,10 +112,15 @@ def close_session(
     stopped_wall_ns: int,
     stopped_mono_ns: int,
     end_reason: str = "stopped",
+    complete: bool = True,
 ) -> None:
-    """Store a recording's final counts, when it stopped and why ("stopped", "disk full", ...)."""
-    # A closed session is complete up to its stop: everything read was committed.
+    """Store a recording's final counts, when it stopped and why ("stopped", "disk full", ...).
+
+    ``complete``: everything read was committed, so the session is complete up to its stop. False after the
+    store failed (a full disk): it stays complete only up to its last commit (``mark_committed``).
+    """
+    committed = (stopped_wall_ns, stopped_mono_ns) if complete else (None, None)
     conn.execute(
         _CLOSE_SESSION,
-        (*counts._params(), stopped_wall_ns, stopped_mono_ns, stopped_wall_ns, stopped_mono_ns, end_reason, session_id),
+        (*counts._params(), stopped_wall_ns, stopped_mono_ns, *committed, end_reason, session_id),
     )

@@ -15,7 +15,7 @@ from gpuscope.store import retention
 from gpuscope.store.connect import connect_writer
 from gpuscope.store.retention import BLOCKS_MIN_CAP, Reserve, SizeCap, db_bytes
 from gpuscope.store.sessions_read import session_states
-from gpuscope.store.sessions_write import SessionInfo, close_session, create_session, mark_committed
+from gpuscope.store.sessions_write import SessionCounts, SessionInfo, close_session, create_session, mark_committed
 from gpuscope.store.writer import Durability, EventWriter
 
 
@@ -102,6 +102,30 @@ def test_each_commit_says_up_to_when_the_recording_is_complete(tmp_path: Path) -
     (state,) = session_states(conn)
     assert state.committed_wall_ns is not None and before <= state.committed_wall_ns <= time.time_ns()
     assert not state.closed
+
+
+def test_a_session_closed_after_a_failure_stays_complete_only_up_to_its_last_commit(tmp_path: Path) -> None:
+    # given a session whose rows were committed up to t=5 s, then whose store failed (a full disk) before its stop
+    conn = connect_writer(tmp_path / "r.db")
+    sid = _session(conn)
+    mark_committed(conn, sid, 10**18 + 5 * 10**9, 5 * 10**9)
+    counts = SessionCounts(100, 0, {}, (), ())
+    # when it is closed at t=7 s with the failure as its end
+    close_session(conn, sid, counts, stopped_wall_ns=10**18 + 7 * 10**9, stopped_mono_ns=7 * 10**9,
+                  end_reason="disk full", complete=False)  # fmt: skip
+    (state,) = session_states(conn)
+    # then it is closed, and complete up to its last commit, not up to its stop (1.7 s of rows were claimed)
+    assert state.closed and state.end_reason == "disk full"
+    assert state.committed_wall_ns == 10**18 + 5 * 10**9
+    assert conn.execute("SELECT committed_mono_ns FROM sessions WHERE id = ?", (sid,)).fetchone() == (5 * 10**9,)
+    # while a session closed normally is complete up to its stop
+    sid2 = _session_with(conn, "u-2")
+    close_session(conn, sid2, counts, stopped_wall_ns=10**18 + 9 * 10**9, stopped_mono_ns=9 * 10**9)
+    assert session_states(conn)[1].committed_wall_ns == 10**18 + 9 * 10**9
+
+
+def _session_with(conn: sqlite3.Connection, uuid: str) -> int:
+    return create_session(conn, SessionInfo(uuid, "n", "h", "6.8", "0.1", "1.4", 10**18, 5_000, [], {}))
 
 
 def test_a_full_disk_degrades_the_writer_instead_of_killing_it(tmp_path: Path) -> None:
