@@ -56,10 +56,11 @@ def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(bu
     rows = run.query("SELECT ts_ns, preempted, prev_state, off_cpu_ns FROM sched_switches WHERE tid = ?", (tid,))
     syncs = run.query("SELECT ts_ns, duration_ns FROM events WHERE op = 'cudaStreamSynchronize' AND tid = ?", (tid,))
     assert len(syncs) == 50
+    drops = run.query("SELECT drops FROM sessions")  # shown with a failure: what the kernel could not hand over
     for start, duration in syncs:
         inside = [r for r in rows if start <= r[0] and r[0] + r[3] <= start + duration]
         # each sleep is a voluntary switch (a sleeping state, not preempted) inside the call
-        assert any(preempted == 0 and state != 0 for _, preempted, state, _ in inside), (start, inside)
+        assert any(preempted == 0 and state != 0 for _, preempted, state, _ in inside), (start, duration, rows, drops)
         # and the call's time off the CPU is recorded whole: the 5 ms sleep (on a busy CPU also the time the thread
         # waited to run again, and a preemption on its way into the sleep, each its own row), less what it ran
         # first (seen: 0.49 ms)

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
+from tests.demo_recording import scenarios
 from tests.serve.support import Server, dashboard
 from tests.serve.test_mcp import data, stdio_session
 
@@ -19,15 +19,7 @@ SCENARIOS = ("cold-start", "incident")
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp("two-runs") / "runs.db"
-    runner = DemoRunner(db, scale=0.3)
-    try:
-        for name in SCENARIOS:
-            (scenario,) = [s for s in REGISTRY if s.name == name]
-            runner.run(scenario, DemoMode.SYNTHETIC)
-    finally:
-        runner.close()
-    return db
+    return scenarios(tmp_path_factory.mktemp("two-runs") / "runs.db", SCENARIOS)
 
 
 @pytest.fixture(scope="module")

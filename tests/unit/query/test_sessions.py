@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from gpuscope.analysis.engine import ExplainOptions, explain_db
-from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
 from gpuscope.errors import UsageError
 from gpuscope.model.session_choice import EVERY_SESSION, LAST_RUN, SessionChoice, SessionScope
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.guarded import open_reader
 from gpuscope.recording import open_recording
 from gpuscope.store.session_scope import choose_sessions
+from tests.demo_recording import scenarios
 
 SCENARIOS = ("cold-start", "memcpy-bottleneck", "incident")  # sessions 1, 2, 3 in this order
 
@@ -25,15 +25,7 @@ SCENARIOS = ("cold-start", "memcpy-bottleneck", "incident")  # sessions 1, 2, 3 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three demo scenarios traced into one recording, one after another: three sessions of one node."""
-    db = tmp_path_factory.mktemp("sessions") / "runs.db"
-    runner = DemoRunner(db, scale=0.3)
-    try:
-        for name in SCENARIOS:
-            (scenario,) = [s for s in REGISTRY if s.name == name]
-            runner.run(scenario, DemoMode.SYNTHETIC)
-    finally:
-        runner.close()
-    return db
+    return scenarios(tmp_path_factory.mktemp("sessions") / "runs.db", SCENARIOS)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
