@@ -147,6 +147,14 @@ def test_query_reads_with_a_row_limit(served: Server) -> None:
     assert res.status == 200 and doc["columns"] == ["op", "n"] and len(doc["rows"]) == 2 and doc["truncated"]
 
 
+def test_query_refuses_a_function_that_reveals_the_servers_memory(served: Server) -> None:
+    # fts3_tokenizer returns an address in the server's process: an address-layout leak to a token holder
+    body = json.dumps({"sql": "SELECT hex(fts3_tokenizer('simple')) AS a"}).encode()
+    res, data = served.request("POST", "/api/v1/query", body=body)
+    error = json.loads(data)["error"]
+    assert res.status == 400 and error["code"] == "refused" and "fts3_tokenizer()" in error["message"], error
+
+
 def test_a_request_body_over_the_limit_is_refused(served: Server) -> None:
     res, data = served.request("POST", "/api/v1/query", body=b"{" + b" " * 70_000 + b"}")
     assert res.status == 413 and json.loads(data)["error"]["code"] == "too_large"

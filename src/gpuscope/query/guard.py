@@ -54,6 +54,9 @@ _MESSAGE_CHARS = 400
 _heap_cap: list[int] = []  # the cap this process set, for the message when a statement reaches it
 
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION})
+# Functions a read may not call: they reveal the reading process, not the recording (``fts3_tokenizer(name)``
+# returns a tokenizer's address in memory: an address-layout leak to anyone who may query, over the API too).
+PROCESS_STATE_FUNCTIONS = frozenset({"fts3_tokenizer"})
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _RECURSIVE = getattr(sqlite3, "SQLITE_RECURSIVE", 33)
 
@@ -122,16 +125,23 @@ class ReadOnlyAuthorizer:
 
     def __init__(self) -> None:
         self.refused: str | None = None
+        self.reveals = False  # the refusal is a function that reveals process state, not a write
         self._in_select = False
 
     def reset(self) -> None:
         """Forget the previous statement (call before preparing the next)."""
         self.refused = None
+        self.reveals = False
         self._in_select = False
 
     def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
         if action == sqlite3.SQLITE_SELECT:
             self._in_select = True
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in PROCESS_STATE_FUNCTIONS:
+            if self.refused is None:
+                self.refused = f"{(arg2 or '').lower()}() reveals the reading process's memory, not the recording"
+                self.reveals = True
+            return sqlite3.SQLITE_DENY
         if action in _ALLOWED_ACTIONS or action == _RECURSIVE:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_UPDATE and self._in_select and (arg1 or "").lower() in _SCHEMA_TABLES:
@@ -232,6 +242,8 @@ def translate_error(
     if any(
         m in msg for m in ("not authorized", "authorization denied", "readonly", "read-only", "may not be modified")
     ):
+        if auth is not None and auth.reveals and auth.refused:
+            return QueryRefusedError(f"refused: {auth.refused}", remedy="leave it out: it reads nothing recorded")
         what = f" ({auth.refused})" if auth is not None and auth.refused else ""
         return QueryRefusedError(f"refused: only reads are allowed{what}")
     if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in msg:

@@ -84,6 +84,21 @@ def test_a_refused_write_exits_non_zero_with_one_line_and_a_remedy(db: Path) -> 
     assert fix.strip().startswith("fix:")
 
 
+@pytest.mark.parametrize("sql", ["SELECT hex(fts3_tokenizer('simple'))", "SELECT FTS3_TOKENIZER('porter') IS NULL"])
+def test_a_function_that_reveals_the_processes_memory_is_refused_with_no_address_shown(db: Path, sql: str) -> None:
+    # fts3_tokenizer(name) returns a tokenizer's address in the reading process: an address-layout leak
+    p = run_gpuscope("query", "--db", str(db), "--json", sql)
+    assert p.returncode == 2 and p.stdout == ""
+    first, fix = p.stderr.strip().splitlines()
+    assert first == "error: refused: fts3_tokenizer() reveals the reading process's memory, not the recording"
+    assert fix.strip().startswith("fix:")
+    # and other functions still answer
+    with open_reader(db) as reader:
+        assert list(reader.query("SELECT hex('a'), length(zeroblob(4)), sqlite_version() IS NOT NULL").rows) == [
+            ("61", 4, 1)
+        ]
+
+
 def test_a_runaway_cartesian_join_is_interrupted_by_the_time_limit(db: Path) -> None:
     started = time.monotonic()
     p = run_gpuscope(
