@@ -48,7 +48,7 @@ def test_tiny_kernels_with_python_between_them_are_launch_bound(trace_command, s
     # 400 launches a step (read from a sample of the rows on a long run, so an estimate, and said so), tens of
     # microseconds of host time before each
     per_step = f["causes"][0]["effect"]["launches_per_step"]
-    assert 340 <= per_step <= 460, per_step
+    assert 250 <= per_step <= 550, per_step
     assert per_step == 400 or "estimated" in f["causes"][0]["evidence"][0]
     assert f["causes"][0]["effect"]["per_launch_ns"] >= 5_000
     assert "CUDA Graph" in f["fix"] and "`add_bias` (py_host_shapes.py:" in f["fix"]
