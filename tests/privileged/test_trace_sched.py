@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -56,15 +57,21 @@ def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(bu
     rows = run.query("SELECT ts_ns, preempted, prev_state, off_cpu_ns FROM sched_switches WHERE tid = ?", (tid,))
     syncs = run.query("SELECT ts_ns, duration_ns FROM events WHERE op = 'cudaStreamSynchronize' AND tid = ?", (tid,))
     assert len(syncs) == 50
-    drops = run.query("SELECT drops FROM sessions")  # shown with a failure: what the kernel could not hand over
+    ((drops,),) = run.query("SELECT drops FROM sessions")
+    lost = int(json.loads(str(drops))["drop_host"])  # switches the kernel could not record, counted
+    missing = 0
     for start, duration in syncs:
         inside = [r for r in rows if start <= r[0] and r[0] + r[3] <= start + duration]
         # each sleep is a voluntary switch (a sleeping state, not preempted) inside the call
-        assert any(preempted == 0 and state != 0 for _, preempted, state, _ in inside), (start, duration, rows, drops)
+        if not any(preempted == 0 and state != 0 for _, preempted, state, _ in inside):
+            missing += 1
+            continue
         # and the call's time off the CPU is recorded whole: the 5 ms sleep (on a busy CPU also the time the thread
         # waited to run again, and a preemption on its way into the sleep, each its own row), less what it ran
         # first (seen: 0.49 ms)
         assert sum(off for *_, off in inside) >= 4 * MS, (start, duration, inside)
+    # a sleep missing is one the kernel counted as lost (seen in about one run in ten), never a silent gap
+    assert missing <= lost, (missing, lost, drops)
     # and every voluntary switch of the thread is a sleep of the workload: none is made up
     voluntary = [r for r in rows if r[1] == 0 and r[2] != 0 and r[3] >= 4 * MS]
     assert len(voluntary) <= 52, voluntary
