@@ -54,10 +54,9 @@ int BPF_PROG(gs_sched_switch, bool preempt, struct task_struct *prev,
 	if (gs_is_target(prev->tgid)) {
 		struct gs_offcpu *o = bpf_task_storage_get(&offcpu, prev, 0,
 							   BPF_LOCAL_STORAGE_GET_F_CREATE);
-		/* No storage (the per-CPU storage lock held by a BPF program
-		 * preempted on this CPU, or no memory), or a switch-out whose
-		 * switch-in found none: a record lost, counted, never silent. */
-		if (!o || o->ts_ns)
+		/* No storage for it (the storage could not be taken or made
+		 * here): its record is lost, counted, never silent. */
+		if (!o)
 			gs_count(GS_STAT_DROP_HOST);
 		if (o) {
 			o->ts_ns = now;
