@@ -51,7 +51,7 @@ from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.model.units import MAX_NS
 from gpuscope.recording import open_recording_meanwhile
 from gpuscope.store.cpu_samples_read import has_cpu_samples
-from gpuscope.store.session_scope import choose_sessions
+from gpuscope.store.session_scope import ChosenSessions, choose_sessions
 from gpuscope.store.sessions_read import recording_origin_ns, session_wall_offsets
 from gpuscope.store.stacks_read import any_call_stacks
 
@@ -124,7 +124,7 @@ class Report:
         return d
 
 
-def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
+def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions, chosen: ChosenSessions | None = None) -> Window:
     """Resolve the analysed interval, in the recording's monotonic clock, within the recording's bounds.
 
     Wall-clock bounds use the wall-clock offset of the last session (the one
@@ -134,7 +134,8 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     # Offsets count from when the first session started, as in query, export and diff.
     origin = recording_origin_ns(conn)
     origin = lo if origin is None else origin
-    chosen = choose_sessions(conn, opts.sessions)
+    if chosen is None:
+        chosen = choose_sessions(conn, opts.sessions)
     if not chosen.whole:
         # The chosen sessions' span on the clock of their rows; their own last one's wall offset.
         offset = dict(session_wall_offsets(conn)).get(chosen.ids[-1], offset)
@@ -160,7 +161,7 @@ def resolve_window(conn: sqlite3.Connection, opts: ExplainOptions) -> Window:
     # A bound far past the recording (--from 100000d) stays a time SQLite can compare with, on either clock.
     latest = MAX_NS - max(offset, 0)
     start = min(start, latest)
-    part = "the recording" if chosen.whole else chosen.part()
+    part = None if chosen.whole else chosen.part()
     return Window(start, min(max(start, end), latest), lo, hi, offset, sessions, part=part)
 
 
@@ -347,7 +348,8 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
     Raises DatabaseError for a missing or corrupt database.
     """
     with reading_events(path) as conn:
-        window = resolve_window(conn, opts)
+        chosen = choose_sessions(conn, opts.sessions)
+        window = resolve_window(conn, opts, chosen)
         aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
         thin = thin_thresholds(aggregates) if aggregates is not None else {}
         frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
@@ -386,7 +388,7 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         report = with_recording(report, state)
         estimated = tuple(st.op for st in report.stats if st.estimated)
         findings, sampling = with_sampling(conn, report.findings, estimated, coverage, window.start_ns, window.end_ns)
-        left_out = choose_sessions(conn, opts.sessions).note()
+        left_out = chosen.note()
         notes = (left_out, *report.notes) if left_out else report.notes
         return replace(report, findings=findings, sampling=sampling, notes=notes)
 

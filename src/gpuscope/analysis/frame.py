@@ -72,8 +72,8 @@ class Window:
     wall_offset_ns: int  # add to a monotonic ts to get wall-clock ns
     session_ids: tuple[int, ...]
     events: int = 0
-    # What "the recording" above is, in words: the whole file, or the sessions chosen from it ("session 3").
-    part: str = "the recording"
+    # The sessions chosen from the file, in words ("session 3"); None when the whole file is read.
+    part: str | None = None
 
     @property
     def length_ns(self) -> int:

@@ -126,7 +126,7 @@ def _placement(w: Window) -> str:
     """
     after_start = w.start_ns - w.recording_start_ns
     before_end = w.recording_end_ns - w.end_ns
-    part = w.part
+    part = w.part or "the recording"
     whole = part.removeprefix("the ")
     if w.length_ns == 0 and w.start_ns >= w.recording_end_ns > w.recording_start_ns:
         return f"after the end of {part}"

@@ -350,7 +350,7 @@ def session_wall_bounds(conn: sqlite3.Connection, sessions: SessionChoice) -> tu
     if lo is None or hi is None:
         return lo, hi
     w = resolve_window(conn, ExplainOptions(sessions=sessions))
-    if w.part == "the recording":
+    if w.part is None:
         return lo, hi
     return w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
 

@@ -36,7 +36,7 @@ def _bounds(conn: sqlite3.Connection, since_ns: int | None, sessions: SessionCho
     None for both: the whole recording (every session, no window).
     """
     window = resolve_window(conn, ExplainOptions(since_ns=since_ns, sessions=sessions))
-    if since_ns is None and window.part == "the recording":
+    if since_ns is None and window.part is None:
         return None, None
     return window.start_ns, window.end_ns
 

@@ -106,7 +106,7 @@ def test_explain_analyses_the_last_run_and_says_so(three_runs: Path) -> None:
     every = explain_db(three_runs, ExplainOptions(sessions=EVERY_SESSION))
     assert (
         every.window.session_ids == (1, 2, 3)
-        and every.window.part == "the recording"
+        and every.window.part is None
         and not any(n.startswith("note: session") for n in every.notes)
     )
 
