@@ -77,6 +77,17 @@ def test_a_sync_every_step_then_python_is_sync_in_loop_not_starvation(trace_comm
     assert "sync-stall" not in kinds and "data-starvation" not in kinds, kinds
 
 
+def test_a_gil_holder_preempted_by_cpu_hogs_still_holds_the_gil(trace_command, standin) -> None:
+    """Beside two hogs the holder runs about half the time the feeding thread waits; preempted, it keeps the GIL."""
+    from tests.privileged.support import cpu0_hogs
+
+    with cpu0_hogs(2):
+        _, findings = _explain(trace_command, standin, "gil")
+    (f,) = [f for f in findings if f["kind"] == "gil-bound"]
+    assert "`tokenize` (py_host_shapes.py:" in f["fix"]
+    assert f["causes"][0]["effect"]["holder_on_cpu"] >= 0.5
+
+
 @pytest.mark.parametrize("shape", ["launch", "sync"])
 def test_the_host_rules_hold_beside_cpu_hogs(trace_command, standin, shape: str) -> None:
     """On a contended machine the shape is still named, or contention is, never a wrong host-bound cause."""

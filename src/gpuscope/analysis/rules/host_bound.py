@@ -230,7 +230,8 @@ class GilBoundRule:
             hot, holder, wall, waited = g.hot, g.holder, g.wall_ns, g.waited_ns
             lines = (
                 f"the thread that feeds the GPU lost its CPU {len(d)} times (median {fmt_ns(int(np.median(d)))}) "
-                f"while thread {holder} of its own process ran, {fmt_ns(waited)} = {waited / wall:.0%} of the time",
+                f"while thread {holder} of its own process held the GIL, {fmt_ns(waited)} = {waited / wall:.0%} of "
+                f"the time (thread {holder} was on a CPU, or preempted holding it, {g.holder_on_cpu:.0%} of it)",
                 f"thread {holder} ran Python meanwhile: "
                 + describe_hot(list(hot), g.samples, f"of thread {holder} taken while it waited"),
             )
