@@ -96,8 +96,6 @@ class TraceSession:
         self.discovery = find_libraries(self.plan)
         # The job's own events apart from the machine's when the trace follows chosen processes.
         self.stats = LiveStats(targets=set() if self.plan.opts.filter_targets else None)
-        # Called with each batch of events as it is stored (the live view's explain rules).
-        self.stored_listeners: list[Callable[[np.ndarray], None]] = []
         self._system = SystemSampler()
         self.conn = connect_writer(self.db_path)
 
@@ -397,8 +395,6 @@ class TraceSession:
         self.aggregator.add(ev, keep)
         stored = ev if keep.all() else ev[keep]
         self.writer.put(stored, self.stacks.stack_hashes(stored) if self.stacks is not None else None)
-        for listener in self.stored_listeners:
-            listener(stored)
 
     def _flush_aggregates(self, before_ns: int | None) -> None:
         rows = self.aggregator.take(before_ns)

@@ -16,7 +16,7 @@ from gpuscope.agent.traced_command import Watch
 from gpuscope.commands._exporters import ExporterPlan, RunningExporters, start_exporters
 from gpuscope.errors import NoCudaLibraryError
 from gpuscope.tui.command_stderr import CommandStderr
-from gpuscope.tui.explain_source import ExplainFindings
+from gpuscope.tui.explain_process import LiveExplain
 from gpuscope.tui.live_findings import builtin_findings
 from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode, same_terminal
 
@@ -58,7 +58,7 @@ class TraceWatch(Watch):
         self.status_every = status_every
         self.exporters = exporters
         self.hang_threshold_ns = hang_threshold_ns
-        self.explain: ExplainFindings | None = None
+        self.explain: LiveExplain | None = None
         self.metrics: RunningExporters | None = None
         self.live: LiveOutput | None = None
         # The command's stderr while the full screen holds the terminal (None: it writes to ours).
@@ -85,10 +85,9 @@ class TraceWatch(Watch):
                 "elsewhere, `> train.log`, for the full-screen view)",
                 file=sys.stderr,
             )
-        # Explain rules over the recent recording, beside the built-in live findings.
-        self.explain = ExplainFindings(session.db_path, hang_threshold_ns=self.hang_threshold_ns)
-        # Handed the rows as they are stored, it never reads them back out of the recording.
-        session.stored_listeners.append(self.explain.feed)
+        # Explain rules over the recent recording, beside the built-in live findings: in a process of their
+        # own, at idle priority, so that they never take the interpreter from the recorder.
+        self.explain = LiveExplain(session.db_path, hang_threshold_ns=self.hang_threshold_ns)
         self.metrics = _start_exporters(session, self.explain, self.exporters)
         if mode is OutputMode.TUI and self.command:
             # The full screen would draw over what the command writes to stderr, and take it away at the end.
@@ -116,8 +115,7 @@ class TraceWatch(Watch):
             self.live.on_tick(tick)
 
     def closed(self) -> None:
-        # A live explain evaluation still running must end before the interpreter does (a thread torn down
-        # mid-numpy aborts the process); it ran on while the session detached and drained instead of before.
+        # The live explain process ends with the session (it ran on while the session detached and drained).
         if self.explain is not None:
             self.explain.close()
         if self.stderr is not None:
@@ -149,7 +147,7 @@ def stopped_at(session: TraceSession) -> str:
     return iso_wall(session.committed_wall_ns) or "its start"
 
 
-def _start_exporters(session: TraceSession, explain: ExplainFindings, plan: ExporterPlan) -> RunningExporters | None:
+def _start_exporters(session: TraceSession, explain: LiveExplain, plan: ExporterPlan) -> RunningExporters | None:
     """Start the metrics exporters asked for (closed after the session: the last scrape or push sees it all)."""
     if plan.prometheus is None and plan.otlp is None:
         return None  # before the import: prometheus_client costs ~50 ms of every trace's start-up

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from gpuscope.model.findings import Finding
 from gpuscope.model.ops import Op
+from gpuscope.tui.explain_process import LiveExplain
 from gpuscope.tui.explain_source import ExplainFindings
 from gpuscope.tui.live_snapshot import LiveWindow, Preemptions
 from tests.unit.analysis.builder import MS, US, Events, S, steady_training
@@ -40,13 +41,56 @@ def test_a_hang_is_reported_while_the_trace_runs_once_the_silence_passes_the_thr
     assert found[0].symptom.pid == PIDS[2]
 
 
-def test_findings_answers_at_once_and_evaluates_on_its_own_thread(tmp_path: Path) -> None:
-    db, end = _hung_db(tmp_path)
-    live = ExplainFindings(db, hang_threshold_ns=2_000 * MS, every_s=0.0, clock_ns=lambda: end + 10_000 * MS)
-    assert list(live.findings(WINDOW)) == []  # the first call starts the evaluation, it does not wait
-    live.wait()
-    lines = list(live.findings(WINDOW))
-    assert len(lines) == 1 and lines[0].startswith("CRITICAL nccl-hang: rank 2")
+def _hung_now(tmp_path: Path) -> Path:
+    """A recording whose rank 2 has been silent for 5 s by now (CLOCK_MONOTONIC), its peers having gone on."""
+    ev = Events()
+    end = _hung_job(ev)
+    shift = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - end - 5_000 * MS
+    ev.rows = [(r[0] + shift, *r[1:]) for r in ev.rows]
+    return ev.to_db(tmp_path / "live.db")
+
+
+def _wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_live_explain_runs_the_rules_in_a_named_idle_process_of_its_own(tmp_path: Path) -> None:
+    # given a recording with a hang, watched live
+    live = LiveExplain(_hung_now(tmp_path), hang_threshold_ns=2_000 * MS, every_s=0.2)
+    try:
+        # when an evaluation has come back
+        _wait_for(lambda: bool(live.findings(WINDOW)))
+        # then its lines and counts are this process's to show, found by another process
+        (line,) = live.findings(WINDOW)
+        assert line.startswith("CRITICAL nccl-hang: rank 2"), line
+        assert live.finding_counts() == {("nccl-hang", "CRITICAL"): 1}
+        assert live.pid != os.getpid() and live.errors == 0
+        # which runs only when a CPU is otherwise idle, named for `ps` and the kernel's events
+        assert os.sched_getscheduler(live.pid) == os.SCHED_IDLE
+        assert Path(f"/proc/{live.pid}/comm").read_text().strip() == "gpuscope-rules"
+    finally:
+        live.close()
+    # and closing ends it cleanly
+    assert live._proc.returncode == 0
+
+
+def test_a_failing_evaluation_is_counted_and_the_next_one_still_runs(tmp_path: Path) -> None:
+    # given a "recording" that is not a database
+    bad = tmp_path / "live.db"
+    bad.write_bytes(b"not a database" * 100)
+    live = LiveExplain(bad, every_s=0.1)
+    try:
+        # when two evaluations have failed
+        _wait_for(lambda: live.errors >= 2)
+        # then each is counted with its reason, no lines are made up, and the child lives on
+        assert live.last_error is not None and "DatabaseError" in live.last_error
+        assert list(live.findings(WINDOW)) == [] and live._proc.poll() is None
+    finally:
+        live.close()
+    assert bad.read_bytes() == b"not a database" * 100  # and the file is left as it was
 
 
 def test_rows_are_read_incrementally_and_only_the_horizon_is_kept(tmp_path: Path) -> None:
@@ -114,25 +158,10 @@ def test_the_live_rules_never_blame_the_tracer_for_preempting_traced_threads(tmp
 
 
 def test_evaluations_are_spaced_so_they_use_at_most_their_share_of_a_cpu(tmp_path: Path) -> None:
-    # given a live source allowed 1 % of a CPU, whose evaluation burns about 50 ms of CPU
-    db, end = _hung_db(tmp_path)
-    live = ExplainFindings(db, every_s=0.0, cpu_share=0.01, clock_ns=lambda: end)
-
-    def busy() -> list[Finding]:
-        t0 = time.thread_time()
-        while time.thread_time() - t0 < 0.05:
-            pass
-        return []
-
-    live.run_once = busy  # type: ignore[method-assign]
-    # when it runs once through the live path
-    live.findings(WINDOW)
-    live.wait()
-    # then the next evaluation is due no sooner than its CPU time over its share
-    assert live._interval_s >= 0.05 / 0.01
-    started = live._thread
-    live.findings(WINDOW)
-    assert live._thread is started  # not started again
+    # given a live source allowed 1 % of a CPU
+    live = ExplainFindings(tmp_path / "live.db", every_s=0.0, cpu_share=0.01)
+    # then after an evaluation that burned 50 ms of CPU, the next one is due no sooner than 5 s later
+    assert live.next_interval(0.05) == 0.05 / 0.01
     # and a cheap evaluation leaves the interval at every_s
     assert live.next_interval(0.0) == 0.0
-    assert ExplainFindings(db, every_s=3.0).next_interval(0.01) == 3.0
+    assert ExplainFindings(tmp_path / "live.db", every_s=3.0).next_interval(0.01) == 3.0
