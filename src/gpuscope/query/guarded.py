@@ -28,7 +28,7 @@ from gpuscope.recording import open_recording
 from gpuscope.store.session_scope import ChosenSessions
 
 DEFAULT_TIMEOUT_S = 5.0
-MAX_VALUE_BYTES = 64 * MiB
+MAX_VALUE_BYTES = 4 * MiB
 # Rows fetched from SQLite at a time: few, so that a result's size is checked before many long rows pile up.
 _FETCH_ROWS = 64
 # Python 3.10's sqlite3 cannot set SQLITE_LIMIT_LENGTH: each value is then checked once fetched.
@@ -206,7 +206,7 @@ def open_reader(
 ) -> GuardedReader:
     """Open ``path`` read-only for user SQL: filter views first, then the size limits and the authorizer.
 
-    ``limits``: see ``ResultLimits`` (default: 64 MiB a value, rows not counted).
+    ``limits``: see ``ResultLimits`` (default: 4 MiB a value, rows not counted).
     Raises DatabaseError / SchemaTooNewError from ``open_recording``.
     """
     limits = limits or ResultLimits()

@@ -108,12 +108,33 @@ def test_a_cross_join_streams_until_the_time_limit_in_bounded_memory(db: Path, t
 
 
 def test_a_row_of_many_long_values_is_stopped_by_the_sqlite_heap_cap(db: Path, tmp_path: Path) -> None:
-    # 80 values of 40 MB, each under the 64 MiB value limit: 3.2 GB in one row
-    sql = "SELECT " + ", ".join(["zeroblob(40000000)"] * 80)
+    # 100 values of 4 MB, each under the 4 MiB value limit: 400 MB in one row
+    sql = "SELECT " + ", ".join(["zeroblob(4000000)"] * 100)
     run = run_measured(tmp_path, "--db", str(db), "--csv", sql)
     assert_too_large(run)
     assert f"{SQLITE_HEAP_BYTES >> 20} MiB in this process" in run.stderr
     assert run.peak_rss < RSS_BOUND and run.seconds < TIME_BOUND_S
+
+
+def test_a_function_of_many_megabytes_a_row_is_refused_at_once_not_run_past_the_time_limit(
+    db: Path, tmp_path: Path
+) -> None:
+    # given the statement that ran 37.6 s past a 5 s limit: 60 MB made per row, one VM step each
+    sql = "SELECT count(*) FROM event_log WHERE length(randomblob(60000000))>0"
+    run = run_measured(tmp_path, "--db", str(db), "--timeout", "1s", sql)
+    # then SQLite refuses to make the value at all (the limit is the API's: 4 MiB)
+    assert_too_large(run)
+    assert "a value longer than 4 MiB" in run.stderr
+    assert run.peak_rss < RSS_BOUND and run.seconds < TIME_BOUND_S
+
+
+def test_the_time_limit_holds_when_every_row_costs_milliseconds(db: Path, tmp_path: Path) -> None:
+    # given rows that each make a value just under the limit (~3 ms a row, all inside single VM steps)
+    sql = "SELECT count(*) FROM event_log WHERE length(randomblob(4000000))>0"
+    run = run_measured(tmp_path, "--db", str(db), "--timeout", "1s", sql)
+    # then the deadline stops it: the clock is read every PROGRESS_STEPS steps, a fraction of a second of them
+    assert run.returncode == 1 and "interrupted after the 1.00 s time limit" in run.stderr, run.stderr
+    assert run.seconds < 10, run.seconds  # 38 s past the limit before; about 0.2 s now
 
 
 @pytest.mark.parametrize(
