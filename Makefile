@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # On x86-64, the cross compiler of `make wheel ARCH=aarch64` (and of its test); an arm64 host builds natively.
 CROSS_PACKAGES := $(if $(filter x86_64,$(shell uname -m)),gcc-aarch64-linux-gnu)
-APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 \
+APT_PACKAGES := clang llvm libbpf-dev libbpf1 gcc make python3-venv python3-dev sqlite3 libsqlite3-dev \
                 iproute2 binutils util-linux tmux sudo chromium faketime bash-completion \
                 prometheus $(CROSS_PACKAGES)
 

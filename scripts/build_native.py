@@ -123,6 +123,8 @@ STANDINS = [
     ("standin/nccl_standin.c", "libnccl.so.2"),
     # Not a stand-in: the functions the agent times its own probes on (gpuscope.agent.calibration).
     ("calibrate/calibrate.c", "libgpuscope_calibrate.so"),
+    # Not a stand-in: the writer's rows-from-a-blob SQLite extension (gpuscope.store.bulk_rows).
+    ("sqlite_rows/sqlite_rows.c", "libgpuscope_sqlite_rows.so"),
 ]
 
 
@@ -163,6 +165,9 @@ def build_standins(root: str, out_dir: str, t: Target | None = None) -> list[str
                 "-o",
                 out,
                 src,
+                # sqlite3ext.h: the same on every architecture; a cross compiler does not look in /usr/include
+                "-idirafter",
+                "/usr/include",
                 # libdl stays a dependency where no symbol of this glibc's needs it: an older
                 # glibc provides the stand-in's dlopen there (native/standin/cudart_standin.c)
                 "-Wl,--no-as-needed",

@@ -26,6 +26,7 @@ from typing import Any, Concatenate, ParamSpec
 import numpy as np
 
 from gpuscope.store.blocks import BLOCK_COLUMNS, BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
+from gpuscope.store.bulk_rows import insert_from_blob, load_bulk_rows
 
 __all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
 
@@ -45,6 +46,10 @@ _INSERT = _INSERT_INTO + _ROW
 # 32 x 17 = 544 parameters, under SQLite's oldest limit of 999.
 _ROWS_PER_INSERT = 32
 _INSERT_MANY = _INSERT_INTO + ", ".join([_ROW] * _ROWS_PER_INSERT)
+# With gs_int64_rows (gpuscope.store.bulk_rows): a batch in one statement, its rows as one blob, at most this many
+# rows a statement (2.2 MB of values).
+_INSERT_BLOB = insert_from_blob("event_log", _COLUMNS)
+_ROWS_PER_BLOB = 16_384
 _U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
 # Where each of gpuscope.store.blocks.BLOCK_COLUMNS is among the inserted columns.
 _BLOCK_INDEX = [_COLUMNS.index(c) for c in BLOCK_COLUMNS]
@@ -173,6 +178,8 @@ class EventWriter:
         """
         self._conn = conn
         self._blocks = blocks
+        # Rows as one blob a statement where the extension loads; else values bound from Python.
+        self.bulk_rows = load_bulk_rows(conn)
         self._session_id = session_id
         self._durability = durability or Durability()
         self._on_commit = on_commit
@@ -414,11 +421,15 @@ class EventWriter:
         for i, name in enumerate(_U64_COLUMNS[1:], start=10):
             cols[:, i] = ev[name].view(np.int64)
         cols[:, 16] = 0 if stack_hashes is None else stack_hashes
-        bulk = n - n % _ROWS_PER_INSERT
-        if bulk:
-            self._conn.executemany(_INSERT_MANY, cols[:bulk].reshape(-1, _NCOLS * _ROWS_PER_INSERT).tolist())
-        if bulk < n:
-            self._conn.executemany(_INSERT, cols[bulk:].tolist())
+        if self.bulk_rows:
+            for at in range(0, n, _ROWS_PER_BLOB):
+                self._conn.execute(_INSERT_BLOB, (cols[at : at + _ROWS_PER_BLOB].tobytes(),))
+        else:
+            bulk = n - n % _ROWS_PER_INSERT
+            if bulk:
+                self._conn.executemany(_INSERT_MANY, cols[:bulk].reshape(-1, _NCOLS * _ROWS_PER_INSERT).tolist())
+            if bulk < n:
+                self._conn.executemany(_INSERT, cols[bulk:].tolist())
         self.rows_written += n
         self._txn_rows += n
         if not self._blocks:

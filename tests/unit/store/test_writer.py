@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 
 import numpy as np
 import pytest
 
+import gpuscope.store.writer as writer_module
 from gpuscope.bpf.wire import EVENT_DTYPE
+from gpuscope.store.bulk_rows import load_bulk_rows
 from gpuscope.store.stacks_write import insert_event_stacks, insert_stacks
 from gpuscope.store.writer import Durability, EventWriter, events_end_ns
 
@@ -81,10 +84,20 @@ def test_events_end_where_the_last_stored_event_ends(conn: sqlite3.Connection, s
     assert (empty, events_end_ns(conn)) == (0, 7_000 + 2 * 100 + 50)
 
 
+@pytest.mark.parametrize("path", ["blob", "bound values"])
 def test_every_column_of_every_event_is_stored_in_order_whatever_the_batch_length(
-    conn: sqlite3.Connection, session_id: int
+    conn: sqlite3.Connection, session_id: int, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # given batches around the writer's rows-per-statement (whole statements and a remainder)
+    # given the writer storing rows one blob a statement (32 rows at most, so batches span statements), or
+    # binding every value where the extension cannot load
+    if path == "blob":
+        monkeypatch.setattr(writer_module, "_ROWS_PER_BLOB", 32)
+        if not load_bulk_rows(sqlite3.connect(":memory:")):
+            assert os.environ.get("CI") != "true", "gs_int64_rows did not load"
+            pytest.skip("this Python's sqlite3 cannot load extensions")
+    else:
+        monkeypatch.setattr(writer_module, "load_bulk_rows", lambda c: False)
+    # and batches around the rows per statement (whole statements and a remainder)
     rng = np.random.default_rng(11)
     batches = [_events(n, start_ns=10_000 * n) for n in (1, 31, 32, 33, 70)]
     for ev in batches:
@@ -93,6 +106,7 @@ def test_every_column_of_every_event_is_stored_in_order_whatever_the_batch_lengt
         ev["pid"], ev["tid"] = rng.integers(1, 2**31, len(ev)), rng.integers(1, 2**31, len(ev))
         ev["op"], ev["flags"], ev["ret"] = rng.integers(0, 256, len(ev)), 1, rng.integers(-5, 5, len(ev))
     writer = EventWriter(conn, session_id)
+    assert writer.bulk_rows is (path == "blob")
 
     # when
     for ev in batches:
