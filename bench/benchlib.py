@@ -83,6 +83,17 @@ def build_c(name: str, extra: Sequence[str] = ()) -> Path:
     return out
 
 
+def build_hammer() -> Path:
+    """tests/workloads/cuda_hammer.c linked against the stand-in libcudart (when stale)."""
+    src, out = ROOT / "tests" / "workloads" / "cuda_hammer.c", BUILD_DIR / "cuda_hammer"
+    BUILD_DIR.mkdir(exist_ok=True)
+    if _stale(out, [src, STANDIN_CUDART]):
+        lib_dir = str(STANDIN_CUDART.parent)
+        link = [f"-L{lib_dir}", "-l:libcudart.so.12", f"-Wl,-rpath,{lib_dir}", "-lpthread"]
+        subprocess.run(["cc", "-O2", "-o", str(out), str(src), *link], check=True)
+    return out
+
+
 def build_bpf(src: Path, out: Path, include_first: Path | None = None) -> Path:
     """Compile one BPF C file with the project's flags and headers (when stale).
 

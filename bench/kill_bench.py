@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import BUILD_DIR, PYTHON, ROOT, STANDIN_CUDART, Result, build_c, median, use_source_bpf
+from benchlib import PYTHON, ROOT, STANDIN_CUDART, Result, build_c, build_hammer, median, use_source_bpf
 
 TARGET_LOST_S = 0.5
 MODERATE_RATE = 20_000
@@ -97,20 +97,6 @@ class _StderrWatch:
 
     def join(self) -> None:
         self._thread.join(timeout=10)
-
-
-def _hammer() -> Path:
-    """tests/workloads/cuda_hammer.c linked against the stand-in libcudart (when stale)."""
-    src, out = ROOT / "tests" / "workloads" / "cuda_hammer.c", BUILD_DIR / "cuda_hammer"
-    BUILD_DIR.mkdir(exist_ok=True)
-    if not out.exists() or src.stat().st_mtime > out.stat().st_mtime:
-        lib_dir = str(STANDIN_CUDART.parent)
-        link = [f"-L{lib_dir}", "-l:libcudart.so.12", f"-Wl,-rpath,{lib_dir}", "-lpthread"]
-        subprocess.run(
-            ["cc", "-O2", "-o", str(out), str(src), *link],
-            check=True,
-        )
-    return out
 
 
 def _read_file(db: Path) -> tuple[int | None, int, int, bool]:
@@ -214,7 +200,7 @@ def run(quick: bool = False) -> list[Result]:
     note_src = use_source_bpf()
     reps = 3 if quick else 6
     pace = build_c("cudapace", ["-ldl"])
-    hammer = _hammer()
+    hammer = build_hammer()
     workloads = {
         f"moderate ({MODERATE_RATE // 1000}k calls/s)": [str(pace), str(MODERATE_RATE), "60", str(STANDIN_CUDART)],
         "saturating (cuda_hammer, 2 threads)": [str(hammer), "20000000", "2"],

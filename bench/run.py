@@ -1,6 +1,6 @@
 """Run gpuscope's benchmarks and print one table: numbers beside their targets.
 
-    python bench/run.py [--quick] [overhead|budget|drain|startup|kill|vs_bpftrace|late_loads ...]
+    python bench/run.py [--quick] [overhead|budget|drain|record_all|startup|kill|vs_bpftrace|late_loads ...]
 
 Needs root (BPF, uprobes). Benchmarks report; they never fail on a missed
 target. Exit status: 0, or 1 when a benchmark could not run at all.
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import Result, render_table
 
-BENCHES = ("overhead", "budget", "drain", "startup", "kill", "vs_bpftrace", "late_loads")
+BENCHES = ("overhead", "budget", "drain", "record_all", "startup", "kill", "vs_bpftrace", "late_loads")
 
 
 def _runner(name: str) -> Callable[[bool], list[Result]]:
@@ -37,6 +37,10 @@ def _runner(name: str) -> Callable[[bool], list[Result]]:
         import drain
 
         return drain.run
+    if name == "record_all":
+        import record_all_bench
+
+        return record_all_bench.run
     if name == "kill":
         import kill_bench
 
