@@ -47,6 +47,7 @@ def test_the_wheel_is_tagged_manylinux_for_the_newest_glibc_its_libraries_need(w
         "libcuda.so.1",
         "libcudart.so.12",
         "libgpuscope_calibrate.so",
+        "libgpuscope_sqlite_rows.so",
         "libnccl.so.2",
     ]
     newest = max(newest_glibc_needed(p) for p in libraries)
