@@ -291,6 +291,19 @@ CASES: list[Case] = [
         False,
     ),
     Case("nulls-in-stacks", _steady("UPDATE stacks SET frames = NULL", loosen="stacks"), False),
+    # Names longer than gpuscope writes: the views copy them into every row a command reads (a 4 MB node made
+    # merge take 150 s and 15 GB; a 10 MB comm made export take a minute and write 230 MB).
+    Case("node-of-4-mb", _steady("UPDATE sessions SET node = printf('%.4000000c', 'n')"), True),
+    Case(
+        "comm-of-10-mb",
+        _steady("UPDATE comms SET comm = printf('%.10000000c', 'x') WHERE id = (SELECT min(comm_id) FROM event_log)"),
+        True,
+    ),
+    Case(
+        "op-name-of-1-mb",
+        _steady("UPDATE ops SET name = printf('%.1000000c', 'o') WHERE id = (SELECT min(op_id) FROM event_log)"),
+        True,
+    ),
     # Side tables with values gpuscope never writes.
     Case("session-flags-not-json", _training("UPDATE sessions SET flags = '{bad', drops = '[1,'"), False),
     Case("session-lists-not-json", _training("UPDATE sessions SET targets = 'x', libraries = '{', argv = '7'"), False),

@@ -32,11 +32,10 @@ from gpuscope.store.events_read import event_span
 from gpuscope.store.liveness import recording_holders
 from gpuscope.store.sessions_read import (
     SessionState,
-    recording_origin_ns,
     session_clocks,
     session_flag_docs,
-    session_offsets,
     session_states,
+    sessions_last_event_end,
 )
 
 # Sources whose losses are events (the ``dropped`` total); "stack" loses call stacks, "cpu_sample" on-CPU
@@ -203,6 +202,9 @@ def _until(s: SessionStatus) -> str:
     return f"up to {at}"
 
 
+MAX_STATE_LINES = 5
+
+
 def state_lines(sessions: tuple[SessionStatus, ...] | list[SessionStatus]) -> list[str]:
     """One sentence per session that is not closed or stopped early; none for complete ones.
 
@@ -210,7 +212,15 @@ def state_lines(sessions: tuple[SessionStatus, ...] | list[SessionStatus]) -> li
     "Recording:", ``query`` as its note on stderr.
     """
     lines = []
-    for s in sessions:
+    told = [s for s in sessions if s.state in ("recording", "not closed") or s.stopped_early]
+    if len(told) > MAX_STATE_LINES:
+        # A sentence for each of thousands of sessions is no note: the newest ones, and how many before them.
+        older, told = told[: -MAX_STATE_LINES + 1], told[-MAX_STATE_LINES + 1 :]
+        lines.append(
+            f"{len(older):,} earlier sessions ({older[0].session_id}–{older[-1].session_id}) were not closed or "
+            'stopped early (their states: `gpuscope query "SELECT id, end_reason, committed_wall_ns FROM sessions"`)'
+        )
+    for s in told:
         if s.state == "recording" and s.agent_pid is not None:
             lines.append(
                 f"session {s.session_id} is still being recorded (gpuscope pid {s.agent_pid}): "
@@ -274,10 +284,18 @@ def session_statuses(
     holders = sorted(recording_holders(Path(path).expanduser()) - {own}) if needs_holders and path else []
     clocks = {c.session_id: c.started_wall_ns - c.started_mono_ns for c in session_clocks(conn)}
     last_id = states[-1].session_id if states else None
+    # Files that predate commit times: a session's last stored event is the best bound there is, read for all
+    # of them at once (the last session's through the time index: its events end the recording).
+    unbounded = [
+        s.session_id
+        for s in states
+        if s.stopped_wall_ns is None and s.committed_wall_ns is None and s.session_id != last_id
+    ]
+    ends = sessions_last_event_end(conn, unbounded)
     out = []
     for s in states:
         f = flags.get(s.session_id, {})
-        until, until_from = _complete_until(conn, s, clocks.get(s.session_id, 0), s.session_id == last_id)
+        until, until_from = _complete_until(conn, s, clocks.get(s.session_id, 0), s.session_id == last_id, ends)
         if f.get("imported_from"):
             state = "imported"  # another tool's session: whether it was closed is that tool's record
         elif s.closed:
@@ -309,20 +327,17 @@ def session_statuses(
 
 
 def _complete_until(
-    conn: sqlite3.Connection, s: SessionState, wall_offset_ns: int, is_last: bool
+    conn: sqlite3.Connection, s: SessionState, wall_offset_ns: int, is_last: bool, ends: Mapping[int, int]
 ) -> tuple[int | None, str | None]:
     if s.stopped_wall_ns is not None:
         return s.stopped_wall_ns, "stop"
     if s.committed_wall_ns is not None:
         return s.committed_wall_ns, "commit"
-    # Files that predate commit times: the session's last stored event is the best bound there is.
     if is_last:
-        span = event_span(conn)  # through the time index: the last session's events end the recording
+        span = event_span(conn)
         last = None if span is None else span[1]
     else:
-        origin = recording_origin_ns(conn)
-        offsets = session_offsets(conn, s.session_id)
-        last = None if offsets is None or origin is None else origin + offsets[1]
+        last = ends.get(s.session_id)
     return (None, None) if last is None else (last + wall_offset_ns, "last event")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 
+from gpuscope.config import MAX_NODE_NAME
 from gpuscope.store.schema import MIGRATIONS
 
 VALUE_LIMIT_NS = 2**62
@@ -120,6 +121,22 @@ _SMALL_TABLES = {
 }
 _EVENTS = ("ts_ns", "duration_ns", "pid", "tid")
 
+MAX_NAME_CHARS = 256
+"""The longest process name a recording holds (the kernel's are 15 bytes; an imported one may be longer)."""
+MAX_OP_NAME_CHARS = 128
+# Names the views join onto every event (``events``: node, comm, op and its source) or onto every process: one
+# crafted long value is copied into every row a command reads. A 4 MB node made `merge` take 150 s and 15 GB;
+# a 10 MB comm made `export` take a minute and write 230 MB. gpuscope never writes them longer than this.
+_NAME_LIMITS = (
+    ("sessions", "node", MAX_NODE_NAME),
+    ("comms", "comm", MAX_NAME_CHARS),
+    ("processes", "comm", MAX_NAME_CHARS),
+    ("ops", "name", MAX_OP_NAME_CHARS),
+    ("ops", "source", MAX_OP_NAME_CHARS),
+    ("ops", "kind", MAX_OP_NAME_CHARS),
+    ("sources", "name", MAX_OP_NAME_CHARS),
+)
+
 
 def value_problem(conn: sqlite3.Connection, *, scan: bool) -> str | None:
     """The first time, duration or id of ``conn``'s recording out of range or not an integer (one line), or None.
@@ -141,6 +158,21 @@ def value_problem(conn: sqlite3.Connection, *, scan: bool) -> str | None:
             bad = [(c, v) for c, v in zip(names, row[1:], strict=True) if v is not None and not _in_range(v)]
             column, value = bad[0] if bad else (names[0], row[1])
             return f"{table} row {row[0]}: {column} is {_shown(value)}"
+    return None
+
+
+def name_problem(conn: sqlite3.Connection) -> str | None:
+    """The first name (node, process, op) of ``conn``'s recording longer than gpuscope writes (one line), or None.
+
+    Read from the small tables only: a bounded cost on open, whatever the file holds.
+    """
+    for table, column, limit in _NAME_LIMITS:
+        if column not in {c[0] for c in _columns(conn, table)}:
+            continue
+        size = f"length({column})"  # characters of text, bytes of a blob
+        row = conn.execute(f"SELECT rowid, {size} FROM {table} WHERE {size} > ? LIMIT 1", (limit,)).fetchone()
+        if row is not None:
+            return f"{table} row {row[0]}: {column} is {row[1]:,} characters long (gpuscope writes at most {limit:,})"
     return None
 
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
 from gpuscope.config import resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
-from gpuscope.store.conformance import CHANGED_REMEDY, schema_problem, value_problem
+from gpuscope.store.conformance import CHANGED_REMEDY, name_problem, schema_problem, value_problem
 from gpuscope.store.file_access import (
     READER_REMEDY,
     database_error,
@@ -335,7 +335,9 @@ def _check_pages(conn: sqlite3.Connection, path: Path, mode: ReadMode, header: _
     if problem:
         raise DatabaseError(f"{path}: is damaged ({problem})", remedy=READER_DAMAGE_REMEDY)
     # Damage met only here (past a bounded check) reaches the command line as SQLite's own "malformed" error.
-    if version >= 1 and (changed := schema_problem(conn, version) or value_problem(conn, scan=full)):
+    if version >= 1 and (
+        changed := schema_problem(conn, version) or value_problem(conn, scan=full) or name_problem(conn)
+    ):
         raise DatabaseError(f"{path}: is not as gpuscope wrote it ({changed})", remedy=CHANGED_REMEDY)
     if signature is not None:
         with _VERIFIED_LOCK:

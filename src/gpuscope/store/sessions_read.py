@@ -120,6 +120,20 @@ def session_offsets(conn: sqlite3.Connection, session_id: int) -> tuple[int, int
     return int(lo) - origin, int(hi) - origin
 
 
+def sessions_last_event_end(conn: sqlite3.Connection, session_ids: list[int]) -> dict[int, int]:
+    """The end of each listed session's last event (its clock, ns), in one pass over the events.
+
+    One grouped scan, whatever the number of sessions (one query per session read every event once a
+    session: 50,000 sessions left unclosed by hand kept a reader busy past ten minutes). Sessions without
+    events are absent.
+    """
+    if not session_ids:
+        return {}
+    wanted = set(session_ids)
+    rows = conn.execute("SELECT session_id, max(ts_ns + duration_ns) FROM event_log GROUP BY session_id").fetchall()
+    return {int(sid): int(end) for sid, end in rows if sid in wanted and end is not None}
+
+
 @dataclass(frozen=True, slots=True)
 class SessionState:
     """How one session ended (or did not), and what it lost.

@@ -149,3 +149,55 @@ def _rows(db: Path) -> list[tuple[int, int]]:
         return [(int(a), int(b)) for a, b in conn.execute("SELECT ts_ns, duration_ns FROM event_log")]
     finally:
         conn.close()
+
+
+def _add_sessions(db: Path, count: int, *, closed: bool) -> None:
+    """``count`` more sessions after the first, copies of it without events (closed or left open)."""
+    conn = sqlite3.connect(db)
+    try:
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(sessions)")]
+        first = dict(zip(cols, conn.execute("SELECT * FROM sessions ORDER BY id LIMIT 1").fetchone(), strict=True))
+        rows = []
+        for i in range(count):
+            d = {**first, "id": first["id"] + 1 + i, "uuid": f"copy-{i}"}
+            if closed:
+                d.update(stopped_wall_ns=d["started_wall_ns"] + 1, stopped_mono_ns=d["started_mono_ns"] + 1)
+                d.update(end_reason="stopped")
+            rows.append(tuple(d[c] for c in cols))
+        conn.executemany(f"INSERT INTO sessions({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_an_earlier_unclosed_session_is_complete_up_to_its_own_last_stored_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given the session with the events left unclosed, then a later run that was closed
+    db = _db(tmp_path, _gone_pid())
+    _add_sessions(db, 1, closed=True)
+    # when every session's state is read
+    assert main(["explain", "--db", str(db), "--session", "all", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["recording"]["sessions"][0]
+    # then the first is complete up to its own last event (read for every such session in one pass)
+    last = max(r[0] + r[1] for r in _rows(db))
+    assert (first["state"], first["complete_until_from"], first["complete_until_wall_ns"]) == (
+        "not closed",
+        "last event",
+        WALL0 + last,
+    )
+
+
+def test_thousands_of_unclosed_sessions_cost_one_pass_and_a_note_of_a_few_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given 20,000 sessions left unclosed (a crafted file: one query a session made this quadratic)
+    db = _db(tmp_path, _gone_pid())
+    _add_sessions(db, 19_999, closed=False)
+    # when a query reads it
+    assert main(["query", "--db", str(db), "SELECT 1"]) == 0
+    err = capsys.readouterr().err
+    # then the note names the newest few and counts the rest, in one bounded line
+    (note,) = [line for line in err.splitlines() if "earlier sessions" in line]
+    assert "19,996 earlier sessions (1–19996) were not closed or stopped early" in note
+    assert note.count("was not closed") == 4 and len(note) < 2_000
