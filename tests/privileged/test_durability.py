@@ -54,7 +54,7 @@ def read(db: Path, sql: str, params: tuple[object, ...] = ()) -> list[tuple[obje
 
 def the_session(db: Path) -> dict[str, object]:
     """The one session row of a recording, with its drops parsed."""
-    cols = ("stopped_wall_ns", "committed_wall_ns", "committed_mono_ns", "end_reason", "drops")
+    cols = ("stopped_wall_ns", "committed_wall_ns", "committed_mono_ns", "end_reason", "events_recorded", "drops")
     (row,) = read(db, f"SELECT {', '.join(cols)} FROM sessions")
     out = dict(zip(cols, row, strict=True))
     out["drops"] = json.loads(str(row[-1])) if row[-1] else {}
@@ -150,10 +150,10 @@ class ReaderLoop:
 
 
 class SizeSampler:
-    """Sample the size of a recording, its WAL and shared memory every ~5 ms on a thread (stat only, never open)."""
+    """Sample the size of a recording, its WAL, shared memory and reserve every ~5 ms on a thread (stat only)."""
 
     def __init__(self, db: Path) -> None:
-        self.paths = [str(db), f"{db}-wal", f"{db}-shm"]
+        self.paths = [str(db), f"{db}-wal", f"{db}-shm", f"{db}-reserve"]
         self.peak = 0
         self.peak_parts: tuple[int, ...] = ()
         self.samples = 0
@@ -298,10 +298,10 @@ def test_max_db_holds_for_file_wal_and_shm_at_every_moment_with_exact_aggregates
     # then the trace ended normally, the disk never filled
     assert trace.returncode == 0, stderr
     assert "disk is full" not in stderr and "Traceback" not in stderr
-    # and file + WAL + shared memory never passed the cap
+    # and file + WAL + shared memory + the reserve beside them never passed the cap
     assert sampler.samples > 100
     assert sampler.peak <= 5 << 20, (
-        f"peak {sampler.peak:,} B (file, WAL, shm: {sampler.peak_parts}) over {sampler.samples} samples"
+        f"peak {sampler.peak:,} B (file, WAL, shm, reserve: {sampler.peak_parts}) over {sampler.samples} samples"
     )
     # and the aggregates count every call the kernel handed over, exactly
     made = calls_made(stdout)
@@ -366,6 +366,12 @@ def test_a_sigkilled_agent_leaves_a_readable_file_complete_up_to_its_committed_t
     # and the rows are one unbroken run (no transaction torn out of the middle)
     ((lo, hi, n),) = read(db, "SELECT min(id), max(id), count(*) FROM event_log")
     assert isinstance(n, int) and n > 0 and (lo, hi) == (1, n), (lo, hi, n)
+    # and "complete up to" is no later than what is stored: with the ring full, events read last end at most a
+    # poll before it (a mark at the read time claimed 0.8-2.3 s of events still in the ring)
+    ((last_end,),) = read(db, "SELECT max(ts_ns + duration_ns) FROM event_log")
+    assert isinstance(last_end, int) and committed_mono - last_end <= 200_000_000, (committed_mono - last_end) / 1e9
+    # and the session row counts what the file holds (every event stored: --record-all)
+    assert session["events_recorded"] == n, (session["events_recorded"], n)
     # and the exact counts cover the stored calls up to shortly before the committed time: they are
     # written in order with the rows, so they count a prefix of them
     counted = aggregated_launches(db)

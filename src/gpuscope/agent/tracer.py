@@ -358,6 +358,11 @@ class Tracer:
         assert self.ring is not None
         return self.ring.read(max_records)
 
+    @property
+    def backlog(self) -> bool:
+        """Whether the last ``read`` left records in the ring (it returned its limit, and more were there)."""
+        return self.ring is not None and self.ring.backlog
+
     def read_aux(self) -> list[AuxRecord]:
         return self.aux.read() if self.aux is not None else []
 

@@ -54,6 +54,7 @@ class RingReader(_MappedRing):
 
     def __init__(self, map_fd: int, size: int) -> None:
         super().__init__(map_fd, size)
+        self.backlog = False
         self._data = np.frombuffer(self._prod_map, dtype=np.uint8, offset=self._page)
         self._hdr_u32 = np.frombuffer(self._prod_map, dtype="<u4", offset=self._page)
 
@@ -68,6 +69,8 @@ class RingReader(_MappedRing):
         """
         cons = int(self._cons.value)
         prod = int(self._prod_view[0])
+        # Whether records stay behind this read's limit: what it returns is then not all the kernel holds.
+        self.backlog = (prod - cons) // RECORD_SIZE > max_records
         avail = min((prod - cons) // RECORD_SIZE, max_records)
         if avail <= 0:
             return np.empty(0, dtype=RECORD_DTYPE["event"])

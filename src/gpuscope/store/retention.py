@@ -308,6 +308,12 @@ class Reserve:
     """
 
     SIZE = 1 << 20
+    MIN_SIZE = 64 << 10
+
+    @classmethod
+    def size_for(cls, max_bytes: int) -> int:
+        """The reserve beside a recording capped at ``max_bytes`` (0: no cap): a sixteenth of a small cap."""
+        return cls.SIZE if max_bytes <= 0 else min(cls.SIZE, max(cls.MIN_SIZE, max_bytes // 16))
 
     def __init__(self, db: Path, nbytes: int = SIZE) -> None:
         self.path = Path(f"{db}-reserve")

@@ -20,6 +20,7 @@ _CLOSE_SESSION = (
     "committed_mono_ns = coalesce(?, committed_mono_ns), end_reason = ? WHERE id = ?"
 )
 _MARK_COMMITTED = "UPDATE sessions SET committed_wall_ns = ?, committed_mono_ns = ? WHERE id = ?"
+_MARK_EVENTS = "UPDATE sessions SET events_recorded = ? WHERE id = ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +100,14 @@ def update_session_counts(conn: sqlite3.Connection, session_id: int, counts: Ses
     conn.execute(_UPDATE_COUNTS, (*counts._params(), session_id))
 
 
-def mark_committed(conn: sqlite3.Connection, session_id: int, wall_ns: int, mono_ns: int) -> None:
-    """Store that everything read up to this moment is in the transaction now committing."""
+def mark_committed(
+    conn: sqlite3.Connection, session_id: int, wall_ns: int, mono_ns: int, events_seen: int | None = None
+) -> None:
+    """Store that everything read up to this moment is in the transaction now committing (and, given, how many
+    events were read up to then: ``events_recorded`` then says what the file holds after a SIGKILL too)."""
     conn.execute(_MARK_COMMITTED, (wall_ns, mono_ns, session_id))
+    if events_seen is not None:
+        conn.execute(_MARK_EVENTS, (events_seen, session_id))
 
 
 def close_session(

@@ -28,7 +28,7 @@ import numpy as np
 from gpuscope.store.blocks import BLOCK_COLUMNS, BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
 from gpuscope.store.bulk_rows import insert_from_blob, load_bulk_rows
 
-__all__ = ["Durability", "EventWriter", "events_end_ns", "is_disk_full"]
+__all__ = ["NOW", "Durability", "EventWriter", "ReadMark", "events_end_ns", "is_disk_full"]
 
 P = ParamSpec("P")
 
@@ -80,17 +80,38 @@ class _Maintenance:
 
 
 @dataclass(frozen=True, slots=True)
-class _Batch:
-    """Events and the moment they were read from the kernel (both clocks).
+class ReadMark:
+    """How far the events read so far are complete: up to ``wall_ns``/``mono_ns``, ``events_seen`` in all.
 
-    A batch split into parts carries its read time on its last part only
-    (0 on the others): a commit may say the recording is complete up to that
-    moment only once every part is in.
+    The moment of the read where it emptied the ring; where the ring still
+    held a backlog, the end of the newest event read (what followed it was
+    still in the kernel). ``events_seen``: events read up to then, stored or
+    only counted (selective storage).
+    """
+
+    wall_ns: int
+    mono_ns: int
+    events_seen: int | None = None
+
+
+class _Now:
+    """``EventWriter.put``'s default mark: the batch completes the reading up to the moment it is put."""
+
+
+NOW = _Now()
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """Events and how far the reading was complete when they were read.
+
+    A batch split into parts carries its mark on its last part only (None on
+    the others): a commit may say the recording is complete up to it only
+    once every part is in.
     """
 
     events: np.ndarray
-    read_wall_ns: int
-    read_mono_ns: int
+    mark: ReadMark | None
     # Each event's stack hash (0: none), stored on its row (event_log.stack_hash).
     stack_hashes: np.ndarray | None = None
 
@@ -166,13 +187,13 @@ class EventWriter:
         *,
         max_pending: int = 64,
         durability: Durability | None = None,
-        on_commit: Callable[[sqlite3.Connection, int, int], None] | None = None,
+        on_commit: Callable[[sqlite3.Connection, ReadMark], None] | None = None,
         after_commit: Callable[[sqlite3.Connection], None] | None = None,
         on_failure: Callable[[], None] | None = None,
         blocks: bool = True,
     ) -> None:
-        """``on_commit(conn, read_wall_ns, read_mono_ns)`` runs inside each transaction just before it commits
-        (the moment the newest batch in it was read); ``after_commit(conn)`` runs after each commit (size caps);
+        """``on_commit(conn, mark)`` runs inside each transaction just before it commits (the ``ReadMark`` of
+        the newest batch in it); ``after_commit(conn)`` runs after each commit (size caps);
         ``on_failure()`` runs once when SQLite fails, before the queued writes that follow (it frees reserved space);
         ``blocks``: also write the rows' column blocks (``gpuscope.store.blocks``; ``SizeCap.blocks`` decides).
         """
@@ -207,17 +228,22 @@ class EventWriter:
 
     # -- producer side -------------------------------------------------------
 
-    def put(self, events: np.ndarray, stack_hashes: np.ndarray | None = None) -> None:
+    def put(
+        self, events: np.ndarray, stack_hashes: np.ndarray | None = None, mark: ReadMark | _Now | None = NOW
+    ) -> None:
         """Queue a batch, and each event's stack hash (0: none); blocks while the writer is behind (backpressure).
 
-        After a failure (see ``failure``) the batch is counted as lost instead.
+        ``mark``: how far the reading is complete once this batch is stored (``NOW``: up to this moment; None:
+        the batch says nothing of it, e.g. events made from counters). After a failure (see ``failure``) the
+        batch is counted as lost instead.
         """
         if not len(events):
             return
         if self.failure is not None:
             self._refused += len(events)
             return
-        read_wall, read_mono = time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        if isinstance(mark, _Now):
+            mark = ReadMark(time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         # Split: transactions are bounded in rows and time, and the queue in
         # time; one batch from the ring may hold more than any of these.
         limit = self._pending_limit()
@@ -233,7 +259,7 @@ class EventWriter:
                         break
                 self._pending_rows += len(part)
             hashes = None if stack_hashes is None else stack_hashes[lo : lo + step]
-            self._queue.put(_Batch(part, read_wall if last else 0, read_mono if last else 0, hashes))
+            self._queue.put(_Batch(part, mark if last else None, hashes))
 
     def write(
         self, fn: Callable[Concatenate[sqlite3.Connection, P], object], /, *args: P.args, **kwargs: P.kwargs
@@ -329,7 +355,7 @@ class EventWriter:
                     taken = self._take(item)
                     rows += taken
                     wrote = wrote or taken > 0
-                    if item.read_mono_ns:
+                    if item.mark is not None:
                         newest = item
                 if rows >= limits.rows_per_commit or time.monotonic() - began >= limits.commit_every_s:
                     break
@@ -373,7 +399,8 @@ class EventWriter:
         if self._block.rows and (flush or time.monotonic() - self._block.since >= BLOCK_MAX_AGE_S):
             self._flush_block()
         if newest is not None and self._on_commit is not None:
-            self._on_commit(self._conn, newest.read_wall_ns, newest.read_mono_ns)
+            assert newest.mark is not None
+            self._on_commit(self._conn, newest.mark)
         self._conn.execute("COMMIT")
         self._txn_rows = 0
         if self._after_commit is not None:

@@ -42,7 +42,7 @@ def test_an_endless_stream_is_committed_in_bounded_transactions(tmp_path: Path) 
         conn,
         sid,
         durability=Durability(rows_per_commit=1_000, min_pending_rows=20_000),
-        on_commit=lambda c, wall, mono: commits.append(mono),
+        on_commit=lambda c, mark: commits.append(mark.mono_ns),
     )
     for i in range(20):
         writer.put(_events(1_000, start_ns=i * 1_000_000))
@@ -61,7 +61,7 @@ def test_a_split_batch_is_marked_complete_only_with_its_last_part(tmp_path: Path
         conn,
         sid,
         durability=Durability(rows_per_commit=5_000, min_pending_rows=50_000),
-        on_commit=lambda c, wall, mono: marks.append(int(c.execute("SELECT count(*) FROM event_log").fetchone()[0])),
+        on_commit=lambda c, mark: marks.append(int(c.execute("SELECT count(*) FROM event_log").fetchone()[0])),
     )
     writer.put(_events(40_000))
     writer.close()
@@ -78,7 +78,7 @@ def test_a_slow_stream_commits_on_the_time_bound(tmp_path: Path) -> None:
         conn,
         sid,
         durability=Durability(commit_every_s=0.05, rows_per_commit=10**9),
-        on_commit=lambda c, wall, mono: commits.append(time.monotonic()),
+        on_commit=lambda c, mark: commits.append(time.monotonic()),
     )
 
     def slow(c: sqlite3.Connection) -> None:
@@ -95,7 +95,7 @@ def test_a_slow_stream_commits_on_the_time_bound(tmp_path: Path) -> None:
 def test_each_commit_says_up_to_when_the_recording_is_complete(tmp_path: Path) -> None:
     conn = connect_writer(tmp_path / "r.db")
     sid = _session(conn)
-    writer = EventWriter(conn, sid, on_commit=lambda c, wall, mono: mark_committed(c, sid, wall, mono))
+    writer = EventWriter(conn, sid, on_commit=lambda c, mark: mark_committed(c, sid, mark.wall_ns, mark.mono_ns))
     before = time.time_ns()
     writer.put(_events(100))
     writer.close()
@@ -351,3 +351,11 @@ def test_drop_advice_is_the_measured_remedy() -> None:
     assert "--ring-size" not in drop_advice({"ring_bytes": 256 << 20})
     assert "--entry-only" not in drop_advice({"ring_bytes": 32 << 20})
     assert "--pid" in drop_advice({})
+
+
+def test_the_reserve_fits_inside_a_small_cap_and_is_whole_without_one() -> None:
+    # a sixteenth of a small cap (never under 64 KiB), 1 MiB under a large one or none
+    assert Reserve.size_for(1 << 20) == 64 << 10
+    assert Reserve.size_for(8 << 20) == 512 << 10
+    assert Reserve.size_for(1 << 30) == Reserve.SIZE == 1 << 20
+    assert Reserve.size_for(0) == Reserve.SIZE
