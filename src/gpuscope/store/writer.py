@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
@@ -192,8 +192,7 @@ class EventWriter:
         on_failure: Callable[[], None] | None = None,
         blocks: bool = True,
     ) -> None:
-        """``on_commit(conn, mark)`` runs inside each transaction just before it commits (the ``ReadMark`` of
-        the newest batch in it); ``after_commit(conn)`` runs after each commit (size caps);
+        """``on_commit(conn, mark)`` runs inside each transaction just before it commits (see ``_mark``); ``after_commit(conn)`` runs after each commit (size caps);
         ``on_failure()`` runs once when SQLite fails, before the queued writes that follow (it frees reserved space);
         ``blocks``: also write the rows' column blocks (``gpuscope.store.blocks``; ``SizeCap.blocks`` decides).
         """
@@ -223,6 +222,9 @@ class EventWriter:
         # Rows per second of insert time (an average that follows the load), for the queue bound.
         self._rate = 200_000.0
         self._block = _PendingBlock()
+        # The newest mark stored, and the rows stored since (see ReadMark.events_seen).
+        self._last_mark: ReadMark | None = None
+        self._rows_after_mark = 0
         self._thread = threading.Thread(target=self._run, name="gpuscope-writer", daemon=True)
         self._thread.start()
 
@@ -347,7 +349,7 @@ class EventWriter:
                 elif isinstance(item, _Maintenance):
                     # Maintenance (retention, checkpoints) runs between transactions,
                     # after every row is in a block (retention trims blocks, not pending rows).
-                    self._commit(newest, flush=True)
+                    self._commit(self._mark(newest, wrote), flush=True)
                     item.fn(conn, *item.args, **item.kwargs)
                     conn.execute("BEGIN")
                     began, rows, newest, wrote = time.monotonic(), 0, None, False
@@ -357,6 +359,12 @@ class EventWriter:
                     wrote = wrote or taken > 0
                     if item.mark is not None:
                         newest = item
+                        self._last_mark = item.mark
+                        self._rows_after_mark = 0
+                    else:
+                        # Parts of a split batch, events made from counters: stored after the mark, counted in
+                        # the events read before the next one.
+                        self._rows_after_mark += taken
                 if rows >= limits.rows_per_commit or time.monotonic() - began >= limits.commit_every_s:
                     break
                 try:
@@ -369,13 +377,20 @@ class EventWriter:
                 item = nxt
             self._commit(self._mark(newest, wrote))
 
-    def _mark(self, newest: _Batch | None, wrote: bool) -> _Batch | None:
-        """The batch to mark committed up to; none for a transaction of shed rows only.
+    def _mark(self, newest: _Batch | None, wrote: bool) -> ReadMark | None:
+        """What a commit marks: the newest marked batch's mark, with the events read counting the rows stored
+        after it (parts of a split batch, a transaction of them alone included); none for a transaction of
+        shed rows only, or before any mark.
 
         While a reader pins the WAL, every page written stays in it: marking
         progress on each commit of shed rows would grow it by a page a commit.
         """
-        return newest if wrote or not self.shed else None
+        if not (wrote or not self.shed):
+            return None
+        mark = newest.mark if newest is not None else (self._last_mark if self._rows_after_mark else None)
+        if mark is not None and mark.events_seen is not None and self._rows_after_mark:
+            mark = replace(mark, events_seen=mark.events_seen + self._rows_after_mark)
+        return mark
 
     def _dequeued(self, batch: _Batch) -> None:
         """A batch left the queue: make room for the producer waiting in ``put``."""
@@ -395,12 +410,11 @@ class EventWriter:
             self._rate = 0.8 * self._rate + 0.2 * (len(batch.events) / spent)
         return len(batch.events)
 
-    def _commit(self, newest: _Batch | None, *, flush: bool = False) -> None:
+    def _commit(self, mark: ReadMark | None, *, flush: bool = False) -> None:
         if self._block.rows and (flush or time.monotonic() - self._block.since >= BLOCK_MAX_AGE_S):
             self._flush_block()
-        if newest is not None and self._on_commit is not None:
-            assert newest.mark is not None
-            self._on_commit(self._conn, newest.mark)
+        if mark is not None and self._on_commit is not None:
+            self._on_commit(self._conn, mark)
         self._conn.execute("COMMIT")
         self._txn_rows = 0
         if self._after_commit is not None:
