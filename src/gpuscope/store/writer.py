@@ -27,6 +27,7 @@ import numpy as np
 
 from gpuscope.store.blocks import BLOCK_COLUMNS, BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
 from gpuscope.store.bulk_rows import insert_from_blob, load_bulk_rows
+from gpuscope.store.commit_policy import NOW, Durability, NowMark, ReadMark, is_disk_full
 
 __all__ = ["NOW", "Durability", "EventWriter", "ReadMark", "events_end_ns", "is_disk_full"]
 
@@ -80,28 +81,6 @@ class _Maintenance:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadMark:
-    """How far the events read so far are complete: up to ``wall_ns``/``mono_ns``, ``events_seen`` in all.
-
-    The moment of the read where it emptied the ring; where the ring still
-    held a backlog, the end of the newest event read (what followed it was
-    still in the kernel). ``events_seen``: events read up to then, stored or
-    only counted (selective storage).
-    """
-
-    wall_ns: int
-    mono_ns: int
-    events_seen: int | None = None
-
-
-class _Now:
-    """``EventWriter.put``'s default mark: the batch completes the reading up to the moment it is put."""
-
-
-NOW = _Now()
-
-
-@dataclass(frozen=True, slots=True)
 class _Batch:
     """Events and how far the reading was complete when they were read.
 
@@ -117,32 +96,6 @@ class _Batch:
 
 
 _Item = _Batch | _Write | _Maintenance
-
-
-@dataclass(frozen=True, slots=True)
-class Durability:
-    """How often the writer commits, and how much it lets wait.
-
-    A SIGKILL loses what is not committed: at most ``commit_every_s`` of
-    transaction plus what waits in the queue, which is bounded in time:
-    ``pending_s`` of rows at the writer's measured insert rate (between
-    ``min_pending_rows`` and ``max_pending_rows``). So all but about the last
-    half second of a recording survives.
-    """
-
-    commit_every_s: float = 0.2
-    rows_per_commit: int = 50_000
-    pending_s: float = 0.1
-    min_pending_rows: int = 4_096
-    max_pending_rows: int = 100_000
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Tell whether SQLite failed because the file system is full (SQLITE_FULL, or ENOSPC as an I/O error)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code == 13:  # SQLITE_FULL
-        return True
-    return isinstance(exc, sqlite3.Error) and ("disk is full" in str(exc) or "No space left" in str(exc))
 
 
 class _PendingBlock:
@@ -222,6 +175,8 @@ class EventWriter:
         # Rows per second of insert time (an average that follows the load), for the queue bound.
         self._rate = 200_000.0
         self._block = _PendingBlock()
+        # Named writes held while shedding (see _loop).
+        self._deferred: list[_Write] = []
         # The newest mark stored, and the rows stored since (see ReadMark.events_seen).
         self._last_mark: ReadMark | None = None
         self._rows_after_mark = 0
@@ -231,7 +186,7 @@ class EventWriter:
     # -- producer side -------------------------------------------------------
 
     def put(
-        self, events: np.ndarray, stack_hashes: np.ndarray | None = None, mark: ReadMark | _Now | None = NOW
+        self, events: np.ndarray, stack_hashes: np.ndarray | None = None, mark: ReadMark | NowMark | None = NOW
     ) -> None:
         """Queue a batch, and each event's stack hash (0: none); blocks while the writer is behind (backpressure).
 
@@ -244,7 +199,7 @@ class EventWriter:
         if self.failure is not None:
             self._refused += len(events)
             return
-        if isinstance(mark, _Now):
+        if isinstance(mark, NowMark):
             mark = ReadMark(time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         # Split: transactions are bounded in rows and time, and the queue in
         # time; one batch from the ring may hold more than any of these.
@@ -329,26 +284,37 @@ class EventWriter:
         while True:
             item = self._queue.get()
             if item is None:
-                if self._block.rows:
+                if self._block.rows or self._deferred:
+                    # The end: what was held while the WAL was pinned is written now, whatever the cap says.
                     conn.execute("BEGIN")
-                    self._flush_block()
+                    self._run_deferred()
+                    if self._block.rows:
+                        self._flush_block()
                     conn.execute("COMMIT")
                 return
             conn.execute("BEGIN")
             began = time.monotonic()
             rows = 0
             newest: _Batch | None = None
-            wrote = False
+            # The WAL can be cut again: what was held while it could not goes first.
+            wrote = not self.shed and self._run_deferred()
             # Coalesce what is queued into one transaction, bounded in time and
             # rows: an endless stream must still commit (a SIGKILL loses only
             # what is not), and one transaction must fit a small --max-db.
             while True:
-                if isinstance(item, _Write):
+                if isinstance(item, _Write) and self.shed:
+                    # A reader pins the WAL and the cap is near: every page written now stays in the WAL
+                    # (aggregates, counters, marks grew a pinned WAL past a 1 MiB cap). Held, in order, until
+                    # the WAL can be cut again.
+                    self._deferred.append(item)
+                elif isinstance(item, _Write):
+                    self._run_deferred()
                     item.fn(conn, *item.args, **item.kwargs)
                     wrote = True
                 elif isinstance(item, _Maintenance):
                     # Maintenance (retention, checkpoints) runs between transactions,
                     # after every row is in a block (retention trims blocks, not pending rows).
+                    wrote = self._run_deferred() or wrote
                     self._commit(self._mark(newest, wrote), flush=True)
                     item.fn(conn, *item.args, **item.kwargs)
                     conn.execute("BEGIN")
@@ -372,10 +338,20 @@ class EventWriter:
                 except queue.Empty:
                     break
                 if nxt is None:
+                    wrote = self._run_deferred() or wrote
                     self._commit(self._mark(newest, wrote), flush=True)
                     return
                 item = nxt
             self._commit(self._mark(newest, wrote))
+
+    def _run_deferred(self) -> bool:
+        """Run the named writes held while shedding (in the transaction at hand); whether there were any."""
+        if not self._deferred:
+            return False
+        held, self._deferred = self._deferred, []
+        for item in held:
+            item.fn(self._conn, *item.args, **item.kwargs)
+        return True
 
     def _mark(self, newest: _Batch | None, wrote: bool) -> ReadMark | None:
         """What a commit marks: the newest marked batch's mark, with the events read counting the rows stored
@@ -422,8 +398,11 @@ class EventWriter:
 
     def _degraded(self) -> None:
         """After a failure: count batches as lost, run named writes one by one, until closed."""
+        # The named writes held while shedding come first, as they would have.
+        held: list[_Item | None] = list(self._deferred)
+        self._deferred = []
         while True:
-            item = self._queue.get()
+            item = held.pop(0) if held else self._queue.get()
             if item is None:
                 return
             if isinstance(item, _Batch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -157,3 +158,38 @@ def test_a_link_row_takes_precedence_over_the_stack_on_the_row(conn: sqlite3.Con
     writer.close()
     # then the view shows the call once, with its own stack
     assert conn.execute("SELECT stack_hash, call_site FROM event_call_stacks").fetchall() == [(18, "own")]
+
+
+def test_named_writes_are_held_while_shedding_and_run_in_order_once_the_wal_can_be_cut(
+    conn: sqlite3.Connection, session_id: int
+) -> None:
+    # given a writer shedding (a reader pins the WAL near the cap)
+    ran: list[str] = []
+    writer = EventWriter(conn, session_id)
+    writer.shed = True
+    # when named writes come meanwhile
+    writer.write(lambda c, label: ran.append(label), "first")
+    writer.write(lambda c, label: ran.append(label), "second")
+    writer.put(_events(5))
+    deadline = time.monotonic() + 5
+    while writer.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # a commit or two while shedding
+    # then nothing was written: the rows were shed and the writes held
+    assert ran == [] and writer.rows_shed == 5
+    # when the WAL can be cut again, the held writes run first, in order, then what follows
+    writer.shed = False
+    writer.write(lambda c, label: ran.append(label), "third")
+    writer.close()
+    assert ran == ["first", "second", "third"]
+
+
+def test_writes_still_held_at_the_end_are_written_before_the_writer_stops(
+    conn: sqlite3.Connection, session_id: int
+) -> None:
+    ran: list[str] = []
+    writer = EventWriter(conn, session_id)
+    writer.shed = True
+    writer.write(lambda c, label: ran.append(label), "counts")
+    writer.close()
+    assert ran == ["counts"]
