@@ -218,7 +218,7 @@ def state_lines(sessions: tuple[SessionStatus, ...] | list[SessionStatus]) -> li
         older, told = told[: -MAX_STATE_LINES + 1], told[-MAX_STATE_LINES + 1 :]
         lines.append(
             f"{len(older):,} earlier sessions ({older[0].session_id}–{older[-1].session_id}) were not closed or "
-            'stopped early (their states: `gpuscope query "SELECT id, end_reason, committed_wall_ns FROM sessions"`)'
+            "stopped early (each one's state: `gpuscope explain --session N`)"
         )
     for s in told:
         if s.state == "recording" and s.agent_pid is not None:
