@@ -1,4 +1,5 @@
-"""Regenerate docs/images/dashboard.png: the dashboard in headless Chromium over the synthetic `incident` demo.
+"""Regenerate docs/images/dashboard.png (1400x900) and dashboard-phone.png (390x844): the dashboard in headless
+Chromium over the synthetic `incident` demo.
 
 Usage: .venv/bin/python scripts/dashboard_screenshot.py  (needs the apt package chromium; `make setup` installs it)
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "images" / "dashboard.png"
+PHONE = ROOT / "docs" / "images" / "dashboard-phone.png"
 
 
 def main() -> int:
@@ -40,22 +42,24 @@ def main() -> int:
             url = json.loads(server.stdout.readline())["url"]
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-                page = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900}).new_page()
-                page.goto(url)
-                page.wait_for_selector("#findings li .sev", timeout=30_000)
-                page.wait_for_selector("#timeline svg", timeout=30_000)
-                # The recording's path is the scratch folder's: shown as the name a user would pass.
-                page.evaluate(
-                    "p => { const r = document.getElementById('recording'); r.textContent = r.textContent.replace(p, 'gpuscope.db'); }",
-                    str(db),
-                )
-                OUT.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(OUT), full_page=False)
+                for path, size in ((OUT, {"width": 1400, "height": 900}), (PHONE, {"width": 390, "height": 844})):
+                    page = browser.new_context(ignore_https_errors=True, viewport=size).new_page()
+                    page.goto(url)
+                    page.wait_for_selector("#findings li .sev", timeout=30_000)
+                    page.wait_for_selector("#timeline canvas", timeout=30_000)
+                    # The recording's path is the scratch folder's: shown as the name a user would pass.
+                    page.evaluate(
+                        "p => { const r = document.getElementById('recording'); "
+                        "r.textContent = r.textContent.replace(p, 'gpuscope.db'); }",
+                        str(db),
+                    )
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    page.screenshot(path=str(path), full_page=False)
                 browser.close()
         finally:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=15)
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    print(f"wrote {OUT.relative_to(ROOT)} and {PHONE.relative_to(ROOT)}")
     return 0
 
 

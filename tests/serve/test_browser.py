@@ -63,7 +63,20 @@ def test_the_dashboard_shows_a_contention_run_and_escapes_hostile_names(page, tm
         assert HOSTILE_COMM in page.inner_text("#processes")
         assert HOSTILE_COMM in findings
         assert page.evaluate("document.querySelectorAll('svg[onload], img[onerror]').length") == 0
-        assert page.evaluate("document.querySelectorAll('#timeline svg polyline').length") >= 2
+        # the timeline is drawn by the vendored chart library, one series per op, with its axes' units
+        page.wait_for_selector("#timeline canvas", timeout=30_000)
+        assert page.evaluate("document.querySelectorAll('#timeline .u-legend .u-series').length") >= 3
+        # (the canvas draws the axis titles; the box carries them as text too) and its legend gives each
+        # op's value with its unit where the cursor is
+        assert page.get_attribute("#timeline", "data-axes") == '["time (UTC)","slowest call (log scale)"]'
+        over = page.locator("#timeline .u-over").bounding_box()
+        assert over is not None
+        for x in range(1, 20):
+            page.mouse.move(over["x"] + over["width"] * x / 20, over["y"] + over["height"] / 2)
+            if any(u in page.inner_text("#timeline .u-legend") for u in (" ms", " µs", " s")):
+                break
+        legend = page.inner_text("#timeline .u-legend")
+        assert any(unit in legend for unit in (" ms", " µs", " s")), legend
         # a recording without on-CPU samples has no profile section
         page.wait_for_selector("#profile-section[data-samples='0']", state="attached", timeout=30_000)
         assert not page.is_visible("#profile-section")
@@ -120,3 +133,91 @@ def test_the_host_time_section_shows_the_sampled_functions_as_text_and_downloads
         doc = json.loads(Path(download.path()).read_text())
         assert [sum(p["weights"]) for p in doc["profiles"]] == [30, 10]
     assert problems == []
+
+
+def _problems(page) -> list[str]:
+    """Console errors, page errors and requests that leave the dashboard's origin, collected as they come."""
+    seen: list[str] = []
+    page.on("console", lambda m: seen.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen.append(f"page error: {e}"))
+    return seen
+
+
+def test_the_first_screen_says_what_is_wrong_where_and_since_when_without_scrolling(page, tmp_path: Path) -> None:
+    # given a contention run, opened at 1400x900
+    db = contention_recording(tmp_path / "run.db")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    origins: list[str] = []
+    page.on("request", lambda r: origins.append(r.url.split("/")[2]))
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#lost-bar span", timeout=30_000)
+        page.wait_for_selector("#timeline canvas", timeout=30_000)
+        # then the headline figures, the time lost by cause and the top finding, and the timeline drawn with
+        # that finding's op, are all on the first screen
+        figures = page.inner_text("#figures")
+        for label in ("window", "events", "findings", "busiest op", "gpuscope's own cost"):
+            assert label in figures, figures
+        kinds = page.eval_on_selector_all("#lost-bar span", "spans => spans.map(s => s.dataset.kind)")
+        top = page.inner_text("#top-finding")
+        assert kinds and any(k in top for k in kinds), (kinds, top)
+        assert "cpu-preemption" in top
+        for selector in ("#figures", "#lost-bar", "#top-finding", "#timeline canvas"):
+            box = page.locator(selector).first.bounding_box()
+            assert box is not None and box["y"] + box["height"] <= 900, (selector, box)
+        # and the bar's segments are shares of the window: together at most its whole width
+        widths = page.eval_on_selector_all("#lost-bar span", "s => s.map(x => x.getBoundingClientRect().width)")
+        bar = page.locator("#lost-bar").bounding_box()
+        assert bar is not None and 0 < sum(widths) <= bar["width"] + 1
+        # and nothing came from anywhere but the dashboard itself, with no console error
+        assert set(origins) == {server.info["url"].split("/")[2]}, set(origins)
+        assert problems == []
+        shot = tmp_path / "first-screen.png"
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000
+
+
+def test_dragging_across_the_timeline_reads_that_span_and_a_double_click_the_whole_window_again(
+    page, tmp_path: Path
+) -> None:
+    db = contention_recording(tmp_path / "run.db")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/timeline" in r.url else None)
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#timeline .u-over", timeout=30_000)
+        over = page.locator("#timeline .u-over").bounding_box()
+        assert over is not None
+        # when a third of the chart is dragged across
+        y = over["y"] + over["height"] / 2
+        page.mouse.move(over["x"] + over["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(over["x"] + over["width"] * 0.6, y, steps=5)
+        page.mouse.up()
+        # then the timeline is read again for that span only
+        page.wait_for_function("() => true")
+        page.wait_for_timeout(1500)
+        zoomed = [u for u in asked if "from=" in u and "to=" in u]
+        assert zoomed, asked
+        # and a double click reads the whole window again
+        before = len(asked)
+        page.dblclick("#timeline .u-over")
+        page.wait_for_timeout(1500)
+        assert any("from=" not in u for u in asked[before:]), asked[before:]
+        assert problems == []
+
+
+def test_a_phone_sized_screen_keeps_the_page_readable_without_sideways_scrolling(page, tmp_path: Path) -> None:
+    db = contention_recording(tmp_path / "run.db")
+    page.set_viewport_size({"width": 390, "height": 844})
+    problems = _problems(page)
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#timeline canvas", timeout=30_000)
+        page.wait_for_selector("#lost-bar span", timeout=30_000)
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= 390 + 1
+        assert "cpu-preemption" in page.inner_text("#top-finding")
+        assert problems == []

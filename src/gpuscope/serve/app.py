@@ -76,12 +76,22 @@ def parse_json_body(raw: bytes) -> Any:
         raise ValueError("a number with too many digits") from None
 
 
-def _static(name: str) -> bytes:
-    return (resources.files("gpuscope.serve") / "static" / name).read_bytes()
+def _static(*parts: str) -> bytes:
+    path = resources.files("gpuscope.serve") / "static"
+    for part in parts:
+        path = path / part
+    return path.read_bytes()
 
 
 def static_names() -> list[str]:
-    return sorted(p.name for p in (resources.files("gpuscope.serve") / "static").iterdir() if p.name[0] != ".")
+    static = resources.files("gpuscope.serve") / "static"
+    return sorted(p.name for p in static.iterdir() if p.name[0] != "." and p.is_file())
+
+
+def vendored_files() -> dict[str, frozenset[str]]:
+    """The front-end libraries shipped in the package (scripts/vendor_web.py): package -> its files."""
+    manifest = json.loads((resources.files("gpuscope.serve") / "static" / "vendor" / "MANIFEST.json").read_text())
+    return {name: frozenset(entry["files"]) for name, entry in manifest.items()}
 
 
 def _query(api: Api, body: dict[str, Any]) -> dict[str, Any]:
@@ -191,6 +201,13 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
             return _error(404, "not_found", f"no such file: {name}")
         return static_file(name)
 
+    async def vendored(request: Request) -> Response:
+        package, name = request.path_params["package"], request.path_params["name"]
+        if name not in vendored_files().get(package, frozenset()):
+            return _error(404, "not_found", f"no such file: {package}/{name}")
+        media = STATIC_TYPES.get(Path(name).suffix, "text/plain; charset=utf-8")  # the licence has no suffix
+        return Response(_static("vendor", package, name), media_type=media)
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         codes = {404: "not_found", 405: "method_not_allowed"}
@@ -203,6 +220,7 @@ def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
     routes = [
         Route("/", page, methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
+        Route("/static/vendor/{package}/{name}", vendored, methods=["GET"]),
         Route("/favicon.ico", lambda request: static_file("favicon.svg"), methods=["GET"]),
         Route("/api/v1/", index, methods=["GET"]),
         Route("/api/v1", index, methods=["GET"]),

@@ -3,7 +3,6 @@
 // it is only ever put into the page as text (textContent, createTextNode), never as HTML.
 "use strict";
 
-const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#2f6fde", "#d92d20", "#067647", "#b54708", "#7a5af8", "#0e9384", "#c11574", "#667085"];
 const state = { session: "last", since: "", from: null, to: null, op: null, pid: null };
 
@@ -19,6 +18,7 @@ const FindingWire = Object.freeze({
   comm: (f) => f.symptom.comm,
   evidence: (f) => (f.causes || []).map((c) => c.evidence || []),  // one list of lines per cause
   fix: (f) => f.fix,
+  lostNs: (f) => f.impact.lost_ns,
 });
 
 function el(tag, attrs, ...children) {
@@ -132,6 +132,57 @@ function renderSystem(s) {
     + ` · Swap ${fmtBytes(last.swap_used_bytes ?? 0)}`;
 }
 
+// The first screen: the window and its headline figures, the time lost by cause as one stacked bar, and the
+// top finding in one line (its picture is the timeline below, the finding's op drawn thickest).
+function renderHeadline(o, f, ops) {
+  const w = o.window, F = FindingWire;
+  const wallNs = Math.max(1, (w.end_wall_ns || 0) - (w.start_wall_ns || 0));
+  const busiest = [...ops.ops].filter((op) => op.time_share !== null && op.time_share !== undefined)
+    .sort((a, b) => b.time_share - a.time_share)[0];
+  const own = o.sampling && o.sampling.self_cost && o.sampling.self_cost.length
+    ? Math.max(...o.sampling.self_cost.map((c) => c.share)) : null;
+  const counts = Object.entries(o.finding_counts).map(([sev, n]) => `${n} ${sev}`).join(" · ");
+  const figures = [
+    ["window", fmtNs(wallNs)],
+    ["events", (w.events || 0).toLocaleString()],
+    ["findings", counts || "none"],
+    ["busiest op", busiest ? `${busiest.op} ${(100 * busiest.time_share).toFixed(0)}%` : "—"],
+    ["gpuscope's own cost", own === null ? "—" : `${(100 * own).toFixed(2)}% (measured)`],
+  ];
+  document.getElementById("figures").replaceChildren(
+    ...figures.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+  const byKind = new Map();
+  for (const finding of f.findings) {
+    const lost = F.lostNs(finding) || 0;
+    if (lost > 0) byKind.set(F.kind(finding), (byKind.get(F.kind(finding)) || 0) + lost);
+  }
+  const kinds = [...byKind.entries()].sort((a, b) => b[1] - a[1]);
+  const total = kinds.reduce((sum, [, ns]) => sum + ns, 0);
+  const scale = total > wallNs ? wallNs / total : 1;  // overlapping findings: shares of the bar, not of the time
+  const bar = document.getElementById("lost-bar"), legend = document.getElementById("lost-legend");
+  document.getElementById("lost").hidden = !kinds.length;
+  bar.replaceChildren();
+  legend.replaceChildren();
+  kinds.forEach(([kind, ns], i) => {
+    const colour = COLOURS[i % COLOURS.length], share = ns / wallNs;
+    const label = `${kind}: ${(100 * share).toFixed(0)}% of the time (${fmtNs(ns)})`;
+    bar.append(el("span", { title: label, "data-kind": kind,
+      style: { width: `${(100 * share * scale).toFixed(2)}%`, background: colour } }));
+    legend.append(el("span", {}, el("i", { style: { background: colour } }), label));
+  });
+  bar.setAttribute("aria-label", kinds.length ? kinds.map(([k, ns]) => `${k} ${fmtNs(ns)}`).join(", ") : "no time lost");
+  const top = f.findings[0];
+  const line = document.getElementById("top-finding");
+  line.replaceChildren();
+  if (top) {
+    line.append(el("span", { class: `sev sev-${F.severity(top)}` }, F.severity(top)), " ",
+      el("strong", {}, F.kind(top)), ": ", F.summary(top));
+  } else {
+    line.append(el("span", { class: "muted" }, "no findings in this window"));
+  }
+  return top ? F.op(top) : null;
+}
+
 function renderFindings(f) {
   const list = document.getElementById("findings");
   list.replaceChildren();
@@ -186,62 +237,57 @@ function renderProcesses(p, containers) {
   }
 }
 
-function renderTimeline(t) {
+// The timeline: the slowest call of each interval, per op, on a log scale in ms (uPlot, vendored in the
+// package). Intervals without calls are gaps, not lines drawn across them. Dragging across it reads that
+// span again from the API; a double click goes back to the whole window.
+let plot = null;
+
+function msText(v) {
+  return v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : v >= 1 ? `${+v.toFixed(1)} ms` : `${+(v * 1000).toFixed(1)} µs`;
+}
+
+function renderTimeline(t, topOp) {
   const box = document.getElementById("timeline");
-  const legend = document.getElementById("timeline-legend");
+  if (plot) { plot.destroy(); plot = null; }
   box.replaceChildren();
-  legend.replaceChildren();
-  if (!t.series.length) { box.append(el("p", { class: "muted" }, "no events")); return; }
   const timed = t.series.filter((s) => s.points.some((p) => p[3] > 0))
     .sort((a, b) => Math.max(...b.points.map((p) => p[3])) - Math.max(...a.points.map((p) => p[3]))).slice(0, 8);
-  const width = 1000, height = 200, buckets = Math.max(1, Math.ceil((t.end_wall_ns - t.start_wall_ns) / t.bucket_ns));
-  const maxNs = Math.max(1, ...timed.flatMap((s) => s.points.map((p) => p[3])));
-  const minNs = Math.max(1, Math.min(...timed.flatMap((s) => s.points.map((p) => p[3]).filter((v) => v > 0))));
-  const y = (ns) => height - 10 - (height - 20) * (Math.log(Math.max(ns, minNs) / minNs) / Math.log(Math.max(maxNs / minNs, 10)));
-  const x = (b) => (width * (b + 0.5)) / buckets;
-  const svg = document.createElementNS(SVG, "svg");
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  timed.forEach((s, i) => {
-    const colour = COLOURS[i % COLOURS.length];
-    const line = document.createElementNS(SVG, "polyline");
-    line.setAttribute("points", s.points.filter((p) => p[3] > 0).map((p) => `${x(p[0])},${y(p[3])}`).join(" "));
-    line.setAttribute("fill", "none");
-    line.setAttribute("stroke", colour);
-    line.setAttribute("stroke-width", "1.5");
-    line.setAttribute("vector-effect", "non-scaling-stroke");
-    const title = document.createElementNS(SVG, "title");
-    title.textContent = s.op;
-    line.append(title);
-    svg.append(line);
-    legend.append(el("span", {}, el("i", { style: { background: colour } }), s.op));
-  });
-  legend.append(el("span", { class: "muted" }, `${fmtWall(t.start_wall_ns)} – ${fmtWall(t.end_wall_ns)}, max ${fmtNs(maxNs)}`));
-  const sel = document.createElementNS(SVG, "rect");
-  sel.setAttribute("fill", "rgba(47,111,222,0.15)");
-  sel.setAttribute("height", String(height));
-  svg.append(sel);
-  let start = null;
-  const at = (ev) => (ev.offsetX / svg.clientWidth) * width;
-  svg.addEventListener("mousedown", (ev) => { start = at(ev); sel.setAttribute("x", String(start)); sel.setAttribute("width", "0"); });
-  svg.addEventListener("mousemove", (ev) => {
-    if (start === null) return;
-    const now = at(ev);
-    sel.setAttribute("x", String(Math.min(start, now)));
-    sel.setAttribute("width", String(Math.abs(now - start)));
-  });
-  svg.addEventListener("mouseup", (ev) => {
-    if (start === null) return;
-    const a = Math.min(start, at(ev)), b = Math.max(start, at(ev));
-    start = null;
-    if (b - a < 5) return;
-    const span = t.end_wall_ns - t.start_wall_ns;
-    state.from = `@${((t.start_wall_ns + (span * a) / width) / 1e9).toFixed(6)}`;
-    state.to = `@${((t.start_wall_ns + (span * b) / width) / 1e9).toFixed(6)}`;
-    refresh();
-  });
-  svg.addEventListener("dblclick", () => { state.from = null; state.to = null; refresh(); });
-  box.append(svg);
+  if (!timed.length || !t.bucket_ns) { box.append(el("p", { class: "muted" }, "no timed calls in this window")); return; }
+  const buckets = Math.max(1, Math.ceil((t.end_wall_ns - t.start_wall_ns) / t.bucket_ns));
+  const xs = Array.from({ length: buckets }, (_, b) => (t.start_wall_ns + (b + 0.5) * t.bucket_ns) / 1e9);
+  const data = [xs, ...timed.map((s) => {
+    const ys = new Array(buckets).fill(null);
+    for (const p of s.points) if (p[3] > 0 && p[0] >= 0 && p[0] < buckets) ys[p[0]] = p[3] / 1e6;
+    return ys;
+  })];
+  const opts = {
+    width: Math.max(320, box.clientWidth || 1000),
+    height: 240,
+    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+    scales: { x: { time: true }, y: { distr: 3 } },
+    axes: [
+      { label: "time (UTC)", labelSize: 18 },
+      // Decades only: a log axis's ticks between them would print over each other.
+      { label: "slowest call (log scale)", labelSize: 18, size: 70,
+        values: (u, vals) => vals.map((v) => (Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-6 ? msText(v) : "")) },
+    ],
+    series: [{ label: "time (UTC)" }, ...timed.map((s, i) => ({
+      label: s.op, stroke: COLOURS[i % COLOURS.length], width: s.op === topOp ? 3 : 1.25,
+      spanGaps: false, points: { show: false }, value: (u, v) => (v === null ? "—" : msText(v)),
+    }))],
+    cursor: { drag: { x: true, y: false, setScale: false } },
+    hooks: { setSelect: [(u) => {
+      if (u.select.width < 5) return;
+      const a = u.posToVal(u.select.left, "x"), b = u.posToVal(u.select.left + u.select.width, "x");
+      u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+      state.from = `@${a.toFixed(6)}`;
+      state.to = `@${b.toFixed(6)}`;
+      refresh();
+    }] },
+  };
+  plot = new uPlot(opts, data, box);
+  box.dataset.axes = JSON.stringify(opts.axes.map((a) => a.label));  // the canvas's axis titles, as text too
+  box.ondblclick = () => { state.from = null; state.to = null; refresh(); };
 }
 
 async function refreshStacks() {
@@ -304,9 +350,10 @@ async function refresh() {
     renderFilter();
     renderSessions(overview.sessions);
     renderOverview(overview);
+    const topOp = renderHeadline(overview, findings, ops);
     renderOps(ops, renderFindings(findings));
     renderProcesses(processes, containers);
-    renderTimeline(timeline);
+    renderTimeline(timeline, topOp);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     await refreshProfile();
   } catch (err) {
@@ -321,6 +368,10 @@ document.addEventListener("DOMContentLoaded", () => {
     refresh();
   });
   document.getElementById("pid-filter").addEventListener("click", () => { state.pid = null; refresh(); });
+  window.addEventListener("resize", () => {
+    const box = document.getElementById("timeline");
+    if (plot) plot.setSize({ width: Math.max(320, box.clientWidth), height: 240 });
+  });
   setInterval(() => { if (document.getElementById("live").checked && !document.hidden) refresh(); }, 3000);
   refresh();
 });
