@@ -160,13 +160,17 @@ def test_a_link_row_takes_precedence_over_the_stack_on_the_row(conn: sqlite3.Con
     assert conn.execute("SELECT stack_hash, call_site FROM event_call_stacks").fetchall() == [(18, "own")]
 
 
+def _shedding(conn: sqlite3.Connection, session_id: int) -> tuple[EventWriter, list[str]]:
+    """A writer shedding (a reader pins the WAL near the cap), and the labels of the named writes that ran."""
+    writer = EventWriter(conn, session_id)
+    writer.shed = True
+    return writer, []
+
+
 def test_named_writes_are_held_while_shedding_and_run_in_order_once_the_wal_can_be_cut(
     conn: sqlite3.Connection, session_id: int
 ) -> None:
-    # given a writer shedding (a reader pins the WAL near the cap)
-    ran: list[str] = []
-    writer = EventWriter(conn, session_id)
-    writer.shed = True
+    writer, ran = _shedding(conn, session_id)
     # when named writes come meanwhile
     writer.write(lambda c, label: ran.append(label), "first")
     writer.write(lambda c, label: ran.append(label), "second")
@@ -187,9 +191,7 @@ def test_named_writes_are_held_while_shedding_and_run_in_order_once_the_wal_can_
 def test_writes_still_held_at_the_end_are_written_before_the_writer_stops(
     conn: sqlite3.Connection, session_id: int
 ) -> None:
-    ran: list[str] = []
-    writer = EventWriter(conn, session_id)
-    writer.shed = True
+    writer, ran = _shedding(conn, session_id)
     writer.write(lambda c, label: ran.append(label), "counts")
     writer.close()
     assert ran == ["counts"]
