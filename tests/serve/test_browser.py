@@ -163,6 +163,10 @@ def test_the_first_screen_says_what_is_wrong_where_and_since_when_without_scroll
         top = page.inner_text("#top-finding")
         assert kinds and any(k in top for k in kinds), (kinds, top)
         assert "cpu-preemption" in top
+        # and under the timeline, the traced process's lane: its GPU calls, and the preemption that slowed them
+        page.wait_for_selector("#lanes canvas", timeout=30_000)
+        pids = page.eval_on_selector_all("#lanes canvas", "c => c.map(x => Number(x.dataset.pid))")
+        assert pids[:1] == [100], pids
         for selector in ("#figures", "#lost-bar", "#top-finding", "#timeline canvas"):
             box = page.locator(selector).first.bounding_box()
             assert box is not None and box["y"] + box["height"] <= 900, (selector, box)

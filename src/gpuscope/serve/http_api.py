@@ -23,6 +23,8 @@ from gpuscope._version import __version__
 from gpuscope.analysis.collectives import DEFAULT_LIMIT as COLLECTIVES_DEFAULT
 from gpuscope.analysis.collectives import MAX_LIMIT as COLLECTIVES_MAX
 from gpuscope.analysis.engine import ExplainOptions, explain_db, resolve_window
+from gpuscope.analysis.frame import load_frame
+from gpuscope.analysis.lanes import Lane, thread_lanes
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice
@@ -272,6 +274,29 @@ class Api:
             s["points"].append([int(r["b"]), r["n"], round(r["mean_ns"] or 0), r["max_ns"]])
         return {"start_wall_ns": first, "end_wall_ns": last, "bucket_ns": width, "series": list(series.values())}
 
+    def lanes(
+        self,
+        since_ns: int | None = None,
+        start: TimePoint | None = None,
+        end: TimePoint | None = None,
+        width: int = 600,
+        sessions: SessionChoice = LAST_RUN,
+    ) -> dict[str, Any]:
+        """Per thread that made GPU calls (the busiest first): its shares of each of ``width`` intervals in GPU
+        calls, preempted and blocked (gpuscope.analysis.lanes), over the span ``timeline`` would read."""
+        lo, hi = self.read(session_wall_bounds, sessions)
+        if lo is None:
+            return {"start_wall_ns": None, "end_wall_ns": None, "width": width, "lanes": []}
+        first, last = (hi - since_ns if since_ns is not None else lo), hi
+        if start is not None:
+            first = max(lo, start.resolve(lo, hi))
+        if end is not None:
+            last = min(hi, end.resolve(lo, hi))
+        last = max(last, first + 1)
+        opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
+        found = self.read(_thread_lanes, opts, width)
+        return {"start_wall_ns": first, "end_wall_ns": last, "width": width, "lanes": [x.as_dict() for x in found]}
+
     def graph_events(self, limit: int = DEFAULT_ROWS) -> dict[str, Any]:
         return {"graph_events": self.read(store.graph_event_rows, limit)}
 
@@ -342,6 +367,11 @@ class Api:
             finally:
                 result.close()
         return {"columns": result.columns, "rows": rows, "truncated": False}
+
+
+def _thread_lanes(conn: sqlite3.Connection, opts: ExplainOptions, width: int) -> list[Lane]:
+    w = resolve_window(conn, opts)
+    return thread_lanes(load_frame(conn, w.start_ns, w.end_ns), w.start_ns, w.end_ns, width)
 
 
 def session_wall_bounds(conn: sqlite3.Connection, sessions: SessionChoice) -> tuple[int | None, int | None]:
@@ -429,6 +459,13 @@ ENDPOINTS = [
         (SESSION, SINCE, FROM, TO, Param("buckets", "how many buckets (1..2000)", Kind.INT, 1, 2000, 120)),
         Api.timeline,
         schemas.TIMELINE,
+    ),
+    Endpoint(
+        "/lanes",
+        "per thread that made GPU calls: its share of each interval in GPU calls, preempted and blocked",
+        (SESSION, SINCE, FROM, TO, Param("width", "how many intervals (1..2000)", Kind.INT, 1, 2000, 600)),
+        Api.lanes,
+        schemas.LANES,
     ),
     Endpoint("/graph-events", "CUDA Graph calls, newest first", (LIMIT,), Api.graph_events, schemas.GRAPH_EVENTS),
     Endpoint(

@@ -212,6 +212,27 @@ TIMELINE = obj(
         ),
     }
 )
+LANES = obj(
+    {
+        "start_wall_ns": N_INT,
+        "end_wall_ns": N_INT,
+        "width": INT,
+        "lanes": array(
+            obj(
+                {
+                    "pid": INT,
+                    "tid": INT,
+                    "comm": N_STR,
+                    "gpu_ns": INT,
+                    # each: one share in [0, 1] per pixel interval
+                    "gpu": array(NUM),
+                    "preempted": array(NUM),
+                    "blocked": array(NUM),
+                }
+            )
+        ),
+    }
+)
 GRAPH_EVENTS = obj({"graph_events": array(OBJECT)})
 GRAPH_METRICS = obj(
     {

@@ -264,7 +264,8 @@ function renderTimeline(t, topOp) {
     width: Math.max(320, box.clientWidth || 1000),
     height: 240,
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
-    scales: { x: { time: true }, y: { distr: 3 } },
+    // The window's own bounds, as the lanes below use: the two line up on one time axis.
+    scales: { x: { time: true, range: [t.start_wall_ns / 1e9, t.end_wall_ns / 1e9] }, y: { distr: 3 } },
     axes: [
       { label: "time (UTC)", labelSize: 18 },
       // Decades only: a log axis's ticks between them would print over each other.
@@ -286,8 +287,36 @@ function renderTimeline(t, topOp) {
     }] },
   };
   plot = new uPlot(opts, data, box);
+  const lanes = document.getElementById("lanes");
+  lanes.style.setProperty("--plot-left", `${Math.round(plot.bbox.left / devicePixelRatio)}px`);
+  lanes.style.setProperty("--plot-width", `${Math.round(plot.bbox.width / devicePixelRatio)}px`);
   box.dataset.axes = JSON.stringify(opts.axes.map((a) => a.label));  // the canvas's axis titles, as text too
   box.ondblclick = () => { state.from = null; state.to = null; refresh(); };
+}
+
+// One lane per thread that calls the GPU: three bands (GPU calls, preempted, blocked), each pixel as dark as the
+// share of its interval the thread spent so (the server reduces the events to these shares: /api/v1/lanes).
+const LANE_BANDS = [["gpu", [47, 111, 222]], ["preempted", [217, 45, 32]], ["blocked", [152, 162, 179]]];
+
+function renderLanes(l) {
+  const box = document.getElementById("lanes");
+  box.replaceChildren();
+  if (!l.lanes.length) { box.append(el("p", { class: "muted" }, "no thread made GPU calls in this window")); return; }
+  for (const lane of l.lanes) {
+    const canvas = el("canvas", { width: String(l.width), height: "18", "data-pid": String(lane.pid),
+      "data-tid": String(lane.tid) });
+    const ctx = canvas.getContext("2d");
+    LANE_BANDS.forEach(([key, [r, g, b]], band) => {
+      lane[key].forEach((share, x) => {
+        if (share <= 0) return;
+        ctx.fillStyle = `rgba(${r},${g},${b},${Math.min(1, 0.15 + share).toFixed(3)})`;
+        ctx.fillRect(x, band * 6, 1, 6);
+      });
+    });
+    const name = `${lane.comm || "?"} ${lane.pid}${lane.tid !== lane.pid ? `/${lane.tid}` : ""}`;
+    box.append(el("div", { class: "lane", title: `${name}: ${fmtNs(lane.gpu_ns)} in GPU calls` },
+      el("span", { class: "lane-name" }, name), canvas));
+  }
 }
 
 async function refreshStacks() {
@@ -340,11 +369,12 @@ async function refresh() {
   const status = document.getElementById("status");
   try {
     const params = windowParams();
-    const [overview, findings, ops, processes, containers, timeline, system] = await Promise.all([
+    const span = { session: state.session, since: state.since, from: state.from, to: state.to };
+    const width = Math.max(100, Math.min(2000, document.getElementById("lanes").clientWidth - 200));
+    const [overview, findings, ops, processes, containers, timeline, system, lanes] = await Promise.all([
       api("overview", params), api("findings", params), api("ops", params), api("processes", { limit: 50 }),
-      api("containers", {}),
-      api("timeline", { session: state.session, since: state.since, from: state.from, to: state.to }),
-      api("snapshots", { since: state.since, limit: 3600 }),
+      api("containers", {}), api("timeline", span), api("snapshots", { since: state.since, limit: 3600 }),
+      api("lanes", { ...span, width }),
     ]);
     renderSystem(system);
     renderFilter();
@@ -354,6 +384,7 @@ async function refresh() {
     renderOps(ops, renderFindings(findings));
     renderProcesses(processes, containers);
     renderTimeline(timeline, topOp);
+    renderLanes(lanes);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     await refreshProfile();
   } catch (err) {
