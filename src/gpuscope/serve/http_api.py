@@ -257,15 +257,10 @@ class Api:
         ``start``/``end`` (resolved against the sessions read) or ``since_ns`` choose the span, ``buckets`` its
         resolution.
         """
-        lo, hi = self.read(session_wall_bounds, sessions)
-        if lo is None:
+        span = self._wall_span(since_ns, start, end, sessions)
+        if span is None:
             return {"start_wall_ns": None, "end_wall_ns": None, "bucket_ns": None, "series": []}
-        first, last = (hi - since_ns if since_ns is not None else lo), hi
-        if start is not None:
-            first = max(lo, start.resolve(lo, hi))
-        if end is not None:
-            last = min(hi, end.resolve(lo, hi))
-        last = max(last, first + 1)
+        first, last = span
         width = max(1, -(-(last - first) // buckets))
         rows = self.read(store.timeline_rows, first, last, width)
         series: dict[str, dict[str, Any]] = {}
@@ -273,6 +268,21 @@ class Api:
             s = series.setdefault(r["op"], {"op": r["op"], "source": r["source"], "points": []})
             s["points"].append([int(r["b"]), r["n"], round(r["mean_ns"] or 0), r["max_ns"]])
         return {"start_wall_ns": first, "end_wall_ns": last, "bucket_ns": width, "series": list(series.values())}
+
+    def _wall_span(
+        self, since_ns: int | None, start: TimePoint | None, end: TimePoint | None, sessions: SessionChoice
+    ) -> tuple[int, int] | None:
+        """The wall-clock span a time view reads: ``start``/``end`` (resolved against the sessions read) or the
+        last ``since_ns``, within the sessions' bounds; None when they hold nothing."""
+        lo, hi = self.read(session_wall_bounds, sessions)
+        if lo is None:
+            return None
+        first, last = (hi - since_ns if since_ns is not None else lo), hi
+        if start is not None:
+            first = max(lo, start.resolve(lo, hi))
+        if end is not None:
+            last = min(hi, end.resolve(lo, hi))
+        return first, max(last, first + 1)
 
     def lanes(
         self,
@@ -284,15 +294,10 @@ class Api:
     ) -> dict[str, Any]:
         """Per thread that made GPU calls (the busiest first): its shares of each of ``width`` intervals in GPU
         calls, preempted and blocked (gpuscope.analysis.lanes), over the span ``timeline`` would read."""
-        lo, hi = self.read(session_wall_bounds, sessions)
-        if lo is None:
+        span = self._wall_span(since_ns, start, end, sessions)
+        if span is None:
             return {"start_wall_ns": None, "end_wall_ns": None, "width": width, "lanes": []}
-        first, last = (hi - since_ns if since_ns is not None else lo), hi
-        if start is not None:
-            first = max(lo, start.resolve(lo, hi))
-        if end is not None:
-            last = min(hi, end.resolve(lo, hi))
-        last = max(last, first + 1)
+        first, last = span
         opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
         found = self.read(_thread_lanes, opts, width)
         return {"start_wall_ns": first, "end_wall_ns": last, "width": width, "lanes": [x.as_dict() for x in found]}
