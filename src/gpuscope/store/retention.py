@@ -184,6 +184,11 @@ def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int, *, room: i
     # 1/40 of the cap keeps that inside the room the high-water mark leaves.
     chunk = max(max_bytes // 40, 64 << 10)
     for _ in range(64):
+        # Under the cap there is nothing to do: no TRUNCATE checkpoint, which locks readers out while it cuts
+        # the WAL (a `sqlite3` shell, with no busy timeout, failed with "database is locked" at a session's end).
+        now = usage(conn, path)
+        if now.used + room <= max_bytes * HIGH_WATER and now.on_disk <= max_bytes:
+            break
         if not checkpoint(conn, wait=wait):
             break
         now = usage(conn, path)
