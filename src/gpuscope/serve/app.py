@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from starlette.applications import Starlette
@@ -88,10 +91,14 @@ def static_names() -> list[str]:
     return sorted(p.name for p in static.iterdir() if p.name[0] != "." and p.is_file())
 
 
-def vendored_files() -> dict[str, frozenset[str]]:
-    """The front-end libraries shipped in the package (scripts/vendor_web.py): package -> its files."""
+@functools.cache
+def vendored_files() -> Mapping[str, frozenset[str]]:
+    """The front-end libraries shipped in the package (scripts/vendor_web.py): package -> its files.
+
+    Read once: the package's files do not change while it runs, and the page asks for them on every load.
+    """
     manifest = json.loads((resources.files("gpuscope.serve") / "static" / "vendor" / "MANIFEST.json").read_text())
-    return {name: frozenset(entry["files"]) for name, entry in manifest.items()}
+    return MappingProxyType({name: frozenset(entry["files"]) for name, entry in manifest.items()})
 
 
 def _query(api: Api, body: dict[str, Any]) -> dict[str, Any]:

@@ -105,21 +105,6 @@ def recording_origin_ns(conn: sqlite3.Connection) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def session_offsets(conn: sqlite3.Connection, session_id: int) -> tuple[int, int] | None:
-    """Locate one session in the recording: its first event and the end of its last, as offsets (ns).
-
-    The offsets count from the recording's start (``recording_origin_ns``), as
-    every command's ``--from/--to`` do; None when the session has no event.
-    """
-    origin = recording_origin_ns(conn)
-    lo, hi = conn.execute(
-        "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM event_log WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    if origin is None or lo is None:
-        return None
-    return int(lo) - origin, int(hi) - origin
-
-
 def sessions_last_event_end(conn: sqlite3.Connection, session_ids: list[int]) -> dict[int, int]:
     """The end of each listed session's last event (its clock, ns), in one pass over the events.
 

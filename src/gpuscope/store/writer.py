@@ -145,7 +145,8 @@ class EventWriter:
         on_failure: Callable[[], None] | None = None,
         blocks: bool = True,
     ) -> None:
-        """``on_commit(conn, mark)`` runs inside each transaction just before it commits (see ``_mark``); ``after_commit(conn)`` runs after each commit (size caps);
+        """``on_commit(conn, mark)`` runs inside each transaction just before it commits (see ``_mark``);
+        ``after_commit(conn)`` runs after each commit (size caps);
         ``on_failure()`` runs once when SQLite fails, before the queued writes that follow (it frees reserved space);
         ``blocks``: also write the rows' column blocks (``gpuscope.store.blocks``; ``SizeCap.blocks`` decides).
         """
@@ -296,7 +297,8 @@ class EventWriter:
             began = time.monotonic()
             rows = 0
             newest: _Batch | None = None
-            # The WAL can be cut again: what was held while it could not goes first.
+            # The WAL can be cut again: what was held while it could not goes first. (``shed`` changes only
+            # after a commit, on this thread: within a transaction, writes are all held or all run.)
             wrote = not self.shed and self._run_deferred()
             # Coalesce what is queued into one transaction, bounded in time and
             # rows: an endless stream must still commit (a SIGKILL loses only
@@ -308,7 +310,6 @@ class EventWriter:
                     # the WAL can be cut again.
                     self._deferred.append(item)
                 elif isinstance(item, _Write):
-                    self._run_deferred()
                     item.fn(conn, *item.args, **item.kwargs)
                     wrote = True
                 elif isinstance(item, _Maintenance):
@@ -361,7 +362,7 @@ class EventWriter:
         While a reader pins the WAL, every page written stays in it: marking
         progress on each commit of shed rows would grow it by a page a commit.
         """
-        if not (wrote or not self.shed):
+        if self.shed and not wrote:
             return None
         mark = newest.mark if newest is not None else (self._last_mark if self._rows_after_mark else None)
         if mark is not None and mark.events_seen is not None and self._rows_after_mark:
