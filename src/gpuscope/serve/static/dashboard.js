@@ -298,10 +298,16 @@ function renderTimeline(t, topOp) {
 // share of its interval the thread spent so (the server reduces the events to these shares: /api/v1/lanes).
 const LANE_BANDS = [["gpu", [47, 111, 222]], ["preempted", [217, 45, 32]], ["blocked", [152, 162, 179]]];
 
-function renderLanes(l) {
+function renderLanes(l, sampling) {
   const box = document.getElementById("lanes");
   box.replaceChildren();
   if (!l.lanes.length) { box.append(el("p", { class: "muted" }, "no thread made GPU calls in this window")); return; }
+  // Ops the overhead budget probes in windows have rows only there: their share of a lane is a lower bound.
+  if (sampling && sampling.estimated_ops && sampling.estimated_ops.length) {
+    box.append(el("p", { class: "hint" }, `≈ ${sampling.estimated_ops.join(", ")}: recorded only while probed `
+      + `(${(100 * (sampling.coverage || 0)).toFixed(1)}% of the time, overhead budget), so their share of each `
+      + "lane is a lower bound"));
+  }
   for (const lane of l.lanes) {
     const canvas = el("canvas", { width: String(l.width), height: "18", "data-pid": String(lane.pid),
       "data-tid": String(lane.tid) });
@@ -384,7 +390,7 @@ async function refresh() {
     renderOps(ops, renderFindings(findings));
     renderProcesses(processes, containers);
     renderTimeline(timeline, topOp);
-    renderLanes(lanes);
+    renderLanes(lanes, overview.sampling);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     await refreshProfile();
   } catch (err) {
