@@ -488,10 +488,8 @@ int gs_cuda_entry(struct pt_regs *ctx)
 		if (!e)
 			return 0;
 		e->ts_ns = bpf_ktime_get_ns();
-		if (sb) {
-			gs_stack_emit(sb, e->ts_ns);
-			e->site = sb->h.site;
-		}
+		if (sb)
+			e->site = gs_stack_emit(sb, e->ts_ns, pid_tgid, op);
 		gs_fill_task(e, pid_tgid, task, st);
 		gs_copy_call(e, &c);
 		e->flags = GS_FLAG_ENTRY_ONLY | ((cookie & GS_COOKIE_STEPPED) ? GS_FLAG_STEPPED : 0);
@@ -515,10 +513,8 @@ int gs_cuda_entry(struct pt_regs *ctx)
 	/* Last, so the probe's own work is not counted in the call's duration
 	 * (only the stack record's copy into the ring is). */
 	c->ts_ns = bpf_ktime_get_ns();
-	if (sb) {
-		gs_stack_emit(sb, c->ts_ns);
-		c->site = sb->h.site;
-	}
+	if (sb)
+		c->site = gs_stack_emit(sb, c->ts_ns, pid_tgid, op);
 	return 0;
 }
 

@@ -16,9 +16,9 @@
  * times itself into the stats map: its measured cost is part of gpuscope's
  * self-cost.
  *
- * Programs of one CPU never nest (the kernel's bpf_prog_active): a sample that
- * lands while a uprobe program runs on that CPU is skipped by the kernel, so
- * the per-CPU stack scratch buffer is never shared mid-use.
+ * A sample can land while a call's uprobe program runs on the same CPU (the
+ * uprobe path does not take the kernel's bpf_prog_active), so the sampler has
+ * scratch slots of its own (GS_SCRATCH_SAMPLE).
  */
 #ifndef GPUSCOPE_PROFILE_BPF_H
 #define GPUSCOPE_PROFILE_BPF_H
@@ -37,7 +37,7 @@ SEC("perf_event")
 int gs_cpu_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32, zero = 0, frames;
+	__u32 tgid = pid_tgid >> 32, slot = GS_SCRATCH_SAMPLE, frames;
 	struct gs_stack_buf *b;
 	__u64 t0, size;
 	long n;
@@ -46,7 +46,7 @@ int gs_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (!tgid || tgid == self_tgid || !gs_is_target(tgid))
 		return 0;
 	t0 = bpf_ktime_get_ns();
-	b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	b = bpf_map_lookup_elem(&stack_scratch, &slot);
 	if (!b)
 		return 0;
 	b->h.ts_ns = t0;
@@ -77,7 +77,7 @@ int gs_cpu_sample(struct bpf_perf_event_data *ctx)
 	}
 	b->h.n_native = n;
 	if (stack_mode >= 2)
-		b->h.py_status = gs_py_walk(b, tgid, (__u32)pid_tgid, bpf_get_current_task_btf());
+		b->h.py_status = gs_py_walk(b, tgid, (__u32)pid_tgid, bpf_get_current_task_btf(), GS_SCRATCH_SAMPLE);
 	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
 	gs_stack_pack_py(b);
 	size = sizeof(b->h) + frames;

@@ -204,9 +204,19 @@ struct gs_stack_buf {
 	__u32 full;     /* take and emit the full stack; 0: the call only names its site */
 };
 
+/* Two scratch slots per CPU: one for the call probes, one for the on-CPU
+ * sampler (profile.bpf.h). A uprobe program runs with migration disabled but
+ * outside the kernel's bpf_prog_active guard (bpf_prog_run_array_uprobe), so
+ * the sampler's perf event can fire in the middle of it on the same CPU:
+ * sharing one buffer, the sample overwrote the call's stack (measured: 65 of
+ * 20,000 calls lost their stack at 999 samples a second). A uprobe program
+ * never interrupts the sampler (it needs a return to user mode). */
+#define GS_SCRATCH_PROBE 0
+#define GS_SCRATCH_SAMPLE 1
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct gs_stack_buf);
 } stack_scratch SEC(".maps");
@@ -262,9 +272,10 @@ struct gs_py_code_rec {
 	struct gs_py_code c;
 };
 
+/* Slots as stack_scratch's. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct gs_py_code_rec);
 } py_code_scratch SEC(".maps");
@@ -306,10 +317,9 @@ static __always_inline __u8 gs_py_str(__u64 obj, const struct gs_py_offsets *o, 
 
 /* Describe a code object on the stack ring (a BPF-to-BPF call: the walk's
  * loop stays small for the verifier, and this runs once per code object). */
-static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_offsets *o)
+static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_offsets *o, __u32 slot)
 {
-	__u32 zero = 0;
-	struct gs_py_code_rec *rec = bpf_map_lookup_elem(&py_code_scratch, &zero);
+	struct gs_py_code_rec *rec = bpf_map_lookup_elem(&py_code_scratch, &slot);
 	__u64 ptrs[4] = {}, type = 0, tp_name = 0, lt = 0;
 	char tname[8] = {};
 	__s64 size = 0;
@@ -358,6 +368,12 @@ static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_
 		if (!r->filename_kind || !r->qualname_kind)
 			r->flags = GS_CODE_UNREADABLE;
 	}
+	/* Another program of this CPU wrote the slot meanwhile (a kernel that
+	 * preempts programs): a record naming the wrong code is worse than none. */
+	if (rec->h.pid != tgid || rec->c.code != code) {
+		gs_count(GS_STAT_DROP_STACK);
+		return -1;
+	}
 	if (bpf_ringbuf_output(&stack_events, rec, sizeof(*rec), BPF_RB_NO_WAKEUP)) {
 		gs_count(GS_STAT_DROP_STACK);
 		return -1;
@@ -366,7 +382,8 @@ static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_
 }
 
 /* First sight of this code object in this process: describe it. */
-static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, __u64 runtime, const struct gs_py_offsets *o)
+static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, __u64 runtime, const struct gs_py_offsets *o,
+					    __u32 slot)
 {
 	struct gs_py_seen_key k = {.tgid = tgid, .code = code, .runtime = runtime};
 	__u8 one = 1;
@@ -375,11 +392,12 @@ static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, __u64 runtim
 		return;
 	/* Marked seen only once described: a record lost to a full ring is
 	 * retried at the next stack that shows the object. */
-	if (!gs_py_describe(tgid, code, o))
+	if (!gs_py_describe(tgid, code, o, slot))
 		bpf_map_update_elem(&py_code_seen, &k, &one, BPF_ANY);
 }
 
-static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u32 tid, struct task_struct *task)
+static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u32 tid, struct task_struct *task,
+					 __u32 slot)
 {
 	struct gs_py_proc pp = {}, *proc = &pp;
 	struct gs_py_offsets *o;
@@ -413,7 +431,7 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 		struct gs_py_frame *pf = &b->py[i];
 		pf->code = gs_user_u64(frame + o->frame_code);
 		pf->instr = gs_user_u64(frame + o->frame_instr);
-		gs_py_note_code(tgid, pf->code, proc->runtime, o);
+		gs_py_note_code(tgid, pf->code, proc->runtime, o, slot);
 		if (o->instr_is_int)
 			pf->instr &= 0xffffffff;
 		n = i + 1;
@@ -471,7 +489,7 @@ static __always_inline void gs_py_cache_thread(struct task_struct *task, __u32 t
  * the call's site (0 when it has none), for its event. */
 static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx, __u32 op, __u64 pid_tgid)
 {
-	__u32 zero = 0, key = op & (GS_OP_MAX - 1);
+	__u32 zero = 0, slot = GS_SCRATCH_PROBE, key = op & (GS_OP_MAX - 1);
 	struct gs_stack_buf *b;
 	struct task_struct *task;
 	struct gs_vma_ctx vc = {};
@@ -486,7 +504,7 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	every = bpf_map_lookup_elem(&stack_policy, &key);
 	if (!every || *every == 0)
 		return 0;
-	b = bpf_map_lookup_elem(&stack_scratch, &zero);
+	b = bpf_map_lookup_elem(&stack_scratch, &slot);
 	if (!b)
 		return 0;
 	task = bpf_get_current_task_btf();
@@ -552,7 +570,7 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	b->h.ret_ino = vc.ino;
 	b->h.ret_off = vc.off;
 	if (stack_mode >= 2) {
-		b->h.py_status = gs_py_walk(b, pid_tgid >> 32, (__u32)pid_tgid, task);
+		b->h.py_status = gs_py_walk(b, pid_tgid >> 32, (__u32)pid_tgid, task, GS_SCRATCH_PROBE);
 		if (b->h.py_status == GS_PY_OK)
 			gs_py_cache_thread(task, pid_tgid >> 32, b->tstate);
 	}
@@ -577,14 +595,21 @@ static __always_inline void gs_stack_pack_py(struct gs_stack_buf *b)
 	}
 }
 
-/* Emit a captured stack for the call that entered at ts_ns. */
-static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
+/* Emit a captured stack for the call that entered at ts_ns; return the
+ * call's site for its event (0: none). */
+static __always_inline __u64 gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns, __u64 pid_tgid, __u32 op)
 {
 	__u64 size;
 	__u32 frames;
 
+	/* The slot is another call's now: a kernel that preempts programs ran
+	 * another thread's probe on this CPU meanwhile. Counted, not emitted. */
+	if (b->h.tid != (__u32)pid_tgid || b->h.pid != pid_tgid >> 32 || b->h.op != op) {
+		gs_count(GS_STAT_DROP_STACK);
+		return 0;
+	}
 	if (!b->full)
-		return;
+		return b->h.site;
 	b->h.ts_ns = ts_ns;
 	frames = (b->h.n_native & 63) * sizeof(struct gs_native_frame) + (b->h.n_py & 63) * sizeof(struct gs_py_frame);
 	size = sizeof(b->h) + frames;
@@ -604,7 +629,7 @@ static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 		size = offsetof(struct gs_stack_buf, sp);
 	if (bpf_ringbuf_output(&stack_events, b, size, BPF_RB_NO_WAKEUP)) {
 		gs_count(GS_STAT_DROP_STACK);
-		return;
+		return b->h.site;
 	}
 	/* Known only once its stack is out: a site whose first record was
 	 * lost takes a full stack again at its next call. */
@@ -612,6 +637,7 @@ static __always_inline void gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns)
 		struct gs_site v = {.id = b->h.site, .calls = 1};
 		bpf_map_update_elem(&stack_sites, &b->site_key, &v, BPF_NOEXIST);
 	}
+	return b->h.site;
 }
 
 #endif /* GPUSCOPE_STACKS_BPF_H */

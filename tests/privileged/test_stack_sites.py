@@ -45,6 +45,19 @@ def test_full_stacks_on_every_call_give_the_same_counts_as_site_references(build
     assert _counts_by_caller(full) == _counts_by_caller(sites) == {"site_a": 30, "site_b": 60}
 
 
+def test_on_cpu_samples_landing_inside_a_call_probe_leave_its_stack_whole(build_workload, trace_command):
+    # given 20,000 calls that each take a full stack, sampled on-CPU at the top rate: a
+    # sample's perf event can fire while a call's uprobe program runs on the same CPU
+    exe = build_workload("stack_sites.c")
+    run = trace_command([str(exe), "20000"], extra=["--stack-every", "cudaMalloc=1", "--cpu-samples", "999"])
+    # then every call is still linked to its own stack, and the samples were taken
+    assert run.returncode == 0, run.stderr
+    assert run.query("SELECT count(*) FROM events WHERE op = 'cudaMalloc'") == [(20000,)]
+    assert run.query("SELECT count(*) FROM event_call_stacks WHERE op = 'cudaMalloc'") == [(20000,)]
+    assert _counts_by_caller(run) == json_line(run.stdout)
+    assert int(str(run.query("SELECT count(*) FROM cpu_samples")[0][0])) > 0
+
+
 def test_every_python_call_is_linked_to_a_stack_naming_its_executing_line(trace_command, standin):
     # given 200 calls from one Python line (one site: the first call takes the
     # full stack, the rest refer to it, with one resampled full stack in 64)
