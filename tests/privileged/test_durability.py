@@ -157,6 +157,9 @@ class SizeSampler:
         self.peak = 0
         self.peak_parts: tuple[int, ...] = ()
         self.samples = 0
+        # Every sample (a few thousand a run): a failure shows the sizes around the peak.
+        self.history: list[tuple[float, tuple[int, ...]]] = []
+        self.peak_at = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="size-sampler", daemon=True)
         self._thread.start()
@@ -173,9 +176,17 @@ class SizeSampler:
     def _loop(self) -> None:
         while not self._stop.wait(0.005):
             parts = self._sizes()
+            self.history.append((time.monotonic(), parts))
             if sum(parts) > self.peak:
                 self.peak, self.peak_parts = sum(parts), parts
+                self.peak_at = len(self.history) - 1
             self.samples += 1
+
+    def around_peak(self, before: int = 20, after: int = 5) -> list[tuple[float, tuple[int, ...]]]:
+        """(seconds since the first sample, sizes) of the samples just before and after the peak."""
+        t0 = self.history[0][0] if self.history else 0.0
+        window = self.history[max(0, self.peak_at - before) : self.peak_at + after]
+        return [(round(t - t0, 3), parts) for t, parts in window]
 
     def stop(self) -> None:
         self._stop.set()
@@ -307,7 +318,8 @@ def test_max_db_holds_for_file_wal_and_shm_at_every_moment_with_exact_aggregates
     # and file + WAL + shared memory + the reserve beside them never passed the cap
     assert sampler.samples > 100
     assert sampler.peak <= cap_bytes, (
-        f"peak {sampler.peak:,} B (file, WAL, shm, reserve: {sampler.peak_parts}) over {sampler.samples} samples"
+        f"peak {sampler.peak:,} B (file, WAL, shm, reserve: {sampler.peak_parts}) over {sampler.samples} samples; "
+        f"around it: {sampler.around_peak()}"
     )
     # and the aggregates count every call the kernel handed over, exactly
     made = calls_made(stdout)

@@ -40,6 +40,8 @@ DEFAULT_MAX_DB = 10 << 30
 # Rows are deleted down to this share of the cap, from a high-water mark above it.
 HIGH_WATER = 0.8
 TARGET = 0.65
+# The fewest bytes of rows one deletion transaction takes out (see enforce_cap).
+MIN_DELETE_CHUNK = 16 << 10
 # Bytes one row costs in the time index (an 8-byte key and the row id, with
 # cell and page overhead); it passes through the WAL while it is built.
 INDEX_BYTES_PER_ROW = 24
@@ -150,7 +152,8 @@ def delete_oldest(conn: sqlite3.Connection, excess_bytes: int, live: Usage) -> i
     if rows == 0 or excess_bytes <= 0:
         return 0
     per_row = max(live.live_pages * live.page_size / rows, 1.0)
-    n = min(rows, max(int(excess_bytes / per_row * 1.1), 1000))
+    # At least a few pages' worth, not more: a floor of 1,000 rows was 64 KB of WAL, past a 1 MiB cap's room.
+    n = min(rows, max(int(excess_bytes / per_row * 1.1), 100))
     conn.execute("BEGIN")
     (cut,) = conn.execute("SELECT id FROM event_log ORDER BY id LIMIT 1 OFFSET ?", (n - 1,)).fetchone()
     # The block cut through keeps its later rows (its trigger drops it with the first row deleted).
@@ -180,9 +183,12 @@ def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int, *, room: i
     if max_bytes <= 0:
         return 0
     deleted = 0
-    # Each deletion's pages pass through the WAL (counted twice): a chunk of
-    # 1/40 of the cap keeps that inside the room the high-water mark leaves.
-    chunk = max(max_bytes // 40, 64 << 10)
+    # Each deletion's pages pass through the WAL: a chunk of 1/40 of the cap
+    # keeps that inside the room the high-water mark leaves. Its WAL is about
+    # twice the chunk (the rows' pages, then the stack links, samples and
+    # stacks they leave behind): a floor of 64 KiB wrote 136 KB of WAL beside
+    # a full 819 KB file under a 1 MiB cap, 0.9% over it with the reserve.
+    chunk = max(max_bytes // 40, MIN_DELETE_CHUNK)
     for _ in range(64):
         # Under the cap there is nothing to do: no TRUNCATE checkpoint, which locks readers out while it cuts
         # the WAL (a `sqlite3` shell, with no busy timeout, failed with "database is locked" at a session's end).
