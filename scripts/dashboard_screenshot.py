@@ -1,5 +1,6 @@
-"""Regenerate docs/images/dashboard.png (1400x900) and dashboard-phone.png (390x844): the dashboard in headless
-Chromium over the synthetic `incident` demo.
+"""Regenerate docs/images/dashboard.png (1400x900), dashboard-phone.png (390x844) and dashboard-finding.png (the
+top finding clicked: the timeline zoomed to its band, its evidence chart): the dashboard in headless Chromium over
+the synthetic `incident` demo.
 
 Usage: .venv/bin/python scripts/dashboard_screenshot.py  (needs the apt package chromium; `make setup` installs it)
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "images" / "dashboard.png"
 PHONE = ROOT / "docs" / "images" / "dashboard-phone.png"
+FINDING = ROOT / "docs" / "images" / "dashboard-finding.png"
 
 
 def main() -> int:
@@ -55,6 +57,14 @@ def main() -> int:
                     )
                     path.parent.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(path), full_page=False)
+                    if path == OUT:
+                        page.click("#findings > li:first-child .finding-head")
+                        page.wait_for_selector("#findings > li.selected .evidence-chart canvas", timeout=30_000)
+                        page.wait_for_timeout(1000)
+                        top = page.locator("#timeline").bounding_box()
+                        assert top is not None
+                        clip = {"x": 0, "y": top["y"] - 40, "width": 1400, "height": 1000}
+                        page.screenshot(path=str(FINDING), full_page=True, clip=clip)
                 browser.close()
         finally:
             server.send_signal(signal.SIGINT)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,23 @@ if TYPE_CHECKING:
     from playwright.sync_api import Dialog
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def million_events(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recording of 1M events (explain_bench's generator: two processes, a preemptor, blocks and aggregates)."""
+    sys.path.insert(0, str(BENCH))  # explain_bench imports benchlib beside it
+    try:
+        spec = importlib.util.spec_from_file_location("explain_bench", BENCH / "explain_bench.py")
+        assert spec is not None and spec.loader is not None
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(BENCH))
+    db = tmp_path_factory.mktemp("million") / "million.db"
+    bench.generate(db, 1_000_000)
+    return db
 
 
 @pytest.fixture
@@ -224,4 +243,84 @@ def test_a_phone_sized_screen_keeps_the_page_readable_without_sideways_scrolling
         page.wait_for_selector("#lost-bar span", timeout=30_000)
         assert page.evaluate("document.scrollingElement.scrollWidth") <= 390 + 1
         assert "cpu-preemption" in page.inner_text("#top-finding")
+        assert problems == []
+
+
+def test_each_finding_has_its_evidence_chart_and_a_click_zooms_the_timeline_to_its_band(page, tmp_path: Path) -> None:
+    # given a contention run, whose preemption finding has a span and an evidence histogram
+    db = contention_recording(tmp_path / "run.db")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/timeline" in r.url else None)
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#findings .evidence-chart canvas", timeout=30_000)
+        page.wait_for_selector("#timeline .u-over", timeout=30_000)
+        findings = page.evaluate("fetch('/api/v1/findings').then(r => r.json())")["findings"]
+        window = page.evaluate("fetch('/api/v1/overview').then(r => r.json())")["window"]
+        top = findings[0]
+        assert top["kind"] == "cpu-preemption" and "span" in top, top
+        offset = window["start_wall_ns"] - window["start_ns"]
+        want_from, want_to = (top["span"]["start_ns"] + offset) / 1e9, (top["span"]["end_ns"] + offset) / 1e9
+        # then the timeline carries one band per finding with a span, the top finding's where its span is
+        bands = json.loads(page.get_attribute("#timeline", "data-bands") or "[]")
+        band = next(b for b in bands if b["id"] == top["id"])
+        assert abs(band["from"] - want_from) < 1e-6 and abs(band["to"] - want_to) < 1e-6, (band, want_from, want_to)
+        # and the finding's evidence chart has titled axes and holds the calls its effect size counts
+        chart = page.locator("#findings > li").first.locator(".evidence-chart")
+        assert json.loads(chart.get_attribute("data-axes") or "[]") == ["call duration (log scale)", "share of calls"]
+        effect = top["causes"][0]["effect"]
+        calls = json.loads(chart.get_attribute("data-calls") or "{}")
+        assert calls == {"affected": effect["affected_calls"], "unaffected": effect["unaffected_calls"]}, calls
+        # when the finding is clicked
+        before = len(asked)
+        page.click("#findings > li:first-child .finding-head")
+        page.wait_for_function(
+            "() => document.querySelector('#findings > li.selected') && document.querySelector('#timeline canvas')"
+        )
+        page.wait_for_timeout(1500)
+        # then the timeline is read again for the finding's span (with a margin) and drawn over it
+        zoomed = [u for u in asked[before:] if "from=" in u and "to=" in u]
+        assert zoomed, asked[before:]
+        x = page.evaluate("(() => { const u = plot.scales.x; return [u.min, u.max]; })()")
+        length = want_to - want_from
+        assert x[0] <= want_from and x[1] >= want_to, (x, want_from, want_to)
+        assert x[1] - x[0] <= length * 1.5 + 2e-3, (x, length)
+        # and a second click goes back to the whole window
+        before = len(asked)
+        page.click("#findings > li:first-child .finding-head")
+        page.wait_for_timeout(1500)
+        assert any("from=" not in u for u in asked[before:]), asked[before:]
+        assert problems == []
+
+
+def test_a_million_event_recording_draws_its_first_screen_from_reduced_answers(
+    page, tmp_path: Path, million_events: Path
+) -> None:
+    # given a recording of a million events, opened at 1400x900
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    sizes: dict[str, int] = {}
+
+    def note(response) -> None:
+        path = response.url.split("/api/v1/", 1)[-1].split("?", 1)[0]
+        if "/api/v1/" in response.url and path in ("timeline", "lanes"):
+            sizes[path] = len(response.body())
+
+    page.on("response", note)
+    with dashboard(million_events, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        # then its first screen is drawn: the figures count every event, the timeline and the lanes are there
+        page.wait_for_selector("body[data-drawn-ms]", timeout=120_000)
+        assert "1,000,000" in page.inner_text("#figures")
+        assert page.locator("#timeline canvas").count() >= 1
+        lanes = page.eval_on_selector_all("#lanes canvas", "c => c.map(x => [Number(x.dataset.pid), x.width])")
+        assert 4242 in {pid for pid, _ in lanes}, lanes
+        # and the server sent the time views reduced to the pixels asked for, not the events
+        assert all(width <= 2000 for _, width in lanes), lanes
+        assert set(sizes) == {"timeline", "lanes"}, sizes
+        assert sizes["lanes"] < 400_000 and sizes["timeline"] < 200_000, sizes
+        # and the findings have their evidence, with no console error
+        page.wait_for_selector("#findings .finding-head", timeout=30_000)
         assert problems == []

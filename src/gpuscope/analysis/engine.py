@@ -45,7 +45,8 @@ from gpuscope.analysis.report_notes import rates_note, stateless_note, too_small
 from gpuscope.analysis.rules import RULES, Rule
 from gpuscope.analysis.stats import OpStats, agg_op_stats, hist_pct, op_stats
 from gpuscope.errors import DatabaseError, UsageError
-from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity
+from gpuscope.model.findings import Caveat, Finding, ReferenceFinding, Severity, Span
+from gpuscope.model.ops import op_for_symbol
 from gpuscope.model.policy import SLOW_FACTOR
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.model.units import MAX_NS
@@ -250,6 +251,9 @@ def analyse(
         cpu_samples=cpu_samples,
     )
     findings = _rank_consequences(evaluate(rules, ctx, threads))
+    findings = [
+        replace(f, span=_within(window, f.span) if f.span is not None else _symptom_span(ctx, f)) for f in findings
+    ]
     findings = [f for f in findings if f.severity >= min_severity]
     findings.sort(key=lambda f: (-f.severity, -f.lost_ns, f.kind))
     c = ctx.calls
@@ -287,6 +291,29 @@ def analyse(
         stats_from="events" if aggregates is None else "aggregates",
         overhead=measure_overhead(ctx, tracer),
     )
+
+
+def _within(window: Window, span: Span) -> Span | None:
+    """A rule's span cut to the window (bins of a rate can reach past it); None when nothing of it is inside."""
+    lo, hi = max(span.start_ns, window.start_ns), min(span.end_ns, window.end_ns)
+    return Span(lo, hi) if hi > lo else None
+
+
+def _symptom_span(ctx: Context, f: Finding) -> Span | None:
+    """A finding's span when its rule set none: the calls of the op its symptom names (else every call of its
+    process) in the window; None for a finding of no process, or of one whose calls the window does not hold."""
+    pid = f.symptom.pid
+    if pid is None:
+        return None
+    op = op_for_symbol(f.symptom.op) if f.symptom.op else None
+    pos = [p for gpid, gop, p in ctx.groups(min_count=1, warm_only=False) if gpid == pid and gop == op]
+    if pos and len(pos[0]):
+        lo, hi = int(ctx.call_start[pos[0]].min()), int(ctx.call_end[pos[0]].max())
+    elif pid in ctx.call_spans:
+        lo, hi = ctx.call_spans[pid]
+    else:
+        return None
+    return _within(ctx.window, Span(lo, hi))
 
 
 def _span_ns(ctx: Context, aggregates: Aggregates, pid: int) -> int:

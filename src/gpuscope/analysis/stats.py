@@ -11,7 +11,7 @@ import numpy as np
 from gpuscope.analysis.coverage import Coverage
 from gpuscope.analysis.frame import BUCKET_NS, Aggregates
 from gpuscope.analysis.intervals import distinct
-from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, Severity
+from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, LatencyHistogram, Severity
 from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
 
@@ -180,6 +180,27 @@ def estimate(
 def slowest_n(n: int) -> int:
     """How many of the slowest calls the 'share of slowest calls' looks at: 1%, at least 10."""
     return min(n, max(10, math.ceil(0.01 * n)))
+
+
+# Bins of an evidence histogram: four a decade (x1.78), at most this many (nine decades, 1 us to 1000 s).
+HIST_BINS_PER_DECADE = 4
+HIST_MAX_BINS = 36
+
+
+def latency_histogram(dur: np.ndarray, affected: np.ndarray) -> LatencyHistogram:
+    """The calls' durations in log-spaced bins, the affected ones apart: what an effect size summarises, drawn."""
+    d = np.maximum(dur.astype(np.float64), 1.0)
+    if not len(d):
+        return LatencyHistogram((), (), ())
+    lo = math.floor(math.log10(float(d.min())) * HIST_BINS_PER_DECADE)
+    hi = max(math.ceil(math.log10(float(d.max())) * HIST_BINS_PER_DECADE), lo + 1)
+    lo = max(lo, hi - HIST_MAX_BINS)
+    edges = np.unique(np.round(10.0 ** (np.arange(lo, hi + 1) / HIST_BINS_PER_DECADE)).astype(np.int64))
+    # Calls below the lowest edge (when the range was cut) count in the first bin, as numpy counts the last.
+    clipped = np.clip(d, edges[0], edges[-1])
+    aff, _ = np.histogram(clipped[affected], bins=edges)
+    una, _ = np.histogram(clipped[~affected], bins=edges)
+    return LatencyHistogram(tuple(edges.tolist()), tuple(aff.tolist()), tuple(una.tolist()))
 
 
 def effect_size(dur: np.ndarray, affected: np.ndarray, cause_ns: np.ndarray) -> Effect:

@@ -59,13 +59,30 @@ class CulpritWire(_CulpritRole, total=False):
     time_ns: int
 
 
-class CauseWire(TypedDict):
-    """``Cause.as_dict()``. ``effect``: the ``EffectWire`` keys (when the cause has an effect size) and its metrics."""
+class HistogramWire(TypedDict):
+    """``LatencyHistogram.as_dict()``: the symptom's calls by duration, in bins between ``edges_ns`` (log-spaced,
+    one more edge than bins), split into the calls the cause overlapped and the others."""
 
+    edges_ns: list[int]
+    affected: list[int]
+    unaffected: list[int]
+
+
+class _CauseKeys(TypedDict):
     kind: str
     evidence: list[str]
     effect: dict[str, Number]
     culprits: list[CulpritWire]
+
+
+class CauseWire(_CauseKeys, total=False):
+    """``Cause.as_dict()``. ``effect``: the ``EffectWire`` keys (when the cause has an effect size) and its metrics.
+
+    ``histogram``: only on a cause with an effect size measured call by call (older nodes send none). (Optional
+    keys are a ``total=False`` class: ``NotRequired`` is not seen in postponed annotations before Python 3.13.)
+    """
+
+    histogram: HistogramWire
 
 
 class SymptomWire(TypedDict):
@@ -97,9 +114,15 @@ class ImpactWire(TypedDict):
     lost_share: Number
 
 
-class FindingWire(TypedDict):
-    """``Finding.as_dict()``. ``id`` is derived from the kind, the pid and the op."""
+class SpanWire(TypedDict):
+    """``Span.as_dict()``: when a finding happened, in its node's CLOCK_MONOTONIC ns (as the window's
+    ``start_ns``/``end_ns``; the window's ``start_wall_ns`` minus its ``start_ns`` turns them into wall time)."""
 
+    start_ns: int
+    end_ns: int
+
+
+class _FindingKeys(TypedDict):
     id: str
     severity: SeverityName
     kind: str
@@ -109,6 +132,15 @@ class FindingWire(TypedDict):
     fix: str
     impact: ImpactWire
     caveats: list[CaveatWire]
+
+
+class FindingWire(_FindingKeys, total=False):
+    """``Finding.as_dict()``. ``id`` is derived from the kind, the pid and the op.
+
+    ``span``: the time the finding covers, where its rule knows it (older nodes send none).
+    """
+
+    span: SpanWire
 
 
 class NodeFindingWire(FindingWire):

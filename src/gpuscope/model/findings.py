@@ -20,10 +20,12 @@ from gpuscope.model.finding_wire import (
     CulpritWire,
     EffectWire,
     FindingWire,
+    HistogramWire,
     NodeFindingWire,
     Number,
     ReferenceFindingWire,
     SeverityName,
+    SpanWire,
     SymptomWire,
     check_finding_wire,
     effect_of,
@@ -164,23 +166,44 @@ class Culprit:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencyHistogram:
+    """A symptom's calls by duration: counts per bin between ``edges_ns`` (log-spaced, one more edge than bins),
+    the calls the cause overlapped apart from the others. What the effect size summarises, for a chart."""
+
+    edges_ns: tuple[int, ...]
+    affected: tuple[int, ...]
+    unaffected: tuple[int, ...]
+
+    def as_dict(self) -> HistogramWire:
+        return {"edges_ns": list(self.edges_ns), "affected": list(self.affected), "unaffected": list(self.unaffected)}
+
+    @classmethod
+    def from_wire(cls, d: HistogramWire) -> LatencyHistogram:
+        return cls(tuple(d["edges_ns"]), tuple(d["affected"]), tuple(d["unaffected"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Cause:
     kind: str
     evidence: tuple[str, ...]
     effect: Effect | None = None
     culprits: tuple[Culprit, ...] = ()
     metrics: dict[str, float | int] = field(default_factory=dict)
+    histogram: LatencyHistogram | None = None
 
     def as_dict(self) -> CauseWire:
         # Every EffectWire value is a number: the effect and the metrics share one object on the wire.
         effect: dict[str, Number] = cast("dict[str, Number]", self.effect.as_dict()) if self.effect else {}
         effect.update(self.metrics)
-        return {
+        d: CauseWire = {
             "kind": self.kind,
             "evidence": list(self.evidence),
             "effect": effect,
             "culprits": [c.as_dict() for c in self.culprits],
         }
+        if self.histogram is not None:
+            d["histogram"] = self.histogram.as_dict()
+        return d
 
     @classmethod
     def from_wire(cls, d: CauseWire) -> Cause:
@@ -191,7 +214,8 @@ class Cause:
         own: dict[str, object] = dict(effect.as_dict()) if effect is not None else {}
         metrics = {k: v for k, v in d["effect"].items() if k not in own or own[k] != v}
         culprits = tuple(Culprit.from_wire(c) for c in d["culprits"])
-        return cls(d["kind"], tuple(d["evidence"]), effect, culprits, metrics)
+        histogram = LatencyHistogram.from_wire(d["histogram"]) if "histogram" in d else None
+        return cls(d["kind"], tuple(d["evidence"]), effect, culprits, metrics, histogram)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +300,17 @@ class Caveat:
         return cls(d["kind"], d["source"], d["dropped"], d["unlocated"], d["share"], d["text"])
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """When a finding happened: CLOCK_MONOTONIC ns, as the analysed window's bounds."""
+
+    start_ns: int
+    end_ns: int
+
+    def as_dict(self) -> SpanWire:
+        return {"start_ns": self.start_ns, "end_ns": self.end_ns}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finding:
     """One ranked conclusion, built by keyword. ``lost_ns`` is the wall time the problem costs (for ranking).
@@ -294,6 +329,8 @@ class Finding:
     lost_ns: int = 0
     wall_ns: int = 0
     caveats: tuple[Caveat, ...] = ()
+    # The time it covers (the calls it is about), where known: a dashboard zooms to it.
+    span: Span | None = None
 
     @property
     def id(self) -> str:
@@ -310,7 +347,7 @@ class Finding:
         return tuple(line for c in self.causes for line in c.evidence)
 
     def as_dict(self) -> FindingWire:
-        return {
+        d: FindingWire = {
             "id": self.id,
             "severity": cast("SeverityName", self.severity.name),  # SeverityName is Severity's names
             "kind": self.kind,
@@ -321,6 +358,9 @@ class Finding:
             "impact": {"lost_ns": self.lost_ns, "wall_ns": self.wall_ns, "lost_share": round(self.lost_share, 4)},
             "caveats": [c.as_dict() for c in self.caveats],
         }
+        if self.span is not None:
+            d["span"] = self.span.as_dict()
+        return d
 
     @classmethod
     def from_dict(cls, obj: object) -> Finding:
@@ -344,6 +384,7 @@ class Finding:
             lost_ns=impact["lost_ns"],
             wall_ns=impact["wall_ns"],
             caveats=tuple(Caveat.from_wire(c) for c in d["caveats"]),
+            span=Span(d["span"]["start_ns"], d["span"]["end_ns"]) if "span" in d else None,
         )
 
 

@@ -13,6 +13,7 @@ every other read on a read-only connection.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from gpuscope._version import __version__
 from gpuscope.analysis.collectives import DEFAULT_LIMIT as COLLECTIVES_DEFAULT
 from gpuscope.analysis.collectives import MAX_LIMIT as COLLECTIVES_MAX
 from gpuscope.analysis.engine import ExplainOptions, explain_db, resolve_window
-from gpuscope.analysis.frame import load_frame
-from gpuscope.analysis.lanes import Lane, thread_lanes
+from gpuscope.analysis.frame import EventFrame, Window, load_frame
+from gpuscope.analysis.lanes import thread_lanes
+from gpuscope.analysis.timeline import op_timeline
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice
@@ -56,6 +58,7 @@ from gpuscope.serve.untrusted import json_scalar
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
 from gpuscope.store.connect import file_signature
+from gpuscope.store.sessions_read import session_wall_offsets
 
 # What one POST /query may fetch: an answer is built whole before it is sent, and many may be built at once.
 QUERY_LIMITS = ResultLimits(value_bytes=4 * MiB, result_bytes=16 * MiB)
@@ -78,6 +81,10 @@ class Endpoint:
     download: str | None = None
 
 
+# What the page asks for first (its session selector's default, sent as given): the head start computes that.
+PAGE_SESSIONS = SessionChoice.parse("last")
+
+
 class Api:
     """The reads behind /api/v1 for the recording at ``db``.
 
@@ -91,6 +98,10 @@ class Api:
         self._reports = ReportCache()
         # The page asks for the profile on every refresh: read again only when the recording changed.
         self._profiles = ReportCache(size=8)
+        # The events of the span the timeline and the lanes show (one read serves both), and the processes.
+        self._frames = ReportCache(size=2)
+        self._views = ReportCache(size=8)  # the timeline and the lanes drawn from them
+        self._processes = ReportCache(size=4)
 
     def _explain(
         self,
@@ -104,11 +115,22 @@ class Api:
         return self._reports.get(opts, file_signature(self.db), lambda: explain_db(self.db, opts))
 
     def warm(self) -> None:
-        """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report)."""
+        """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report).
+
+        Then, on a thread, compute what the page's first screen asks for (the last run's report and the events
+        of its span): a page opened a moment after the server started finds them ready or in progress (a request
+        for one being computed waits for it, never computes it twice).
+        """
         try:
             self.query(store.TRIVIAL_QUERY, 1)
         except GpuscopeError:
-            pass
+            return
+        # Two threads: the report and the events are read apart, and much of each runs outside the GIL.
+        for part in (lambda: self._explain(None, None, sessions=PAGE_SESSIONS), self._first_span):
+            threading.Thread(target=_head_start, args=(part,), name="gpuscope-first-screen", daemon=True).start()
+
+    def _first_span(self) -> None:
+        self.timeline(sessions=PAGE_SESSIONS)
 
     def read(self, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``read(conn, *args, **kwargs)`` on a read-only connection of its own."""
@@ -166,7 +188,8 @@ class Api:
         }
 
     def processes(self, limit: int = DEFAULT_ROWS) -> dict[str, Any]:
-        return {"processes": self.read(store.process_rows, limit)}
+        rows = self._processes.get(limit, file_signature(self.db), lambda: self.read(store.process_rows, limit))
+        return {"processes": rows}
 
     def containers(self, limit: int = DEFAULT_ROWS) -> dict[str, Any]:
         return {"containers": self.read(store.container_rows, limit)}
@@ -262,12 +285,30 @@ class Api:
             return {"start_wall_ns": None, "end_wall_ns": None, "bucket_ns": None, "series": []}
         first, last = span
         width = max(1, -(-(last - first) // buckets))
-        rows = self.read(store.timeline_rows, first, last, width)
-        series: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            s = series.setdefault(r["op"], {"op": r["op"], "source": r["source"], "points": []})
-            s["points"].append([int(r["b"]), r["n"], round(r["mean_ns"] or 0), r["max_ns"]])
-        return {"start_wall_ns": first, "end_wall_ns": last, "bucket_ns": width, "series": list(series.values())}
+        series = self._views.get(
+            ("timeline", first, last, width, sessions),
+            file_signature(self.db),
+            lambda: self._op_timeline(first, last, width, sessions),
+        )
+        return {
+            "start_wall_ns": first,
+            "end_wall_ns": last,
+            "bucket_ns": width,
+            "series": series,
+        }
+
+    def _op_timeline(self, first: int, last: int, width: int, sessions: SessionChoice) -> list[dict[str, object]]:
+        w, frame = self._span_frame(first, last, sessions)
+        # The buckets are the span's, in wall time: its start in the window's clock is first - the offset.
+        return [s.as_dict() for s in op_timeline(frame, first - w.wall_offset_ns, last - w.wall_offset_ns, width)]
+
+    def _span_frame(self, first: int, last: int, sessions: SessionChoice) -> tuple[Window, EventFrame]:
+        """The window of wall span [first, last] of ``sessions`` and its events, read once while unchanged."""
+        opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
+        found: tuple[Window, EventFrame] = self._frames.get(
+            (first, last, sessions), file_signature(self.db), lambda: self.read(_window_frame, opts)
+        )
+        return found
 
     def _wall_span(
         self, since_ns: int | None, start: TimePoint | None, end: TimePoint | None, sessions: SessionChoice
@@ -298,9 +339,16 @@ class Api:
         if span is None:
             return {"start_wall_ns": None, "end_wall_ns": None, "width": width, "lanes": []}
         first, last = span
-        opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
-        found = self.read(_thread_lanes, opts, width)
-        return {"start_wall_ns": first, "end_wall_ns": last, "width": width, "lanes": [x.as_dict() for x in found]}
+        found = self._views.get(
+            ("lanes", first, last, width, sessions),
+            file_signature(self.db),
+            lambda: self._thread_lanes(first, last, width, sessions),
+        )
+        return {"start_wall_ns": first, "end_wall_ns": last, "width": width, "lanes": found}
+
+    def _thread_lanes(self, first: int, last: int, width: int, sessions: SessionChoice) -> list[dict[str, object]]:
+        w, frame = self._span_frame(first, last, sessions)
+        return [x.as_dict() for x in thread_lanes(frame, w.start_ns, w.end_ns, width)]
 
     def graph_events(self, limit: int = DEFAULT_ROWS) -> dict[str, Any]:
         return {"graph_events": self.read(store.graph_event_rows, limit)}
@@ -374,20 +422,30 @@ class Api:
         return {"columns": result.columns, "rows": rows, "truncated": False}
 
 
-def _thread_lanes(conn: sqlite3.Connection, opts: ExplainOptions, width: int) -> list[Lane]:
+def _head_start(compute: Callable[[], object]) -> None:
+    """Compute what a request will soon ask for; errors are left to that request to report."""
+    try:
+        compute()
+    except Exception:  # only a head start: the request that asks reports its own error
+        pass
+
+
+def _window_frame(conn: sqlite3.Connection, opts: ExplainOptions) -> tuple[Window, EventFrame]:
     w = resolve_window(conn, opts)
-    return thread_lanes(load_frame(conn, w.start_ns, w.end_ns), w.start_ns, w.end_ns, width)
+    return w, load_frame(conn, w.start_ns, w.end_ns)
 
 
 def session_wall_bounds(conn: sqlite3.Connection, sessions: SessionChoice) -> tuple[int | None, int | None]:
     """The first and last wall time of the sessions read (every event's for the whole recording)."""
-    lo, hi = store.wall_bounds(conn)
-    if lo is None or hi is None:
-        return lo, hi
+    if not store.has_events(conn):
+        return None, None
     w = resolve_window(conn, ExplainOptions(sessions=sessions))
-    if w.part is None:
-        return lo, hi
-    return w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
+    if w.part is not None or len({offset for _, offset in session_wall_offsets(conn)}) == 1:
+        # One clock for all that is read: the window's bounds, found through the time index. (The events'
+        # wall times were a scan of every row: 0.5 s on a million, before each timeline and lanes answer.)
+        return w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
+    # Sessions on clocks of their own (merged from several nodes, or the wall clock stepped between runs).
+    return store.wall_bounds(conn)
 
 
 def _counts(severities: Iterable[str]) -> dict[str, int]:

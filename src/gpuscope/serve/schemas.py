@@ -60,11 +60,26 @@ FINDING = obj(
         "symptom": obj(
             {"summary": STR, "op": N_STR, "pid": N_INT, "comm": N_STR, "count": INT, "p50_ns": INT, "p99_ns": INT}
         ),
-        "causes": array(obj({"kind": STR, "evidence": array(STR), "effect": OBJECT, "culprits": array(OBJECT)})),
+        "causes": array(
+            obj(
+                {
+                    "kind": STR,
+                    "evidence": array(STR),
+                    "effect": OBJECT,
+                    "culprits": array(OBJECT),
+                    # Only on a cause measured call by call: its op's calls by duration (docs/explain.md).
+                    "histogram": obj({"edges_ns": array(INT), "affected": array(INT), "unaffected": array(INT)}),
+                },
+                optional=("histogram",),
+            )
+        ),
         "fix": STR,
         "impact": obj({"lost_ns": INT, "wall_ns": INT, "lost_share": NUM}),
         "caveats": array(OBJECT),
-    }
+        # The time it covers, in the window's clock (start_ns/end_ns); absent where its rule knows none.
+        "span": obj({"start_ns": INT, "end_ns": INT}),
+    },
+    optional=("span",),
 )
 OP_STATS = obj(
     {

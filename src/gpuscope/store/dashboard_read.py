@@ -30,14 +30,23 @@ def sessions_brief(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 def process_rows(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
-    """Traced processes, busiest first: the process's name and command line (``processes``), else a thread's."""
+    """Traced processes, busiest first: the process's name and command line (``processes``), else a thread's.
+
+    Grouped on ``event_log`` itself, then joined to the few groups: through the ``events`` view every row
+    was joined first (1.6 s on a million events, against 0.75 s).
+    """
     return _dicts(
         conn.execute(
-            "SELECT e.pid AS pid, coalesce(max(p.comm), max(e.comm)) AS comm, max(p.cmdline) AS cmdline, "
-            "e.node AS node, count(*) AS events, min(e.wall_ns) AS first_wall_ns, max(e.wall_ns) AS last_wall_ns, "
-            "max(e.cgroup_id) AS cgroup_id "
-            "FROM events e LEFT JOIN processes p ON p.session_id = e.session_id AND p.pid = e.pid "
-            "GROUP BY e.node, e.pid ORDER BY events DESC LIMIT ?",
+            "WITH per AS (SELECT session_id, pid, count(*) AS n, min(ts_ns) AS lo, max(ts_ns) AS hi, "
+            "max(cgroup_id) AS cg, max(comm_id) AS comm_id FROM event_log GROUP BY session_id, pid) "
+            "SELECT per.pid AS pid, coalesce(max(p.comm), max(c.comm)) AS comm, max(p.cmdline) AS cmdline, "
+            "s.node AS node, sum(per.n) AS events, "
+            "min(per.lo - s.started_mono_ns + s.started_wall_ns) AS first_wall_ns, "
+            "max(per.hi - s.started_mono_ns + s.started_wall_ns) AS last_wall_ns, max(per.cg) AS cgroup_id "
+            "FROM per JOIN sessions s ON s.id = per.session_id "
+            "LEFT JOIN processes p ON p.session_id = per.session_id AND p.pid = per.pid "
+            "LEFT JOIN comms c ON c.id = per.comm_id "
+            "GROUP BY s.node, per.pid ORDER BY events DESC LIMIT ?",
             (limit,),
         )
     )
@@ -100,20 +109,13 @@ def has_call_stacks(conn: sqlite3.Connection) -> bool:
     return has_table(conn, "event_stacks") and conn.execute("SELECT 1 FROM event_stacks LIMIT 1").fetchone() is not None
 
 
+def has_events(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM event_log LIMIT 1").fetchone() is not None
+
+
 def wall_bounds(conn: sqlite3.Connection) -> tuple[int | None, int | None]:
     lo, hi = conn.execute("SELECT min(wall_ns), max(wall_ns) FROM events").fetchone()
     return lo, hi
-
-
-def timeline_rows(conn: sqlite3.Connection, start: int, end: int, width: int) -> list[dict[str, Any]]:
-    """Per bucket of ``width`` ns from ``start``: each op's count, mean and max duration."""
-    return _dicts(
-        conn.execute(
-            "SELECT (wall_ns - ?) / ? AS b, op, source, count(*) AS n, avg(duration_ns) AS mean_ns, "
-            "max(duration_ns) AS max_ns FROM events WHERE wall_ns BETWEEN ? AND ? GROUP BY b, op ORDER BY b",
-            (start, width, start, end),
-        )
-    )
 
 
 def graph_lifecycle_rows(conn: sqlite3.Connection, pid: int | None = None) -> list[dict[str, Any]]:

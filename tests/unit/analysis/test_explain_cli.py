@@ -47,9 +47,17 @@ def test_json_document_has_the_documented_shape(tmp_path: Path, capsys: pytest.C
     assert f["kind"] == "cpu-preemption"
     assert set(f["symptom"]) >= {"op", "pid", "p50_ns", "p99_ns"}
     cause = f["causes"][0]
-    assert set(cause) == {"kind", "evidence", "effect", "culprits"}
+    assert set(cause) == {"kind", "evidence", "effect", "culprits", "histogram"}
     assert cause["effect"]["p50_ratio"] > 10
     assert cause["culprits"][0]["pid"] == 999
+    # the histogram holds the op's calls, the affected ones apart, as the effect size counts them
+    hist = cause["histogram"]
+    assert len(hist["edges_ns"]) == len(hist["affected"]) + 1 == len(hist["unaffected"]) + 1
+    assert sum(hist["affected"]) == cause["effect"]["affected_calls"]
+    assert sum(hist["unaffected"]) == cause["effect"]["unaffected_calls"]
+    # and the span lies inside the window
+    w = doc["window"]
+    assert w["start_ns"] <= f["span"]["start_ns"] < f["span"]["end_ns"] <= w["end_ns"]
 
 
 def test_since_counts_back_from_the_end_of_the_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -211,6 +211,35 @@ def test_rate_falling_by_half_for_several_bins_is_a_throughput_drop() -> None:
     assert "throughput-drop" in ev.kinds()
 
 
+def test_a_throughput_drops_span_is_its_low_rate_period_not_the_whole_run() -> None:
+    # given 5 s at 5,000 calls a second, then 2 s at 1,000 a second
+    ev = Events()
+    t = 0
+    for i in range(27_000):
+        t += 200 * US if i < 25_000 else 1000 * US
+        ev.add(Op.cudaLaunchKernel, t, 5 * US)
+    drop = next(f for f in ev.report().findings if f.kind == "throughput-drop")
+    # then its span starts within a bin (the rows' bins: a tenth of the run) of the fall, and ends by the run's end
+    assert drop.span is not None
+    fall, end, bin_ns = 25_000 * 200 * US, 25_000 * 200 * US + 2000 * 1000 * US, 700 * MS
+    assert fall - bin_ns <= drop.span.start_ns <= fall + bin_ns, drop.span
+    assert fall < drop.span.end_ns <= end, drop.span
+
+
+def test_every_finding_of_a_process_has_a_span_inside_the_window() -> None:
+    # given a rate that drops (its rule sets its span; the others are given their calls' span)
+    ev = Events()
+    t = 0
+    for i in range(3000):
+        t += 200 * US if i < 2000 else 500 * US
+        ev.add(Op.cudaLaunchKernel, t, 5 * US)
+    report = ev.report()
+    assert report.findings
+    for f in report.findings:
+        assert f.span is not None, f.kind
+        assert report.window.start_ns <= f.span.start_ns < f.span.end_ns <= report.window.end_ns, (f.kind, f.span)
+
+
 def test_steady_rate_is_not_a_throughput_drop() -> None:
     ev = Events()
     for i in range(3000):

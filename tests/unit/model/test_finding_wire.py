@@ -22,7 +22,18 @@ from gpuscope.model.finding_wire import (
     SymptomWire,
     check_finding_wire,
 )
-from gpuscope.model.findings import Cause, Caveat, Culprit, Effect, Finding, NodeFinding, Severity, Symptom
+from gpuscope.model.findings import (
+    Cause,
+    Caveat,
+    Culprit,
+    Effect,
+    Finding,
+    LatencyHistogram,
+    NodeFinding,
+    Severity,
+    Span,
+    Symptom,
+)
 from gpuscope.model.session_choice import EVERY_SESSION
 from tests.demo_recording import every_scenario
 from tests.unit.properties import quick
@@ -67,6 +78,7 @@ def _full_finding() -> Finding:
                 effect,
                 (Culprit("preemptor", 999, comm="cpu_hog", share=0.98765, time_ns=125_000_000), Culprit("victim")),
                 metrics={"preempted_ns": 125_000_000, "cpu_share": 0.5},
+                histogram=LatencyHistogram((10_000, 17_783, 31_623), (0, 25), (70, 5)),
             ),
             Cause("host-work", ("stayed on the CPU",), metrics={"gap_p50_ns": 3}),
             Cause("blocked", ()),
@@ -78,6 +90,7 @@ def _full_finding() -> Finding:
             Caveat("lower-bound", "host", 12, unlocated=3, share=0.012349, text="12 host events lost"),
             Caveat("lower-bound", "cuda", 1),
         ),
+        span=Span(5_000_000_000, 7_000_000_000),
     )
 
 
@@ -106,6 +119,18 @@ def test_a_finding_read_back_from_its_json_gives_the_same_json() -> None:
     assert back.causes[1].metrics == {"gap_p50_ns": 3} and back.causes[2] == f.causes[2]
     assert back.causes[0].culprits[1] == Culprit("victim") and back.causes[0].culprits[0].share == 0.988
     assert back.caveats[0].share == 0.0123 and back.caveats[1] == f.caveats[1]
+    assert back.span == f.span and back.causes[0].histogram == f.causes[0].histogram
+
+
+def test_a_finding_from_an_older_node_without_span_or_histogram_reads_back_without_them() -> None:
+    # given a finding as a node of an earlier version sends it: no span, no histogram
+    wire: dict[str, Any] = json.loads(json.dumps(_full_finding().as_dict()))
+    del wire["span"]
+    del wire["causes"][0]["histogram"]
+    # when / then it is read, and says nothing of either
+    back = Finding.from_dict(wire)
+    assert back.span is None and back.causes[0].histogram is None
+    assert back.as_dict() == wire
 
 
 def _fields(effect: Effect | None) -> dict[str, Any]:
@@ -152,6 +177,14 @@ MALFORMED: list[tuple[tuple[str | int, ...], object, str]] = [
     (("causes", 0, "culprits", 0, "pid"), None, "finding.causes[0].culprits[0].pid: expected an integer, got None"),
     (("impact",), None, "finding.impact: expected an object, got None"),
     (("caveats", 0, "share"), "1%", "finding.caveats[0].share: expected a number or null, got '1%'"),
+    (("span", "end_ns"), "later", "finding.span.end_ns: expected an integer, got 'later'"),
+    (("span", "start_ns"), DELETE, "finding.span: no 'start_ns'"),
+    (("causes", 0, "histogram", "affected"), {}, "finding.causes[0].histogram.affected: expected a list, got {}"),
+    (
+        ("causes", 0, "histogram", "edges_ns", 1),
+        1.5,
+        "finding.causes[0].histogram.edges_ns[1]: expected an integer, got 1.5",
+    ),
     (("fix",), ["x" * 500], "finding.fix: expected a string, got " + repr(["x" * 500])[:39] + "…"),
 ]
 

@@ -8,8 +8,8 @@ from typing import Protocol
 import numpy as np
 
 from gpuscope.analysis.context import Context
-from gpuscope.analysis.stats import MIN_AFFECTED, effect_size, measurable, pct, severity_for
-from gpuscope.model.findings import RATIO_FLOOR_NS, Cause, Culprit, Effect, Finding, Symptom
+from gpuscope.analysis.stats import MIN_AFFECTED, effect_size, latency_histogram, measurable, pct, severity_for
+from gpuscope.model.findings import RATIO_FLOOR_NS, Cause, Culprit, Effect, Finding, Span, Symptom
 from gpuscope.model.ops import op_name
 from gpuscope.model.units import fmt_ns
 
@@ -145,7 +145,14 @@ def host_cause_findings(
             f"{op_name(op)}: {n} call{'s' if n > 1 else ''} overlapping {cause_name}, too few to compare"
             for op, n in too_small_to_compare(ctx, affected, pid)
         ]
-        cause = Cause(rule, (*evidence.get(pid, []), *lines), top.effect, culprits.get(pid, ()))
+        hit = top.positions[affected[top.positions]]
+        cause = Cause(
+            rule,
+            (*evidence.get(pid, []), *lines),
+            top.effect,
+            culprits.get(pid, ()),
+            histogram=latency_histogram(ctx.frame.dur[ctx.calls[top.positions]], affected[top.positions]),
+        )
         e = top.effect
         summary = (
             f"{op_name(top.op)} of pid {pid} is {e.slowdown()} when it overlaps {cause_name}; "
@@ -161,6 +168,8 @@ def host_cause_findings(
                 fix=fix,
                 lost_ns=lost,
                 wall_ns=wall,
+                # From the first affected call of the op it names to the last one's end.
+                span=Span(int(ctx.call_start[hit].min()), int(ctx.call_end[hit].max())),
             )
         )
     return findings

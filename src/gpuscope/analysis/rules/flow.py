@@ -17,7 +17,7 @@ from gpuscope.analysis.rules.base import spread_symptom, symptom_for
 from gpuscope.analysis.stats import severity_for
 from gpuscope.analysis.steps import sync_turns
 from gpuscope.analysis.workers import WORKER_FIX, family, workers_of
-from gpuscope.model.findings import Cause, Finding, Severity
+from gpuscope.model.findings import Cause, Finding, Severity, Span
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
@@ -340,8 +340,8 @@ class ThroughputDropRule:
     def evaluate(self, ctx: Context) -> list[Finding]:
         # Every op of a process slows down together when the process does: one
         # finding per process, led by the op that lost the most time.
-        drops: dict[int, list[tuple[int, int, str, np.ndarray, int, float, int, int, int]]] = {}
-        for p, op, pos, counts, bin_ns in self._rates(ctx):
+        drops: dict[int, list[tuple[int, int, str, np.ndarray, int, float, int, int, int, Span | None]]] = {}
+        for p, op, pos, counts, bin_ns, t0 in self._rates(ctx):
             nb = len(counts)
             peak = int(counts.max())
             if peak < 10:
@@ -364,11 +364,14 @@ class ThroughputDropRule:
                 f"{cur * 1e9 / bin_ns:.0f}/s in {int(low.sum())} of {nb} bins of {fmt_ns(bin_ns)}"
             )
             peak_s, cur_s = peak * 10**9 // bin_ns, cur * 10**9 // bin_ns
-            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak_s, cur_s))
+            # The low-rate period: its first low bin to its last (bins of a known start only).
+            at = np.flatnonzero(low)
+            span = Span(t0 + int(at[0]) * bin_ns, t0 + (int(at[-1]) + 1) * bin_ns) if t0 is not None else None
+            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak_s, cur_s, span))
         out = []
         for p, items in drops.items():
             items.sort(key=lambda t: -t[0])
-            lost, op, _, pos, nlow, drop, nb, peak_s, low_s = items[0]
+            lost, op, _, pos, nlow, drop, nb, peak_s, low_s, span = items[0]
             wall = ctx.pid_span_ns(p)
             sev = Severity.HIGH if drop >= 0.6 and nlow >= 0.2 * nb else Severity.MEDIUM
             lines = tuple(t[2] for t in items)
@@ -388,19 +391,22 @@ class ThroughputDropRule:
                     "input sizes and batch shapes over time",
                     lost_ns=lost,
                     wall_ns=wall,
+                    span=span,
                 )
             )
         return out
 
     @staticmethod
-    def _rates(ctx: Context) -> list[tuple[int, int, np.ndarray, np.ndarray, int]]:
-        """(pid, op, positions, calls per bin, bin ns) of every op with at least 50 calls and 5 whole bins.
+    def _rates(ctx: Context) -> list[tuple[int, int, np.ndarray, np.ndarray, int, int | None]]:
+        """(pid, op, positions, calls per bin, bin ns, start of the first bin) of every op with at least 50 calls
+        and 5 whole bins; the start is None where the bins are not contiguous (seconds the overhead budget's
+        windows barely covered are left out).
 
         From the exact per-second aggregates when present (every call counts,
         stored or not); the first and last seconds of an op are partial, so left out.
         """
         f, c, a = ctx.frame, ctx.calls, ctx.aggregates
-        out = []
+        out: list[tuple[int, int, np.ndarray, np.ndarray, int, int | None]] = []
         imp = ctx.imported_rates
         skip: frozenset[int] = frozenset()
         rows = (
@@ -421,7 +427,7 @@ class ThroughputDropRule:
                 stored = np.bincount(b.astype(np.int64), minlength=len(counts))
                 counts = np.maximum(counts, stored)[1:-1]
                 if len(counts) >= 5:
-                    out.append((p, op, pos, counts, imp.width_ns))
+                    out.append((p, op, pos, counts, imp.width_ns, first + imp.width_ns))
         if a is not None:
             for p, op in a.op_keys():
                 if op not in GPU_CALLS or p in skip:
@@ -431,11 +437,12 @@ class ThroughputDropRule:
                     continue
                 b = (a.bucket[m] - a.bucket[m].min()) // BUCKET_NS
                 counts = np.bincount(b.astype(np.int64), weights=a.count[m].astype(np.float64)).astype(np.int64)
+                t0: int | None = int(a.bucket[m].min()) + BUCKET_NS
                 if ctx.coverage is not None and ctx.coverage.is_sampled(op):
-                    counts = _estimated_rates(ctx.coverage, int(a.bucket[m].min()), counts)
+                    counts, t0 = _estimated_rates(ctx.coverage, int(a.bucket[m].min()), counts), None
                 counts = counts[1:-1]
                 if len(counts) >= 5:
-                    out.append((p, op, rows.get((p, op), np.zeros(0, dtype=np.int64)), counts, BUCKET_NS))
+                    out.append((p, op, rows.get((p, op), np.zeros(0, dtype=np.int64)), counts, BUCKET_NS, t0))
             return out
         for p, op, pos in ctx.groups(min_count=50):
             # A sampled op's rows exist only inside the probe windows: no rate over time can be read from them.
@@ -448,7 +455,7 @@ class ThroughputDropRule:
             if nb < 5:
                 continue
             counts = np.bincount(((ts - ts[0]) // bin_ns).astype(np.int64), minlength=nb + 1)[:nb]
-            out.append((p, op, pos, counts, bin_ns))
+            out.append((p, op, pos, counts, bin_ns, int(ts[0])))
         return out
 
 

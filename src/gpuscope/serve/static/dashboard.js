@@ -4,12 +4,13 @@
 "use strict";
 
 const COLOURS = ["#2f6fde", "#d92d20", "#067647", "#b54708", "#7a5af8", "#0e9384", "#c11574", "#667085"];
-const state = { session: "last", since: "", from: null, to: null, op: null, pid: null };
+const state = { session: "last", since: "", from: null, to: null, op: null, pid: null, finding: null };
 
 // A finding's fields, as /api/v1/findings sends them: the wire shape is the TypedDicts FindingWire, SymptomWire
 // and CauseWire of src/gpuscope/model/finding_wire.py. Every key the page reads of a finding is named here and
 // nowhere else; tests/unit/model/test_finding_wire.py checks each one against those TypedDicts.
 const FindingWire = Object.freeze({
+  id: (f) => f.id,
   severity: (f) => f.severity,
   kind: (f) => f.kind,
   summary: (f) => f.symptom.summary,
@@ -19,6 +20,10 @@ const FindingWire = Object.freeze({
   evidence: (f) => (f.causes || []).map((c) => c.evidence || []),  // one list of lines per cause
   fix: (f) => f.fix,
   lostNs: (f) => f.impact.lost_ns,
+  // The time the finding covers, in the window's clock ({start_ns, end_ns}); null from a node that sends none.
+  span: (f) => f.span || null,
+  // Its causes' evidence histograms (HistogramWire), for those measured call by call.
+  histograms: (f) => (f.causes || []).map((c) => c.histogram).filter(Boolean),
 });
 
 function el(tag, attrs, ...children) {
@@ -183,24 +188,61 @@ function renderHeadline(o, f, ops) {
   return top ? F.op(top) : null;
 }
 
-function renderFindings(f) {
+// A finding's span in wall-clock seconds (the timeline's axis): its monotonic ns moved by the window's offset.
+function spanSeconds(finding, window) {
+  const span = FindingWire.span(finding);
+  if (!span || !window) return null;
+  const offset = (window.start_wall_ns || 0) - (window.start_ns || 0);
+  return { from: (span.start_ns + offset) / 1e9, to: (span.end_ns + offset) / 1e9 };
+}
+
+// Each finding: its claim, evidence and fix, and its evidence chart; clicking its head zooms the timeline to
+// the time it covers (a second click goes back to the whole window).
+function renderFindings(f, window) {
   const list = document.getElementById("findings");
   list.replaceChildren();
   if (!f.findings.length) list.append(el("li", { class: "muted" }, "no findings in this window"));
   const F = FindingWire;
-  for (const finding of f.findings) {
-    const item = el("li", {}, el("span", { class: `sev sev-${F.severity(finding)}` }, F.severity(finding)), " ",
+  const width = Math.max(280, Math.min(560, list.clientWidth - 40));
+  f.findings.forEach((finding, i) => {
+    const span = spanSeconds(finding, window);
+    const head = el("div", { class: "finding-head", "data-finding": String(i) },
+      el("span", { class: `sev sev-${F.severity(finding)}` }, F.severity(finding)), " ",
       el("strong", {}, F.kind(finding)), ": ", F.summary(finding));
+    const item = el("li", state.finding === i ? { class: "selected" } : {}, head);
+    if (span) {
+      head.classList.add("zooms");
+      head.setAttribute("title", "show on the timeline");
+      head.addEventListener("click", () => {
+        const again = state.finding === i;
+        // A margin of a tenth of its length each side (at least 1 ms): the calls at its edges stay in view.
+        const pad = Math.max((span.to - span.from) / 10, 1e-3);
+        state.finding = again ? null : i;
+        state.from = again ? null : `@${(span.from - pad).toFixed(6)}`;
+        state.to = again ? null : `@${(span.to + pad).toFixed(6)}`;
+        refresh();
+      });
+    }
     if (F.comm(finding)) item.append(el("div", { class: "muted" }, `process ${F.comm(finding)} (pid ${F.pid(finding)})`));
     for (const lines of F.evidence(finding)) {
       const evidence = el("ul", { class: "evidence" });
       for (const line of lines) evidence.append(el("li", {}, line));
       item.append(evidence);
     }
+    const histogram = F.histograms(finding)[0];
+    const chart = histogram ? evidenceChart(histogram, width) : null;
+    if (chart) item.append(chart);
     if (F.fix(finding)) item.append(el("div", { class: "fix" }, "fix: ", F.fix(finding)));
     list.append(item);
-  }
+  });
   return new Set(f.findings.map(F.op));
+}
+
+// The findings' bands over the timeline: [{id, severity, from, to}] in wall-clock seconds.
+function findingBands(f, window) {
+  const F = FindingWire;
+  return f.findings.map((finding) => ({ id: F.id(finding), severity: F.severity(finding), ...spanSeconds(finding, window) }))
+    .filter((band) => band.from !== undefined);
 }
 
 function renderOps(o, flagged) {
@@ -246,7 +288,7 @@ function msText(v) {
   return v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : v >= 1 ? `${+v.toFixed(1)} ms` : `${+(v * 1000).toFixed(1)} µs`;
 }
 
-function renderTimeline(t, topOp) {
+function renderTimeline(t, topOp, bands) {
   const box = document.getElementById("timeline");
   if (plot) { plot.destroy(); plot = null; }
   box.replaceChildren();
@@ -277,12 +319,13 @@ function renderTimeline(t, topOp) {
       spanGaps: false, points: { show: false }, value: (u, v) => (v === null ? "—" : msText(v)),
     }))],
     cursor: { drag: { x: true, y: false, setScale: false } },
-    hooks: { setSelect: [(u) => {
+    hooks: { drawClear: [bandsHook(bands)], setSelect: [(u) => {
       if (u.select.width < 5) return;
       const a = u.posToVal(u.select.left, "x"), b = u.posToVal(u.select.left + u.select.width, "x");
       u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
       state.from = `@${a.toFixed(6)}`;
       state.to = `@${b.toFixed(6)}`;
+      state.finding = null;
       refresh();
     }] },
   };
@@ -291,7 +334,8 @@ function renderTimeline(t, topOp) {
   lanes.style.setProperty("--plot-left", `${Math.round(plot.bbox.left / devicePixelRatio)}px`);
   lanes.style.setProperty("--plot-width", `${Math.round(plot.bbox.width / devicePixelRatio)}px`);
   box.dataset.axes = JSON.stringify(opts.axes.map((a) => a.label));  // the canvas's axis titles, as text too
-  box.ondblclick = () => { state.from = null; state.to = null; refresh(); };
+  box.dataset.bands = JSON.stringify(bands);
+  box.ondblclick = () => { state.from = null; state.to = null; state.finding = null; refresh(); };
 }
 
 // One lane per thread that calls the GPU: three bands (GPU calls, preempted, blocked), each pixel as dark as the
@@ -377,20 +421,27 @@ async function refresh() {
     const params = windowParams();
     const span = { session: state.session, since: state.since, from: state.from, to: state.to };
     const width = Math.max(100, Math.min(2000, document.getElementById("lanes").clientWidth - 200));
-    const [overview, findings, ops, processes, containers, timeline, system, lanes] = await Promise.all([
-      api("overview", params), api("findings", params), api("ops", params), api("processes", { limit: 50 }),
-      api("containers", {}), api("timeline", span), api("snapshots", { since: state.since, limit: 3600 }),
+    // The first screen first; what is below it (and the host line) is asked for once it is drawn, so those
+    // reads do not compete with the first screen's for the server's CPU.
+    const [overview, findings, ops, timeline, lanes] = await Promise.all([
+      api("overview", params), api("findings", params), api("ops", params), api("timeline", span),
       api("lanes", { ...span, width }),
     ]);
-    renderSystem(system);
     renderFilter();
     renderSessions(overview.sessions);
     renderOverview(overview);
     const topOp = renderHeadline(overview, findings, ops);
-    renderOps(ops, renderFindings(findings));
-    renderProcesses(processes, containers);
-    renderTimeline(timeline, topOp);
+    renderOps(ops, renderFindings(findings, overview.window));
+    renderTimeline(timeline, topOp, findingBands(findings, overview.window));
     renderLanes(lanes, overview.sampling);
+    // When the first screen was first drawn, in ms since the page's navigation began: bench/dashboard_bench.py
+    // reads it as the page's time to interactive.
+    if (!document.body.dataset.drawnMs) document.body.dataset.drawnMs = String(Math.round(performance.now()));
+    const [processes, containers, system] = await Promise.all([
+      api("processes", { limit: 50 }), api("containers", {}), api("snapshots", { since: state.since, limit: 3600 }),
+    ]);
+    renderSystem(system);
+    renderProcesses(processes, containers);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     await refreshProfile();
   } catch (err) {
