@@ -70,3 +70,37 @@ def test_every_python_call_is_linked_to_a_stack_naming_its_executing_line(trace_
     for frames_json, _ in rows:
         py = [(f.get("function"), f.get("line")) for f in json.loads(str(frames_json)) if f["kind"] == "python"]
         assert py[:3] == [tuple(level) for level in expected["levels"]], py
+
+
+MANY_CODES = Path(__file__).resolve().parent.parent / "workloads" / "py_many_codes.py"
+
+
+def test_python_frames_stay_named_while_on_cpu_samples_land_inside_code_descriptions(trace_command, standin):
+    # given 5,000 Python functions, each calling once, each call a code object never described before, with
+    # full stacks on every call and on-CPU samples at the top rate (they land inside the calls' probes)
+    n = 5000
+    run = trace_command(
+        [sys.executable, str(MANY_CODES), str(standin.cudart), str(n)],
+        extra=["--stack-every", "cudaMalloc=1", "--cpu-samples", "999"],
+    )
+    assert run.returncode == 0, run.stderr
+    # then every call with a stack has its innermost Python frame naming the function that made it (its bytes say
+    # which); a call without one is a counted loss (a burst of new code can fill the stack ring), said in the summary
+    rows = run.query("SELECT bytes, frames FROM event_call_stacks WHERE op = 'cudaMalloc'")
+    drops = json.loads(str(run.query("SELECT drops FROM sessions")[0][0]))
+    assert n / 2 <= len(rows) and n - len(rows) <= drops["drop_stack"] + drops["stacks_unattributed"], (
+        len(rows),
+        drops,
+    )
+    if len(rows) < n:
+        assert "call stacks:" in run.stderr, run.stderr
+    wrong, unnamed = [], 0
+    for size, frames_json in rows:
+        py = [f.get("function") for f in json.loads(str(frames_json)) if f["kind"] == "python"]
+        if py and py[0] is None:
+            unnamed += 1  # its code's description was lost to the full ring: unnamed, never another's name
+        elif not py or py[0] != f"f_{int(str(size)) - 4096}":
+            wrong.append((size, py[:2]))
+    assert wrong == [], f"{len(wrong)} of {len(rows)} calls misnamed, e.g. {wrong[:5]}"
+    assert unnamed <= drops["drop_stack"], (unnamed, drops)
+    assert int(str(run.query("SELECT count(*) FROM cpu_samples")[0][0])) > 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.serve.support import HOSTILE_COMM, HOSTILE_FUNCTION, contention_recording, dashboard, profile_recording
+from tests.unit.analysis.builder import Events, steady_training
 
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog
@@ -151,6 +152,24 @@ def test_the_host_time_section_shows_the_sampled_functions_as_text_and_downloads
         assert download.suggested_filename == "run.speedscope.json"
         doc = json.loads(Path(download.path()).read_text())
         assert [sum(p["weights"]) for p in doc["profiles"]] == [30, 10]
+        # and the flame graph is drawn from the same samples: the process, then its frames
+        flame = page.evaluate("fetch('/api/v1/profile').then(r => r.json())")["flame"]
+        assert flame["samples"] == 40 and [c["samples"] for c in flame["children"]] == [40]
+        canvas = page.locator("#flame")
+        assert int(canvas.get_attribute("data-nodes") or "0") >= 4
+        # hovering its top row names the whole; the hostile name is canvas text and a tooltip's text only
+        box = canvas.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 5)
+        assert page.inner_text("#flame-tip").startswith("all: 40 samples")
+        # a click on the process's row fills the width with it; one on the top row goes back
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 18 + 5)
+        assert canvas.get_attribute("data-root") != "all"
+        box = canvas.bounding_box()  # a shallower graph is a shorter page: where it is drawn may have moved
+        assert box is not None
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 5)
+        assert canvas.get_attribute("data-root") == "all"
+        assert page.evaluate("document.querySelectorAll('#profile-section img, img[onerror]').length") == 0
     assert problems == []
 
 
@@ -186,6 +205,9 @@ def test_the_first_screen_says_what_is_wrong_where_and_since_when_without_scroll
         page.wait_for_selector("#lanes canvas", timeout=30_000)
         pids = page.eval_on_selector_all("#lanes canvas", "c => c.map(x => Number(x.dataset.pid))")
         assert pids[:1] == [100], pids
+        # and hovering the lane says who held its CPU while it was preempted
+        title = page.get_attribute("#lanes .lane", "title") or ""
+        assert "preempted by cpu_hog (pid 999)" in title, title
         for selector in ("#figures", "#lost-bar", "#top-finding", "#timeline canvas"):
             box = page.locator(selector).first.bounding_box()
             assert box is not None and box["y"] + box["height"] <= 900, (selector, box)
@@ -319,8 +341,85 @@ def test_a_million_event_recording_draws_its_first_screen_from_reduced_answers(
         assert 4242 in {pid for pid, _ in lanes}, lanes
         # and the server sent the time views reduced to the pixels asked for, not the events
         assert all(width <= 2000 for _, width in lanes), lanes
+        # and a process of several threads is one lane until its name is clicked, then one lane per thread
+        process = page.locator("#lanes .lane.process", has_text="4242").first
+        threads = int(str(process.inner_text()).split("(", 1)[1].split(" ", 1)[0])
+        assert threads > 1 and page.locator("#lanes .lane.thread").count() == 0
+        process.locator(".lane-name").click()
+        assert page.locator("#lanes .lane.thread").count() == threads
         assert set(sizes) == {"timeline", "lanes"}, sizes
         assert sizes["lanes"] < 400_000 and sizes["timeline"] < 200_000, sizes
         # and the findings have their evidence, with no console error
         page.wait_for_selector("#findings .finding-head", timeout=30_000)
         assert problems == []
+
+
+def test_a_click_on_the_timeline_lists_that_intervals_slowest_calls_as_text(page, tmp_path: Path) -> None:
+    # given the contention run (its process named like markup), opened at 1400x900
+    db = contention_recording(tmp_path / "run.db")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    asked: list[str] = []
+    timelines: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/calls" in r.url else None)
+    page.on("request", lambda r: timelines.append(r.url) if "/api/v1/timeline" in r.url else None)
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#timeline .u-over", timeout=30_000)
+        over = page.locator("#timeline .u-over").bounding_box()
+        assert over is not None and timelines
+        # when the chart is clicked a fifth of the way in (a click: no drag)
+        page.mouse.click(over["x"] + over["width"] * 0.2, over["y"] + over["height"] / 2)
+        page.wait_for_selector("#calls details.call", timeout=30_000)
+        # then the slowest calls of that interval are listed, slowest first, from one request for that interval
+        assert len(asked) == 1 and "from=" in asked[0] and "to=" in asked[0], asked
+        answer = page.evaluate(f"fetch('{asked[0]}').then(r => r.json())")
+        durations = [c["duration_ns"] for c in answer["calls"]]
+        assert durations and durations == sorted(durations, reverse=True)
+        items = page.locator("#calls details.call")
+        assert items.count() == len(durations)
+        assert answer["calls"][0]["op"] in items.first.inner_text()
+        # and a call without a stack says so; its thread's name is shown as text, never markup
+        items.first.locator("summary").click()
+        assert "no stack recorded" in items.first.inner_text()
+        assert f"{answer['calls'][0]['comm']} (pid 100" in items.first.inner_text()
+        assert page.evaluate("document.querySelectorAll('#calls img, #calls script, img[onerror]').length") == 0
+        # and the timeline was not zoomed by the click
+        assert not any("from=" in u for u in timelines), timelines
+        assert problems == []
+
+
+def test_with_a_baseline_the_page_charts_each_ops_change_against_it(page, tmp_path: Path) -> None:
+    # given a healthy run as the baseline, and the same loop with one sync in four preempted for 5 ms
+    base = Events()
+    steady_training(base, 400)
+    baseline = base.to_db(tmp_path / "before.db")
+    db = contention_recording(tmp_path / "after.db")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    with dashboard(db, tmp_path / "home", "--baseline", str(baseline)) as server:
+        page.goto(server.info["url"])
+        # then the comparison is drawn: titled axes, the syncs among the ops charted
+        page.wait_for_selector("#diff-section:not([hidden]) #diff-chart canvas", timeout=30_000)
+        chart = page.locator("#diff-chart")
+        assert json.loads(chart.get_attribute("data-axes") or "[]") == ["op", "this run / baseline (log scale)"]
+        charted = json.loads(chart.get_attribute("data-ops") or "[]")
+        assert "cudaStreamSynchronize" in charted
+        # and the table says what `gpuscope diff` says of them: the syncs' p99 grew
+        d = page.evaluate("fetch('/api/v1/diff').then(r => r.json())")
+        assert d["baseline"] == str(baseline)
+        sync = next(o for o in d["ops"] if o["op"] == "cudaStreamSynchronize")
+        assert sync["p99_ratio"] > 1.5, sync
+        row = page.locator("#diff tbody tr", has_text="cudaStreamSynchronize").first
+        assert sync["change"] in row.inner_text() and "slower" in row.inner_text()
+        assert problems == []
+
+
+def test_without_a_baseline_the_comparison_is_hidden_and_its_answer_says_how_to_get_one(page, tmp_path: Path) -> None:
+    db = contention_recording(tmp_path / "run.db")
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#timeline canvas", timeout=30_000)
+        d = page.evaluate("fetch('/api/v1/diff').then(r => r.json())")
+        assert d["baseline"] is None and d["ops"] == [] and "--baseline" in d["notes"][0]
+        assert not page.is_visible("#diff-section")

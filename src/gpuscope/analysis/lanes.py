@@ -2,24 +2,31 @@
 
 For each thread (the busiest first), for each of ``width`` equal intervals of
 the window: the share of it the thread spent inside GPU calls (runtime,
-driver, NCCL), preempted (runnable while another task had its CPU), and off
-its CPU by its own choice (a sleep, a wait, I/O). The server sends these
+driver, NCCL), inside NCCL calls alone (collectives, per rank: the lane
+carries its process's rank when the recording knows it), preempted (runnable
+while another task had its CPU), off its CPU by its own choice (a sleep, a
+wait, I/O), and in direct memory reclaim (the kernel freeing pages on its
+time before it could allocate). The server sends these
 fractions, never the events: a lane of a million calls is ``width`` numbers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscope.analysis.frame import GPU_CALLS, EventFrame
 from gpuscope.analysis.intervals import distinct, merge, overlap_ns
-from gpuscope.model.ops import Op
+from gpuscope.model.ops import OPS, Op, Source, op_name
 
 SCHED = int(Op.sched_switch)
+RECLAIM = int(Op.direct_reclaim)
 MAX_WIDTH = 2_000
 MAX_LANES = 32
+MAX_PREEMPTORS = 3
+NCCL_CALLS = frozenset(int(op) for op, info in OPS.items() if info.source is Source.NCCL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +40,14 @@ class Lane:
     preempted: np.ndarray
     blocked: np.ndarray
     gpu_ns: int
+    # Who held its CPU while it was preempted, most time first (at most MAX_PREEMPTORS): (pid, comm, ns).
+    preemptors: tuple[tuple[int, str | None, int], ...] = ()
+    nccl: np.ndarray | None = None  # its shares in NCCL calls (None: it made none)
+    rank: int | None = None  # its process's rank, when the recording knows it
+    reclaim: np.ndarray | None = None  # its shares in direct memory reclaim (None: it had none)
+    # Per pixel, which of ``ops`` took most of its GPU-call time there (-1: none): its GPU band coloured by op.
+    ops: tuple[str, ...] = ()
+    top_op: np.ndarray | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -43,11 +58,25 @@ class Lane:
             "gpu": np.round(self.gpu, 3).tolist(),
             "preempted": np.round(self.preempted, 3).tolist(),
             "blocked": np.round(self.blocked, 3).tolist(),
+            "preemptors": [{"pid": p, "comm": c, "ns": ns} for p, c, ns in self.preemptors],
+            "nccl": np.round(self.nccl, 3).tolist() if self.nccl is not None else None,
+            "rank": self.rank,
+            "reclaim": np.round(self.reclaim, 3).tolist() if self.reclaim is not None else None,
+            "ops": list(self.ops),
+            "top_op": self.top_op.tolist() if self.top_op is not None else None,
         }
 
 
-def thread_lanes(frame: EventFrame, start_ns: int, end_ns: int, width: int, max_lanes: int = MAX_LANES) -> list[Lane]:
-    """The lanes of the threads that made GPU calls in [start_ns, end_ns), busiest first (see the module)."""
+def thread_lanes(
+    frame: EventFrame,
+    start_ns: int,
+    end_ns: int,
+    width: int,
+    max_lanes: int = MAX_LANES,
+    ranks: Mapping[int, int] | None = None,
+) -> list[Lane]:
+    """The lanes of the threads that made GPU calls in [start_ns, end_ns), busiest first (see the module);
+    ``ranks``: each process's rank (pid -> rank), where known."""
     width = max(1, min(width, MAX_WIDTH))
     end_ns = max(end_ns, start_ns + width)
     edges = start_ns + (np.arange(width + 1, dtype=np.int64) * (end_ns - start_ns)) // width
@@ -55,19 +84,26 @@ def thread_lanes(frame: EventFrame, start_ns: int, end_ns: int, width: int, max_
     size = np.maximum(q_end - q_start, 1).astype(np.float64)
     f = frame
     calls = np.flatnonzero(np.isin(f.op, np.fromiter(GPU_CALLS, dtype=np.int64)))
+    nccl_ops = np.fromiter(NCCL_CALLS, dtype=np.int64)
     sched = np.flatnonzero(f.op == SCHED)
+    reclaims = np.flatnonzero(f.op == RECLAIM)
     keys = (f.pid[calls].astype(np.int64) << 32) | f.tid[calls].astype(np.int64)
     lanes = []
     for key in distinct(keys).tolist():
         pid, tid = key >> 32, key & 0xFFFFFFFF
         mine = calls[keys == key]
         gs, ge = merge(f.ts[mine], f.ts[mine] + f.dur[mine])
+        collective = mine[np.isin(f.op[mine], nccl_ops)]
+        ns_, ne_ = merge(f.ts[collective], f.ts[collective] + f.dur[collective])
         off = sched[(f.pid[sched] == pid) & (f.tid[sched] == tid)]
         pre = off[f.arg0[off] != 0]
         vol = off[f.arg0[off] == 0]
         ps, pe = merge(f.ts[pre], f.ts[pre] + f.dur[pre])
+        rec = reclaims[(f.pid[reclaims] == pid) & (f.tid[reclaims] == tid)]
+        rs, re_ = merge(f.ts[rec], f.ts[rec] + f.dur[rec])
         vs, ve = merge(f.ts[vol], f.ts[vol] + f.dur[vol])
         gpu = overlap_ns(q_start, q_end, gs, ge)
+        names, top = _top_ops(f, mine, q_start, q_end)
         lanes.append(
             Lane(
                 pid,
@@ -77,7 +113,41 @@ def thread_lanes(frame: EventFrame, start_ns: int, end_ns: int, width: int, max_
                 np.minimum(overlap_ns(q_start, q_end, ps, pe) / size, 1.0),
                 np.minimum(overlap_ns(q_start, q_end, vs, ve) / size, 1.0),
                 int(gpu.sum()),
+                _preemptors(f, pre[(f.ts[pre] < end_ns) & (f.ts[pre] + f.dur[pre] > start_ns)]),
+                np.minimum(overlap_ns(q_start, q_end, ns_, ne_) / size, 1.0) if len(collective) else None,
+                (ranks or {}).get(int(pid)),
+                np.minimum(overlap_ns(q_start, q_end, rs, re_) / size, 1.0) if len(rec) else None,
+                names,
+                top,
             )
         )
     lanes.sort(key=lambda lane: (-lane.gpu_ns, lane.pid, lane.tid))
     return lanes[:max_lanes]
+
+
+def _preemptors(f: EventFrame, pre: np.ndarray) -> tuple[tuple[int, str | None, int], ...]:
+    """The tasks that held a thread's CPU while it was preempted (``pre``: its switches out while runnable), by
+    process, most time first. The preemptor is in each switch's handle (its pid, shifted)."""
+    if not len(pre):
+        return ()
+    who = f.handle[pre] >> 32
+    pids, at = np.unique(who, return_inverse=True)
+    held = np.bincount(at.reshape(-1), weights=f.dur[pre].astype(np.float64))
+    top = np.argsort(-held, kind="stable")[:MAX_PREEMPTORS]
+    return tuple(
+        (int(pids[i]), f.comm(int(pids[i])) or ("swapper" if pids[i] == 0 else None), int(held[i])) for i in top
+    )
+
+
+def _top_ops(
+    f: EventFrame, calls: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """(the thread's ops, by name; per pixel the index of the one with the most call time there, -1 for none)."""
+    ids = distinct(f.op[calls]).tolist()
+    time = np.zeros((len(ids), len(q_start)), dtype=np.int64)
+    for i, op in enumerate(ids):
+        mine = calls[f.op[calls] == op]
+        s, e = merge(f.ts[mine], f.ts[mine] + f.dur[mine])
+        time[i] = overlap_ns(q_start, q_end, s, e)
+    top = np.where(time.max(axis=0) > 0, time.argmax(axis=0), -1)
+    return tuple(op_name(int(op)) for op in ids), top

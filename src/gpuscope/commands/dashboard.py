@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from gpuscope.commands._options import add_db_option, db_from_args
 
@@ -16,6 +17,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_db_option(p, purpose="the recording to serve (may still be recording)")
     add_server_options(p)
+    p.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="a recording of the run before (a good run): the page adds the per-op comparison with it, as "
+        "`gpuscope diff PATH --db` prints it, as a chart",
+    )
     p.add_argument("--mcp", action="store_true", help="also serve MCP (streamable HTTP) at /mcp on the same port")
     p.add_argument("--json", action="store_true", help="print one JSON object (url, token, fingerprint) at start")
 
@@ -27,8 +34,11 @@ def run(args: argparse.Namespace) -> int:
 
     db = db_from_args(args)
     open_recording(db).close()  # a missing or damaged recording is reported now, not on the first request
+    baseline = Path(args.baseline) if args.baseline else None
+    if baseline is not None:
+        open_recording(baseline).close()
     listener = listen(args)
-    app = create_app(db, listener.guard, mcp=args.mcp)
+    app = create_app(db, listener.guard, mcp=args.mcp, baseline=baseline)
     mcp_url = f"{listener.base_url}mcp" if args.mcp else None
     info = listener.info(api=f"{listener.base_url}api/v1/", mcp=mcp_url, recording=str(db))
 

@@ -264,6 +264,7 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             preempted=session.stats.preempted,
             others=session.stats.others,
             other_comms=session.stats.other_comms,
+            stacks_unattributed=session.stacks.unattributed if session.stacks is not None else 0,
         ),
         *_late_load_lines(session.late_loads),
         *exported,

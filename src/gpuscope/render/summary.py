@@ -23,8 +23,12 @@ def render_summary(
     preempted: int = 0,
     others: Mapping[int, int] | None = None,
     other_comms: Mapping[int, Mapping[str, int]] | None = None,
+    stacks_unattributed: int = 0,
 ) -> str:
-    """The summary; ``per_op`` counts the traced processes' own events, ``others`` the machine's (see LiveStats)."""
+    """The summary; ``per_op`` counts the traced processes' own events, ``others`` the machine's (see LiveStats).
+
+    ``stacks_unattributed``: stored calls left without a stack (their site's full stack was lost).
+    """
     lines: list[str] = []
     total = sum(h.count for h in per_op.values())
     theirs = sum((others or {}).values())
@@ -62,6 +66,16 @@ def render_summary(
             who = ", ".join(f"{name} {fmt_count(k)}" for name, k in names[:3])
             more = f", {len(names) - 3} more" if len(names) > 3 else ""
             lines.append(f"  {op_name(op):<22}{fmt_count(n):>10}  {who}{more}")
+    lost_stacks, lost_samples = counters.get("drop_stack", 0), counters.get("drop_cpu_sample", 0)
+    if lost_stacks or lost_samples or stacks_unattributed:
+        # Events are never held back for stacks: when the agent falls behind on the stack ring, stacks are what
+        # is lost, counted here as in the recording (sessions.drops).
+        lines.append("")
+        lines.append(
+            f"call stacks: {fmt_count(lost_stacks)} lost at a full stack ring, {fmt_count(stacks_unattributed)} "
+            f"stored calls without one; {fmt_count(lost_samples)} on-CPU samples lost "
+            "(fewer full stacks: --stack-every OP=N; fewer samples: --cpu-samples HZ)"
+        )
     if counters.get("call_depth") or counters.get("unmatched_ret"):
         lines.append("")
         lines.append(

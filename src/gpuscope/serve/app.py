@@ -147,10 +147,13 @@ class _WithMcp:
             await self.dashboard(scope, receive, send)
 
 
-def create_app(db: Path, guard: Guard, *, mcp: bool = False) -> GuardMiddleware:
-    """The whole server: every route behind ``guard`` (Host, token, size limit, security headers); with ``mcp``, /mcp too."""
+def create_app(db: Path, guard: Guard, *, mcp: bool = False, baseline: Path | None = None) -> GuardMiddleware:
+    """The whole server: every route behind ``guard`` (Host, token, size limit, security headers); with ``mcp``, /mcp too.
+
+    ``baseline``: a recording of the run before, which ``GET diff`` compares this one with.
+    """
     cap_sqlite_heap()  # the server's process exists to serve these reads (docs/dashboard.md)
-    api = Api(db)
+    api = Api(db, baseline=baseline)
     # Warm before serving, not on the first request: a fleet client asking many fresh agents at once would
     # otherwise wait for each one's imports and first open.
     api.warm()

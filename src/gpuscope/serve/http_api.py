@@ -23,14 +23,11 @@ from typing import Any
 from gpuscope._version import __version__
 from gpuscope.analysis.collectives import DEFAULT_LIMIT as COLLECTIVES_DEFAULT
 from gpuscope.analysis.collectives import MAX_LIMIT as COLLECTIVES_MAX
-from gpuscope.analysis.engine import ExplainOptions, explain_db, resolve_window
-from gpuscope.analysis.frame import EventFrame, Window, load_frame
-from gpuscope.analysis.lanes import thread_lanes
-from gpuscope.analysis.timeline import op_timeline
+from gpuscope.analysis.engine import ExplainOptions, explain_db
+from gpuscope.diff import diff_databases
 from gpuscope.errors import GpuscopeError, UsageError
 from gpuscope.model.findings import Severity
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice
-from gpuscope.model.times import TimePoint
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.guard import MiB
 from gpuscope.query.guarded import ResultLimits, open_reader
@@ -54,15 +51,16 @@ from gpuscope.serve.params import (
 )
 from gpuscope.serve.profile import profile_speedscope, profile_summary
 from gpuscope.serve.schemas import Schema
+from gpuscope.serve.time_views import TimeViews
 from gpuscope.serve.untrusted import json_scalar
 from gpuscope.stacks.report import top_stacks
 from gpuscope.store import dashboard_read as store
 from gpuscope.store.connect import file_signature
-from gpuscope.store.sessions_read import session_wall_offsets
 
 # What one POST /query may fetch: an answer is built whole before it is sent, and many may be built at once.
 QUERY_LIMITS = ResultLimits(value_bytes=4 * MiB, result_bytes=16 * MiB)
 PROFILE_DEFAULT = 10  # functions and stacks in one profile
+NO_BASELINE = "no baseline: start the dashboard with --baseline PATH (a recording of the run before) to compare"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +83,22 @@ class Endpoint:
 PAGE_SESSIONS = SessionChoice.parse("last")
 
 
-class Api:
-    """The reads behind /api/v1 for the recording at ``db``.
+class Api(TimeViews):
+    """The reads behind /api/v1 for the recording at ``db`` (the time views: ``TimeViews``).
 
     ``pid`` arguments are checked by the callers (``params.PID``: the HTTP
     layer, MCP's tools); ``None`` means every process, every window, no bound.
     """
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *, baseline: Path | None = None) -> None:
+        super().__init__()
         self.db = db
+        self.baseline = baseline
+        self._diffs = ReportCache(size=2)
         # overview, ops and findings are views of one explain: a page refresh asks for all three at once.
         self._reports = ReportCache()
         # The page asks for the profile on every refresh: read again only when the recording changed.
         self._profiles = ReportCache(size=8)
-        # The events of the span the timeline and the lanes show (one read serves both), and the processes.
-        self._frames = ReportCache(size=2)
-        self._views = ReportCache(size=8)  # the timeline and the lanes drawn from them
         self._processes = ReportCache(size=4)
 
     def _explain(
@@ -126,19 +124,11 @@ class Api:
         except GpuscopeError:
             return
         # Two threads: the report and the events are read apart, and much of each runs outside the GIL.
-        for part in (lambda: self._explain(None, None, sessions=PAGE_SESSIONS), self._first_span):
+        for part in (
+            lambda: self._explain(None, None, sessions=PAGE_SESSIONS),
+            lambda: self.timeline(sessions=PAGE_SESSIONS),
+        ):
             threading.Thread(target=_head_start, args=(part,), name="gpuscope-first-screen", daemon=True).start()
-
-    def _first_span(self) -> None:
-        self.timeline(sessions=PAGE_SESSIONS)
-
-    def read(self, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``read(conn, *args, **kwargs)`` on a read-only connection of its own."""
-        conn = open_recording(self.db)
-        try:
-            return read(conn, *args, **kwargs)
-        finally:
-            conn.close()
 
     # -- endpoints -------------------------------------------------------------------------------------------------
 
@@ -154,6 +144,7 @@ class Api:
         return {
             "version": __version__,
             "recording": str(self.db),
+            "baseline": str(self.baseline) if self.baseline is not None else None,
             "sessions": every,
             "nodes": sorted({s["node"] for s in every if s["node"]}),
             "window": d["window"],
@@ -267,88 +258,22 @@ class Api:
         rows = rows[:limit]
         return {"events": rows, "next_after": rows[-1]["id"] if more and rows else None}
 
-    def timeline(
-        self,
-        since_ns: int | None = None,
-        start: TimePoint | None = None,
-        end: TimePoint | None = None,
-        buckets: int = 120,
-        sessions: SessionChoice = LAST_RUN,
-    ) -> dict[str, Any]:
-        """Per time bucket: each op's call count, mean and max latency, and the host's off-CPU and I/O events.
-
-        ``start``/``end`` (resolved against the sessions read) or ``since_ns`` choose the span, ``buckets`` its
-        resolution.
-        """
-        span = self._wall_span(since_ns, start, end, sessions)
-        if span is None:
-            return {"start_wall_ns": None, "end_wall_ns": None, "bucket_ns": None, "series": []}
-        first, last = span
-        width = max(1, -(-(last - first) // buckets))
-        series = self._views.get(
-            ("timeline", first, last, width, sessions),
-            file_signature(self.db),
-            lambda: self._op_timeline(first, last, width, sessions),
+    def diff(self) -> dict[str, Any]:
+        """The recording against the baseline it is served with, per op (``gpuscope diff BASELINE --db DB``); with
+        no baseline, an empty comparison whose note says how to get one."""
+        baseline = self.baseline
+        if baseline is None:
+            return {
+                "baseline": None,
+                "recording": str(self.db),
+                "ops": [],
+                "notes": [NO_BASELINE],
+            }
+        signature = (file_signature(baseline), file_signature(self.db))
+        found: dict[str, Any] = self._diffs.get(
+            "diff", signature, lambda: diff_databases(baseline, self.db, with_findings=True).as_dict()
         )
-        return {
-            "start_wall_ns": first,
-            "end_wall_ns": last,
-            "bucket_ns": width,
-            "series": series,
-        }
-
-    def _op_timeline(self, first: int, last: int, width: int, sessions: SessionChoice) -> list[dict[str, object]]:
-        w, frame = self._span_frame(first, last, sessions)
-        # The buckets are the span's, in wall time: its start in the window's clock is first - the offset.
-        return [s.as_dict() for s in op_timeline(frame, first - w.wall_offset_ns, last - w.wall_offset_ns, width)]
-
-    def _span_frame(self, first: int, last: int, sessions: SessionChoice) -> tuple[Window, EventFrame]:
-        """The window of wall span [first, last] of ``sessions`` and its events, read once while unchanged."""
-        opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
-        found: tuple[Window, EventFrame] = self._frames.get(
-            (first, last, sessions), file_signature(self.db), lambda: self.read(_window_frame, opts)
-        )
-        return found
-
-    def _wall_span(
-        self, since_ns: int | None, start: TimePoint | None, end: TimePoint | None, sessions: SessionChoice
-    ) -> tuple[int, int] | None:
-        """The wall-clock span a time view reads: ``start``/``end`` (resolved against the sessions read) or the
-        last ``since_ns``, within the sessions' bounds; None when they hold nothing."""
-        lo, hi = self.read(session_wall_bounds, sessions)
-        if lo is None:
-            return None
-        first, last = (hi - since_ns if since_ns is not None else lo), hi
-        if start is not None:
-            first = max(lo, start.resolve(lo, hi))
-        if end is not None:
-            last = min(hi, end.resolve(lo, hi))
-        return first, max(last, first + 1)
-
-    def lanes(
-        self,
-        since_ns: int | None = None,
-        start: TimePoint | None = None,
-        end: TimePoint | None = None,
-        width: int = 600,
-        sessions: SessionChoice = LAST_RUN,
-    ) -> dict[str, Any]:
-        """Per thread that made GPU calls (the busiest first): its shares of each of ``width`` intervals in GPU
-        calls, preempted and blocked (gpuscope.analysis.lanes), over the span ``timeline`` would read."""
-        span = self._wall_span(since_ns, start, end, sessions)
-        if span is None:
-            return {"start_wall_ns": None, "end_wall_ns": None, "width": width, "lanes": []}
-        first, last = span
-        found = self._views.get(
-            ("lanes", first, last, width, sessions),
-            file_signature(self.db),
-            lambda: self._thread_lanes(first, last, width, sessions),
-        )
-        return {"start_wall_ns": first, "end_wall_ns": last, "width": width, "lanes": found}
-
-    def _thread_lanes(self, first: int, last: int, width: int, sessions: SessionChoice) -> list[dict[str, object]]:
-        w, frame = self._span_frame(first, last, sessions)
-        return [x.as_dict() for x in thread_lanes(frame, w.start_ns, w.end_ns, width)]
+        return {"baseline": str(baseline), "recording": str(self.db), **found}
 
     def graph_events(self, limit: int = DEFAULT_ROWS) -> dict[str, Any]:
         return {"graph_events": self.read(store.graph_event_rows, limit)}
@@ -430,24 +355,6 @@ def _head_start(compute: Callable[[], object]) -> None:
         pass
 
 
-def _window_frame(conn: sqlite3.Connection, opts: ExplainOptions) -> tuple[Window, EventFrame]:
-    w = resolve_window(conn, opts)
-    return w, load_frame(conn, w.start_ns, w.end_ns)
-
-
-def session_wall_bounds(conn: sqlite3.Connection, sessions: SessionChoice) -> tuple[int | None, int | None]:
-    """The first and last wall time of the sessions read (every event's for the whole recording)."""
-    if not store.has_events(conn):
-        return None, None
-    w = resolve_window(conn, ExplainOptions(sessions=sessions))
-    if w.part is not None or len({offset for _, offset in session_wall_offsets(conn)}) == 1:
-        # One clock for all that is read: the window's bounds, found through the time index. (The events'
-        # wall times were a scan of every row: 0.5 s on a million, before each timeline and lanes answer.)
-        return w.start_ns + w.wall_offset_ns, w.end_ns + w.wall_offset_ns
-    # Sessions on clocks of their own (merged from several nodes, or the wall clock stepped between runs).
-    return store.wall_bounds(conn)
-
-
 def _counts(severities: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for s in severities:
@@ -524,6 +431,13 @@ ENDPOINTS = [
         schemas.TIMELINE,
     ),
     Endpoint(
+        "/calls",
+        "the slowest GPU calls of a span, slowest first, each with its stack",
+        (SESSION, SINCE, FROM, TO, Param("limit", "at most this many calls (1..100)", Kind.INT, 1, 100, 10)),
+        Api.calls,
+        schemas.CALLS,
+    ),
+    Endpoint(
         "/lanes",
         "per thread that made GPU calls: its share of each interval in GPU calls, preempted and blocked",
         (SESSION, SINCE, FROM, TO, Param("width", "how many intervals (1..2000)", Kind.INT, 1, 2000, 600)),
@@ -563,6 +477,14 @@ ENDPOINTS = [
         ),
         Api.collectives,
         schemas.COLLECTIVES,
+    ),
+    Endpoint(
+        "/diff",
+        "this recording against the baseline the dashboard serves it with (--baseline): per-op counts, rates, "
+        "p50/p95/p99 and their change, the findings only one has",
+        (),
+        Api.diff,
+        schemas.DIFF,
     ),
     Endpoint("/capabilities", "what this recording holds, by source", (), Api.capabilities, schemas.CAPABILITIES),
 ]

@@ -5,6 +5,7 @@ of the MCP tool ``cpu_profile``): the hot functions
 (``gpuscope.stacks.profile.top_functions``, as ``gpuscope stacks --cpu``
 names them: the user's own code where a stack has it) and the stacks the
 threads were sampled in most.
+``flame`` in it is the samples' tree for a flame graph (``gpuscope.stacks.flame``).
 ``profile_speedscope`` is the speedscope file of the same samples. Both read
 through one read-only connection the caller opens.
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from gpuscope.analysis.engine import ExplainOptions, resolve_window
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice
+from gpuscope.stacks.flame import flame_tree
 from gpuscope.stacks.profile import cpu_profile, speedscope_document, top_functions
 from gpuscope.store.cpu_samples_read import has_cpu_samples
 from gpuscope.store.processes_read import process_rows
@@ -83,6 +85,8 @@ def profile_summary(
             }
             for s in profile.stacks[:limit]
         ],
+        # The flame graph's tree, processes named as the exporters name them.
+        "flame": flame_tree(profile, {p: comm for p, comm, _ in process_rows(conn) if comm}),
         "notes": notes,
     }
 

@@ -105,6 +105,7 @@ OVERVIEW = obj(
     {
         "version": STR,
         "recording": STR,
+        "baseline": N_STR,  # the recording the page compares with (--baseline), else null
         "sessions": array(obj({"id": INT, "node": N_STR, "started_wall_ns": N_INT, "stopped_wall_ns": N_INT})),
         "nodes": array(STR),
         "window": WINDOW,
@@ -170,6 +171,8 @@ PROFILE = obj(
         "estimate": {"const": True},
         "top_functions": array(obj({"function": STR, "file": N_STR, "line": N_INT, "samples": INT, "share": NUM})),
         "stacks": array(obj({"pid": INT, "tid": INT, "samples": INT, "share": NUM, "frames": array(STR)})),
+        # A flame graph's tree: each node's children are the same shape (gpuscope.stacks.flame).
+        "flame": obj({"name": STR, "samples": INT, "children": array(OBJECT)}),
         "notes": NOTES,
     }
 )
@@ -227,6 +230,62 @@ TIMELINE = obj(
         ),
     }
 )
+DIFF = obj(
+    {
+        "baseline": N_STR,  # null: served without --baseline (the answer is empty, its note says so)
+        "recording": STR,
+        "a": STR,
+        "b": STR,
+        "span_a_ns": INT,
+        "span_b_ns": INT,
+        "alpha_per_op": NUM,
+        "ops": array(
+            obj(
+                {
+                    "op": STR,
+                    "change": STR,
+                    "count_a": INT,
+                    "count_b": INT,
+                    "p50_a_ns": INT,
+                    "p50_b_ns": INT,
+                    "p99_a_ns": INT,
+                    "p99_b_ns": INT,
+                    "p50_ratio": N_NUM,
+                    "p99_ratio": N_NUM,
+                }
+            )
+        ),
+        "notes": NOTES,
+        "findings": obj({"only_a": array(STR), "only_b": array(STR), "both": array(STR)}),
+    },
+    optional=("a", "b", "span_a_ns", "span_b_ns", "alpha_per_op", "findings"),
+)
+CALLS = obj(
+    {
+        "start_wall_ns": N_INT,
+        "end_wall_ns": N_INT,
+        "calls": array(
+            obj(
+                {
+                    "id": INT,
+                    "session_id": INT,
+                    "ts_ns": INT,
+                    "wall_ns": INT,
+                    "duration_ns": INT,
+                    "pid": INT,
+                    "tid": INT,
+                    "comm": N_STR,
+                    "op": N_STR,
+                    "source": N_STR,
+                    "ret": INT,
+                    "bytes": INT,
+                    "stream": INT,
+                    "frames": nullable(array(STR)),
+                }
+            )
+        ),
+    }
+)
 LANES = obj(
     {
         "start_wall_ns": N_INT,
@@ -243,6 +302,15 @@ LANES = obj(
                     "gpu": array(NUM),
                     "preempted": array(NUM),
                     "blocked": array(NUM),
+                    # who held its CPU while it was preempted, most time first
+                    "preemptors": array(obj({"pid": INT, "comm": N_STR, "ns": INT})),
+                    # its shares in NCCL calls (null: it made none), and its process's rank where known
+                    "nccl": nullable(array(NUM)),
+                    "rank": N_INT,
+                    "reclaim": nullable(array(NUM)),  # its shares in direct memory reclaim (null: none)
+                    # per pixel, the index into ops of the op with the most call time there (-1: none)
+                    "ops": array(STR),
+                    "top_op": nullable(array(INT)),
                 }
             )
         ),

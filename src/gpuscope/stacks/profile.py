@@ -93,7 +93,7 @@ def folded_lines(profile: CpuProfile, comms: dict[int, str] | None = None) -> It
     merged: dict[str, int] = {}
     for s in profile.stacks:
         root = [f"{(comms or {}).get(s.pid) or 'pid'} {s.pid}", f"tid {s.tid}"]
-        names = root + [_name(f) for f in reversed(s.frames)]
+        names = root + [frame_name(f) for f in reversed(s.frames)]
         key = ";".join(n.replace(";", ":").replace("\n", " ") for n in names)
         merged[key] = merged.get(key, 0) + s.samples
     for key, n in merged.items():
@@ -108,7 +108,7 @@ def speedscope_document(profile: CpuProfile, name: str, comms: dict[int, str] | 
     for s in profile.stacks:
         path = []
         for f in reversed(s.frames):  # speedscope wants the root first
-            key = (_name(f), f.file or f.module, f.line)
+            key = (frame_name(f), f.file or f.module, f.line)
             if key not in index:
                 index[key] = len(frames)
                 frame: dict[str, object] = {"name": key[0]}
@@ -146,6 +146,10 @@ def speedscope_document(profile: CpuProfile, name: str, comms: dict[int, str] | 
     }
 
 
+# A Python frame whose code object was never described to user space (its record was lost).
+UNNAMED_PYTHON = "(unnamed Python code: its description was lost)"
+
+
 def top_functions(profile: CpuProfile, limit: int = 10) -> list[HotFunction]:
     """The functions the profile's samples were in, most samples first (see ``count_functions``)."""
     return count_functions([(s.frames, s.samples) for s in profile.stacks], limit)
@@ -159,7 +163,8 @@ def count_functions(stacks: list[tuple[tuple[Frame, ...], int]], limit: int) -> 
     counts: dict[tuple[str, str | None, bool], dict[int | None, int]] = {}
     for frames, n in stacks:
         frame = _actionable(frames)
-        key = (frame.function or "?", frame.file if frame.kind == "python" else frame.module, frame.kind == "python")
+        name = frame.function or (UNNAMED_PYTHON if frame.kind == "python" else "?")
+        key = (name, frame.file if frame.kind == "python" else frame.module, frame.kind == "python")
         lines = counts.setdefault(key, {})
         lines[frame.line] = lines.get(frame.line, 0) + n
     total = sum(n for _, n in stacks) or 1
@@ -178,6 +183,11 @@ def _actionable(frames: tuple[Frame, ...]) -> Frame:
     Innermost first: the first Python frame that is the user's own code or a data-pipeline function by name
     (so a batch collated by ``default_collate`` inside the user's loop is named by it, not by the loop).
     """
+    innermost = next((f for f in frames if f.kind == "python"), None)
+    if innermost is not None and not innermost.function:
+        # Its code object's description was lost (a full stack ring, counted as a dropped stack): the time is
+        # this unnamed code's, not its caller's (naming the caller credited `main` with `log_metrics`'s time).
+        return innermost
     # A comprehension or generator expression (its own frame before Python 3.12) is its function's code.
     py = [f for f in frames if f.kind == "python" and f.function and not _COMPREHENSION.search(f.function)]
     py = py or [f for f in frames if f.kind == "python" and f.function]
@@ -197,7 +207,8 @@ def _short(path: str | None) -> str:
     return os.path.basename(path) if path else "?"
 
 
-def _name(f: Frame) -> str:
+def frame_name(f: Frame) -> str:
+    """A frame as a profile names it: a Python function by its name, a native one by its symbol (else its place)."""
     if f.kind == "python":
         return f.function or "?"
     return f.render() if not f.function else f.function

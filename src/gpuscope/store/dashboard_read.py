@@ -109,6 +109,32 @@ def has_call_stacks(conn: sqlite3.Connection) -> bool:
     return has_table(conn, "event_stacks") and conn.execute("SELECT 1 FROM event_stacks LIMIT 1").fetchone() is not None
 
 
+def slowest_calls(conn: sqlite3.Connection, start_ns: int, end_ns: int, limit: int) -> list[dict[str, Any]]:
+    """The slowest GPU calls (runtime, driver, NCCL) that start in [start_ns, end_ns] (monotonic), slowest first,
+    each with the hash of its stack (None without one), through the time index."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(event_log)")}
+    stacks = has_table(conn, "event_stacks")
+    on_row = "nullif(e.stack_hash, 0)" if "stack_hash" in columns else "NULL"
+    linked = f"coalesce(es.stack_hash, {on_row})" if stacks else on_row
+    join = (
+        "LEFT JOIN event_stacks es ON es.session_id = e.session_id AND es.tid = e.tid AND es.ts_ns = e.ts_ns "
+        if stacks
+        else ""
+    )
+    return _dicts(
+        conn.execute(
+            "SELECT e.id AS id, e.session_id AS session_id, e.ts_ns AS ts_ns, "
+            "e.ts_ns - s.started_mono_ns + s.started_wall_ns AS wall_ns, e.duration_ns AS duration_ns, "
+            "e.pid AS pid, e.tid AS tid, c.comm AS comm, o.name AS op, o.source AS source, e.ret AS ret, "
+            f"e.bytes AS bytes, e.stream AS stream, {linked} AS stack_hash "
+            f"FROM event_log e JOIN sessions s ON s.id = e.session_id JOIN ops o ON o.id = e.op_id {join}"
+            "LEFT JOIN comms c ON c.id = e.comm_id "
+            "WHERE e.ts_ns BETWEEN ? AND ? AND o.source != 'host' ORDER BY e.duration_ns DESC LIMIT ?",
+            (start_ns, end_ns, limit),
+        )
+    )
+
+
 def has_events(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM event_log LIMIT 1").fetchone() is not None
 

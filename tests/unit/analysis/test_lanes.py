@@ -45,3 +45,54 @@ def test_lanes_are_the_threads_that_call_the_gpu_busiest_first_and_capped() -> N
     assert [x.pid for x in thread_lanes(frame, 0, 10 * MS, 10, max_lanes=1)] == [200]
     # and the width is bounded whatever is asked
     assert len(thread_lanes(frame, 0, 10 * MS, 10**9)[0].gpu) == 2_000
+
+
+def test_a_lane_names_who_held_its_cpu_while_it_was_preempted_most_time_first() -> None:
+    # given a thread preempted 6 ms by a hog and 2 ms by a logger, and asleep 5 ms (not preempted: nobody named)
+    ev = Events(comms={100: "train", 999: "cpu_hog", 555: "logger"})
+    ev.add(Op.cudaStreamSynchronize, 0, 30 * MS)
+    ev.sched(2 * MS, 4 * MS, preempted=True, by_pid=999)
+    ev.sched(10 * MS, 2 * MS, preempted=True, by_pid=555)
+    ev.sched(14 * MS, 2 * MS, preempted=True, by_pid=999)
+    ev.sched(20 * MS, 5 * MS, preempted=False, by_pid=777)
+    frame, _ = ev.frame()
+    (lane,) = thread_lanes(frame, 0, 30 * MS, 10)
+    # then the preemptors are the hog then the logger, with the time each held the CPU
+    assert lane.preemptors == ((999, "cpu_hog", 6 * MS), (555, "logger", 2 * MS))
+    assert lane.as_dict()["preemptors"] == [
+        {"pid": 999, "comm": "cpu_hog", "ns": 6 * MS},
+        {"pid": 555, "comm": "logger", "ns": 2 * MS},
+    ]
+
+
+def test_a_ranks_lane_has_its_nccl_calls_apart_and_says_its_rank() -> None:
+    # given a rank whose all-reduce takes the second half of a 20 ms window, after a 5 ms sync
+    ev = Events(comms={100: "train"})
+    ev.add(Op.cudaStreamSynchronize, 0, 5 * MS)
+    ev.add(Op.ncclAllReduce, 10 * MS, 10 * MS)
+    frame, _ = ev.frame()
+    # when reduced to 4 pixels, the process known as rank 3
+    (lane,) = thread_lanes(frame, 0, 20 * MS, 4, ranks={100: 3})
+    # then its NCCL band is the all-reduce only, inside its GPU band, and the lane names its rank
+    assert lane.nccl is not None and lane.nccl.tolist() == [0, 0, 1, 1]
+    assert lane.gpu.tolist() == [1, 0, 1, 1]
+    assert lane.rank == 3 and lane.as_dict()["rank"] == 3
+
+
+def test_a_lane_without_nccl_calls_has_no_nccl_band() -> None:
+    ev = Events()
+    ev.add(Op.cudaStreamSynchronize, 0, 5 * MS)
+    frame, _ = ev.frame()
+    (lane,) = thread_lanes(frame, 0, 20 * MS, 4)
+    assert lane.nccl is None and lane.as_dict()["nccl"] is None and lane.rank is None
+
+
+def test_a_threads_direct_reclaim_is_a_band_of_its_own() -> None:
+    # given a thread that spent 5 ms of a 20 ms window in direct reclaim during its sync
+    ev = Events()
+    ev.add(Op.cudaStreamSynchronize, 0, 20 * MS)
+    ev.add(Op.direct_reclaim, 5 * MS, 5 * MS)
+    frame, _ = ev.frame()
+    (lane,) = thread_lanes(frame, 0, 20 * MS, 4)
+    assert lane.reclaim is not None and lane.reclaim.tolist() == [0, 1, 0, 0]
+    assert lane.as_dict()["reclaim"] == [0, 1, 0, 0]

@@ -39,3 +39,20 @@ def test_latency_columns_are_shown_only_for_durations_that_are_latencies() -> No
     # page allocations are counts over an interval and exits are instants: no p50/p95/p99/max
     assert _row(text, "mm_page_alloc") == ["mm_page_alloc", "2", "—", "—", "—", "—"]
     assert _row(text, "process_exit") == ["process_exit", "1", "—", "—", "—", "—"]
+
+
+def test_lost_call_stacks_and_samples_are_said_with_how_to_lose_fewer() -> None:
+    text = render_summary(
+        {int(Op.cudaMalloc): _hist(2 * MS)},
+        elapsed_s=1.0,
+        counters={"drop_stack": 756, "drop_cpu_sample": 22},
+        stacks_unattributed=374,
+    )
+    line = next(x for x in text.splitlines() if x.startswith("call stacks:"))
+    assert "756 lost" in line and "374 stored calls without one" in line and "22 on-CPU samples lost" in line
+    assert "--stack-every" in line and "--cpu-samples" in line
+
+
+def test_no_stack_line_when_nothing_was_lost() -> None:
+    text = render_summary({int(Op.cudaMalloc): _hist(2 * MS)}, elapsed_s=1.0, counters={"drop_stack": 0})
+    assert "call stacks:" not in text

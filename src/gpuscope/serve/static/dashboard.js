@@ -283,6 +283,7 @@ function renderProcesses(p, containers) {
 // package). Intervals without calls are gaps, not lines drawn across them. Dragging across it reads that
 // span again from the API; a double click goes back to the whole window.
 let plot = null;
+let OP_COLOURS = new Map();  // op -> its colour on the timeline: the lanes colour their GPU calls alike
 
 function msText(v) {
   return v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : v >= 1 ? `${+v.toFixed(1)} ms` : `${+(v * 1000).toFixed(1)} µs`;
@@ -330,43 +331,24 @@ function renderTimeline(t, topOp, bands) {
     }] },
   };
   plot = new uPlot(opts, data, box);
+  OP_COLOURS = new Map(timed.map((s, i) => [s.op, COLOURS[i % COLOURS.length]]));
   const lanes = document.getElementById("lanes");
   lanes.style.setProperty("--plot-left", `${Math.round(plot.bbox.left / devicePixelRatio)}px`);
   lanes.style.setProperty("--plot-width", `${Math.round(plot.bbox.width / devicePixelRatio)}px`);
   box.dataset.axes = JSON.stringify(opts.axes.map((a) => a.label));  // the canvas's axis titles, as text too
   box.dataset.bands = JSON.stringify(bands);
+  // A click (the pointer moved less than a few pixels since it went down) asks for that interval's slowest calls.
+  let downX = null;
+  plot.over.addEventListener("mousedown", (ev) => { downX = ev.clientX; });
+  plot.over.addEventListener("click", (ev) => {
+    if (downX === null || Math.abs(ev.clientX - downX) > 3) return;
+    const at = plot.posToVal(ev.offsetX, "x");
+    const b = Math.floor((at * 1e9 - t.start_wall_ns) / t.bucket_ns);
+    if (b < 0 || b >= buckets) return;
+    const from = (t.start_wall_ns + b * t.bucket_ns) / 1e9;
+    showCalls(from, from + t.bucket_ns / 1e9, state.session);
+  });
   box.ondblclick = () => { state.from = null; state.to = null; state.finding = null; refresh(); };
-}
-
-// One lane per thread that calls the GPU: three bands (GPU calls, preempted, blocked), each pixel as dark as the
-// share of its interval the thread spent so (the server reduces the events to these shares: /api/v1/lanes).
-const LANE_BANDS = [["gpu", [47, 111, 222]], ["preempted", [217, 45, 32]], ["blocked", [152, 162, 179]]];
-
-function renderLanes(l, sampling) {
-  const box = document.getElementById("lanes");
-  box.replaceChildren();
-  if (!l.lanes.length) { box.append(el("p", { class: "muted" }, "no thread made GPU calls in this window")); return; }
-  // Ops the overhead budget probes in windows have rows only there: their share of a lane is a lower bound.
-  if (sampling && sampling.estimated_ops && sampling.estimated_ops.length) {
-    box.append(el("p", { class: "hint" }, `≈ ${sampling.estimated_ops.join(", ")}: recorded only while probed `
-      + `(${(100 * (sampling.coverage || 0)).toFixed(1)}% of the time, overhead budget), so their share of each `
-      + "lane is a lower bound"));
-  }
-  for (const lane of l.lanes) {
-    const canvas = el("canvas", { width: String(l.width), height: "18", "data-pid": String(lane.pid),
-      "data-tid": String(lane.tid) });
-    const ctx = canvas.getContext("2d");
-    LANE_BANDS.forEach(([key, [r, g, b]], band) => {
-      lane[key].forEach((share, x) => {
-        if (share <= 0) return;
-        ctx.fillStyle = `rgba(${r},${g},${b},${Math.min(1, 0.15 + share).toFixed(3)})`;
-        ctx.fillRect(x, band * 6, 1, 6);
-      });
-    });
-    const name = `${lane.comm || "?"} ${lane.pid}${lane.tid !== lane.pid ? `/${lane.tid}` : ""}`;
-    box.append(el("div", { class: "lane", title: `${name}: ${fmtNs(lane.gpu_ns)} in GPU calls` },
-      el("span", { class: "lane-name" }, name), canvas));
-  }
 }
 
 async function refreshStacks() {
@@ -396,6 +378,7 @@ function renderProfile(p) {
   document.getElementById("profile-note").textContent = `${p.samples.toLocaleString()} on-CPU samples${rate}`
     + `${cpu}. These are sample counts: the shares and seconds are estimates.`;
   document.getElementById("profile-download").setAttribute("href", apiUrl("profile.speedscope", windowParams()));
+  if (p.flame) drawFlame(document.getElementById("flame"), document.getElementById("flame-tip"), p.flame, p.samples);
   const body = document.querySelector("#profile tbody");
   body.replaceChildren();
   for (const f of p.top_functions) {
@@ -442,6 +425,7 @@ async function refresh() {
     ]);
     renderSystem(system);
     renderProcesses(processes, containers);
+    await refreshDiff(overview.baseline);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     await refreshProfile();
   } catch (err) {
