@@ -25,7 +25,7 @@ from http.client import HTTPSConnection
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explain_bench import generate
+from explain_bench import generated
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -39,12 +39,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / ".build" / "api"))
     args = ap.parse_args()
-    folder = Path(args.dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    db = folder / f"api-{args.events}.db"
-    if not db.exists():
-        print(f"generating {args.events:,} events …", file=sys.stderr)
-        generate(db, args.events)
+    db = generated(args.dir, "api", args.events)
 
     from gpuscope.analysis.engine import ExplainOptions, explain_db
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explain_bench import generate
+from explain_bench import generated
 
 
 def drawn_ms(page: Page, url: str) -> float:
@@ -56,12 +56,7 @@ def main() -> int:
 
     from gpuscope.analysis.engine import ExplainOptions, explain_db
 
-    folder = Path(args.dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    db = folder / f"dashboard-{args.events}.db"
-    if not db.exists():
-        print(f"generating {args.events:,} events …", file=sys.stderr)
-        generate(db, args.events)
+    db = generated(args.dir, "dashboard", args.events)
     in_process = []
     for _ in range(3):
         t0 = time.perf_counter()

@@ -178,6 +178,17 @@ def _aggregate(conn: sqlite3.Connection, sid: int, n: int, mix: str) -> None:
     insert_aggregates(conn, agg.take())
 
 
+def generated(folder: str | Path, stem: str, n: int) -> Path:
+    """``folder/stem-n.db``, generated (the hard mix) unless a previous run left it there."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    db = path / f"{stem}-{n}.db"
+    if not db.exists():
+        print(f"generating {n:,} events …", file=sys.stderr)
+        generate(db, n)
+    return db
+
+
 def generate(path: Path, n: int, aggregates: bool = True, blocks: bool = True, mix: str = "hard") -> float:
     """Create a database with n generated events of ``mix`` (hard, training); return seconds taken."""
     if path.exists():

@@ -202,22 +202,23 @@ def test_gaps_without_gpu_work_while_on_cpu_are_data_starvation() -> None:
     assert f.causes[0].metrics["on_cpu_share"] == 1.0
 
 
-def test_rate_falling_by_half_for_several_bins_is_a_throughput_drop() -> None:
+def _launch_rate_falling(before: int, after: int, fast: int, slow: int) -> Events:
+    """``before`` launches ``fast`` ns apart, then ``after`` launches ``slow`` ns apart."""
     ev = Events()
     t = 0
-    for i in range(3000):
-        t += 200 * US if i < 2000 else 500 * US
+    for i in range(before + after):
+        t += fast if i < before else slow
         ev.add(Op.cudaLaunchKernel, t, 5 * US)
-    assert "throughput-drop" in ev.kinds()
+    return ev
+
+
+def test_rate_falling_by_half_for_several_bins_is_a_throughput_drop() -> None:
+    assert "throughput-drop" in _launch_rate_falling(2000, 1000, 200 * US, 500 * US).kinds()
 
 
 def test_a_throughput_drops_span_is_its_low_rate_period_not_the_whole_run() -> None:
     # given 5 s at 5,000 calls a second, then 2 s at 1,000 a second
-    ev = Events()
-    t = 0
-    for i in range(27_000):
-        t += 200 * US if i < 25_000 else 1000 * US
-        ev.add(Op.cudaLaunchKernel, t, 5 * US)
+    ev = _launch_rate_falling(25_000, 2_000, 200 * US, 1000 * US)
     drop = next(f for f in ev.report().findings if f.kind == "throughput-drop")
     # then its span starts within a bin (the rows' bins: a tenth of the run) of the fall, and ends by the run's end
     assert drop.span is not None
@@ -228,12 +229,7 @@ def test_a_throughput_drops_span_is_its_low_rate_period_not_the_whole_run() -> N
 
 def test_every_finding_of_a_process_has_a_span_inside_the_window() -> None:
     # given a rate that drops (its rule sets its span; the others are given their calls' span)
-    ev = Events()
-    t = 0
-    for i in range(3000):
-        t += 200 * US if i < 2000 else 500 * US
-        ev.add(Op.cudaLaunchKernel, t, 5 * US)
-    report = ev.report()
+    report = _launch_rate_falling(2000, 1000, 200 * US, 500 * US).report()
     assert report.findings
     for f in report.findings:
         assert f.span is not None, f.kind
