@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -423,3 +425,23 @@ def test_without_a_baseline_the_comparison_is_hidden_and_its_answer_says_how_to_
         d = page.evaluate("fetch('/api/v1/diff').then(r => r.json())")
         assert d["baseline"] is None and d["ops"] == [] and "--baseline" in d["notes"][0]
         assert not page.is_visible("#diff-section")
+
+
+@pytest.mark.parametrize("content", [None, b"not a database"], ids=["missing", "not-sqlite"])
+def test_a_bad_baseline_is_one_line_and_no_server_starts(tmp_path: Path, content: bytes | None) -> None:
+    # given a good recording and a baseline that is missing or not a recording
+    db = contention_recording(tmp_path / "run.db")
+    baseline = tmp_path / "before.db"
+    if content is not None:
+        baseline.write_bytes(content)
+    before = db.read_bytes()
+    # when the dashboard is asked to compare with it
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuscope", "dashboard", "--db", str(db), "--baseline", str(baseline),
+         "--addr", "127.0.0.1:0", "--json"],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, HOME=str(tmp_path)),
+    )  # fmt: skip
+    # then it stops at once with one error line naming the file, and the recording is untouched
+    assert p.returncode != 0 and p.stdout == "", p.stdout
+    assert p.stderr.startswith(f"error: {baseline}") and "Traceback" not in p.stderr, p.stderr
+    assert db.read_bytes() == before
