@@ -8,6 +8,7 @@
  * threads and data-loader threads are all visible.
  */
 #include "common.bpf.h"
+#include "py_procs.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -124,6 +125,14 @@ int BPF_PROG(gs_process_fork, struct task_struct *parent, struct task_struct *ch
 		return 0;
 	__u8 one = 1;
 	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
+	/* A forked child (a DataLoader worker) has its parent's memory, and so
+	 * its Python runtime: walked from its first call, not once user space
+	 * has read its maps. */
+	struct gs_py_proc *py = bpf_map_lookup_elem(&py_procs, &ptgid);
+	if (py) {
+		struct gs_py_proc copy = *py;
+		bpf_map_update_elem(&py_procs, &ctgid, &copy, BPF_ANY);
+	}
 	struct gs_event *e = gs_reserve(GS_OP_PROCESS_FORK);
 	if (!e)
 		return 0;
@@ -180,7 +189,11 @@ static __always_inline void gs_emit_env(struct task_struct *p, __u64 start, __u6
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(gs_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	if (!gs_is_target(p->tgid))
+	__u32 tgid = p->tgid;
+
+	/* Another program: the old one's Python runtime means nothing now. */
+	bpf_map_delete_elem(&py_procs, &tgid);
+	if (!gs_is_target(tgid))
 		return 0;
 	struct gs_event *e = gs_reserve(GS_OP_PROCESS_EXEC);
 	if (!e)
@@ -204,10 +217,12 @@ int BPF_PROG(gs_process_exit, struct task_struct *p, bool group_dead)
 {
 	__u32 tgid = p->tgid;
 
-	if (!gs_is_target(tgid))
-		return 0;
 	/* Only the last thread out is the process exit. */
 	if (!group_dead)
+		return 0;
+	/* Whoever registered it (a process may run Python before it is a target): its pid may be reused. */
+	bpf_map_delete_elem(&py_procs, &tgid);
+	if (!gs_is_target(tgid))
 		return 0;
 	struct gs_event *e = gs_reserve(GS_OP_PROCESS_EXIT);
 	if (e) {

@@ -243,7 +243,10 @@ struct gs_aux_header {
 #define GS_STACK_MAX_PY 32
 #define GS_STACK_WINDOW 64
 
-/* Python walk outcome (gs_stack_header.py_status). */
+/* Python walk outcome (gs_stack_header.py_status, low byte). A walk that
+ * succeeded puts the py_offsets slot it used in the high byte: user space
+ * names the frames with that layout even after the process has exited. */
+#define GS_PY_SLOT_SHIFT 8
 enum gs_py_status {
 	GS_PY_NONE = 0,       /* not a configured Python process (or Python stacks off) */
 	GS_PY_OK = 1,         /* frames walked */
@@ -263,16 +266,21 @@ struct gs_native_frame {
 /* A Python frame: the code object and the executing instruction (a pointer
  * into co_code_adaptive on 3.11+, the f_lasti instruction index on 3.10). */
 struct gs_py_frame {
-	__u64 code;
+	__u64 code;      /* | GS_PY_CODE_UNDESCRIBED: its description is not on the ring (see there) */
 	__u64 instr;
 };
+
+/* A code object (8-byte aligned, so bit 0 is free) whose description could
+ * not go on the ring (full): user space must not name it after an earlier
+ * object at the same address, and reads it from the live process instead. */
+#define GS_PY_CODE_UNDESCRIBED 1
 
 struct gs_stack_header {
 	__u64 ts_ns;     /* entry time of the call: equals gs_event.ts_ns */
 	__u32 pid;
 	__u32 tid;
 	__u16 op;
-	__u16 py_status; /* enum gs_py_status */
+	__u16 py_status; /* enum gs_py_status | py_offsets slot << GS_PY_SLOT_SHIFT */
 	__u16 n_native;
 	__u16 n_py;
 	__u64 ret_ip;    /* the return address at [sp] on entry: the direct caller */
@@ -382,10 +390,15 @@ struct gs_py_offsets {
 	__u32 _pad;
 };
 
+/* code_type, here and in gs_py_exe and gs_py_lib: PyCode_Type - _PyRuntime in
+ * the build (0: unknown). A code object is known by its type's address, not
+ * its name: a forked child (a DataLoader worker) has its parent's memory but
+ * not yet the page tables of read-only pages it has not touched, where the
+ * name lies, and a BPF read cannot fault them in. */
 struct gs_py_proc {
 	__u64 runtime;       /* address of _PyRuntime in the process */
 	__u32 version;       /* index into py_offsets */
-	__u32 _pad;
+	__s32 code_type;
 };
 
 /* A Python executable registered by its file (`py_exes`), for processes not
@@ -403,7 +416,23 @@ struct gs_py_exe_key {
 struct gs_py_exe {
 	__s64 runtime_from_entry; /* _PyRuntime - e_entry, in the file's addresses */
 	__u32 version;            /* index into py_offsets */
-	__u32 _pad;
+	__s32 code_type;
+};
+
+/* A libpython registered by its file (`py_libs`): a build with its runtime in
+ * libpython3.X.so maps it wherever ld.so puts it, so it is found when the
+ * process enters the library's start (Py_BytesMain, Py_InitializeFromConfig,
+ * ...): a uprobe there knows the address it hit, and so the load bias. Each
+ * probe's cookie is the symbol's address in the file << GS_PY_LIB_SHIFT | its
+ * slot here. */
+#define GS_PY_MAX_LIBS 16
+#define GS_PY_LIB_SHIFT 8
+struct gs_py_lib {
+	__u64 ino;           /* the file, checked against the mapping the probe hit */
+	__u64 runtime;       /* _PyRuntime's address in the file */
+	__s64 text_delta;    /* address - file offset in the segment the start symbols lie in */
+	__u32 version;       /* index into py_offsets */
+	__s32 code_type;
 };
 
 #endif /* GPUSCOPE_EVENTS_H */

@@ -16,8 +16,9 @@
  * before them are a call). One bpf_probe_read_user, only for calls the policy
  * selected, and only while `stack_scan` is set.
  *
- * Python: for processes user space registered in `py_procs` (or whose
- * executable it registered in `py_exes`, until it registers them), walk
+ * Python: for processes registered in `py_procs` (by user space, by the
+ * start of a libpython registered in `py_libs`, or inherited at a fork), or
+ * whose executable user space registered in `py_exes`, walk
  * _PyRuntime -> interpreters.head -> threads (matched by native thread id,
  * since the GIL is usually released inside CUDA calls) -> frames, emitting
  * (code object, instruction) pairs. User space reads the code objects.
@@ -26,6 +27,7 @@
 #define GPUSCOPE_STACKS_BPF_H
 
 #include "common.bpf.h"
+#include "py_procs.bpf.h"
 
 #define GS_PY_MAX_VERSIONS 8
 #define GS_PY_MAX_THREADS 64
@@ -101,12 +103,6 @@ struct {
 	__type(value, struct gs_py_thread);
 } py_threads SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct gs_py_proc);
-} py_procs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -168,6 +164,7 @@ static __noinline int gs_py_proc_by_exe(struct task_struct *task, struct gs_py_p
 		if (pair[0] == GS_AT_ENTRY) {
 			out->runtime = pair[1] + e->runtime_from_entry;
 			out->version = e->version;
+			out->code_type = e->code_type;
 			return 1;
 		}
 		if (pair[0] == GS_AT_NULL)
@@ -184,6 +181,7 @@ static __always_inline int gs_py_proc_of(struct task_struct *task, __u32 tgid, s
 	if (proc) {
 		out->runtime = proc->runtime;
 		out->version = proc->version;
+		out->code_type = proc->code_type;
 		return 1;
 	}
 	return gs_py_proc_by_exe(task, out);
@@ -239,6 +237,46 @@ static long gs_vma_cb(struct task_struct *task, struct vm_area_struct *vma, void
 	return 0;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GS_PY_MAX_LIBS);
+	__type(key, __u32);
+	__type(value, struct gs_py_lib);
+} py_libs SEC(".maps");
+
+/* A process entering a registered libpython's start: register its runtime
+ * now, before it runs a line of Python, so its first CUDA call (made before
+ * user space has read its maps, or after it has exited) has its frames. */
+SEC("uprobe")
+int gs_py_start(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 slot = cookie & ((1 << GS_PY_LIB_SHIFT) - 1);
+	__u64 sym = cookie >> GS_PY_LIB_SHIFT;
+	struct gs_vma_ctx vc = {};
+	struct gs_py_proc proc = {};
+	struct gs_py_lib *lib;
+
+	if (stack_mode < 2 || (filter_targets && !gs_is_target(tgid)))
+		return 0;
+	lib = bpf_map_lookup_elem(&py_libs, &slot);
+	if (!lib || !lib->runtime)
+		return 0;
+	/* The address hit is the symbol's, wherever the library lies: checked
+	 * against the mapping (the file, and the symbol's offset in it) before
+	 * the load bias it gives is trusted. */
+	vc.addr = PT_REGS_IP(ctx);
+	if (bpf_find_vma(bpf_get_current_task_btf(), vc.addr, gs_vma_cb, &vc, 0) || vc.ino != lib->ino ||
+	    vc.off + lib->text_delta != sym)
+		return 0;
+	proc.runtime = vc.addr - sym + lib->runtime;
+	proc.version = lib->version;
+	proc.code_type = lib->code_type;
+	bpf_map_update_elem(&py_procs, &tgid, &proc, BPF_ANY);
+	return 0;
+}
+
 static __always_inline __u64 gs_user_u64(__u64 addr)
 {
 	__u64 v = 0;
@@ -252,11 +290,18 @@ static __always_inline __u64 gs_user_u64(__u64 addr)
 /* Per process and interpreter: after an exec (the launcher's Python, then
  * the job's) another runtime's code objects may sit at the same addresses,
  * and must be described again. */
+/* And per object, not per address: a code object freed (a function made at
+ * run time, the start-up's own code) leaves its address to the next one,
+ * which must be described again. `ident` folds the object's file name,
+ * qualified name and line table pointers and its name's length and hash:
+ * another object at the same address differs in one (measured: without it, 4,270 of 5,000 functions made and
+ * freed one after another were named as an earlier one). */
 struct gs_py_seen_key {
 	__u32 tgid;
 	__u32 _pad;
 	__u64 code;
 	__u64 runtime;
+	__u64 ident;
 };
 
 struct {
@@ -317,10 +362,12 @@ static __always_inline __u8 gs_py_str(__u64 obj, const struct gs_py_offsets *o, 
 
 /* Describe a code object on the stack ring (a BPF-to-BPF call: the walk's
  * loop stays small for the verifier, and this runs once per code object). */
-static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_offsets *o, __u32 slot)
+static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_proc *proc,
+				     const struct gs_py_offsets *o, __u32 slot)
 {
 	struct gs_py_code_rec *rec = bpf_map_lookup_elem(&py_code_scratch, &slot);
 	__u64 ptrs[4] = {}, type = 0, tp_name = 0, lt = 0;
+	int is_code = 0;
 	char tname[8] = {};
 	__s64 size = 0;
 	__u64 n;
@@ -339,13 +386,24 @@ static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_
 	r->linetable_len = r->qualname_len = r->filename_len = 0;
 	r->qualname_kind = r->filename_kind = 0;
 	/* ob_type->tp_name: frames of 3.12+ may run a non-code executable. */
+	/* Its type's address when the build's is known (gs_py_proc.code_type),
+	 * else its name. */
 	type = gs_user_u64(code + 8);
-	tp_name = type ? gs_user_u64(type + 24) : 0;
-	if (!tp_name || bpf_probe_read_user(tname, 5, (void *)tp_name)) {
-		r->flags = GS_CODE_UNREADABLE;
-	} else if (tname[0] != 'c' || tname[1] != 'o' || tname[2] != 'd' || tname[3] != 'e' || tname[4]) {
-		r->flags = GS_CODE_NOT_CODE;
+	if (proc->code_type && type) {
+		if (type == proc->runtime + proc->code_type)
+			is_code = 1;
+		else
+			r->flags = GS_CODE_NOT_CODE;
 	} else {
+		tp_name = type ? gs_user_u64(type + 24) : 0;
+		if (!tp_name || bpf_probe_read_user(tname, 5, (void *)tp_name))
+			r->flags = GS_CODE_UNREADABLE;
+		else if (tname[0] != 'c' || tname[1] != 'o' || tname[2] != 'd' || tname[3] != 'e' || tname[4])
+			r->flags = GS_CODE_NOT_CODE;
+		else
+			is_code = 1;
+	}
+	if (is_code) {
 		ptrs[0] = gs_user_u64(code + o->co_filename);
 		ptrs[1] = gs_user_u64(code + o->co_qualname);
 		ptrs[2] = gs_user_u64(code + o->co_linetable);
@@ -382,18 +440,34 @@ static __noinline int gs_py_describe(__u32 tgid, __u64 code, const struct gs_py_
 }
 
 /* First sight of this code object in this process: describe it. */
-static __always_inline void gs_py_note_code(__u32 tgid, __u64 code, __u64 runtime, const struct gs_py_offsets *o,
-					    __u32 slot)
+static __always_inline __u64 gs_py_note_code(__u32 tgid, __u64 code, const struct gs_py_proc *proc,
+					     const struct gs_py_offsets *o, __u32 slot)
 {
-	struct gs_py_seen_key k = {.tgid = tgid, .code = code, .runtime = runtime};
+	struct gs_py_seen_key k = {.tgid = tgid, .code = code, .runtime = proc->runtime};
+	__u64 ptrs[4] = {}, len_hash[2] = {}, qualname;
 	__u8 one = 1;
 
-	if (!code || bpf_map_lookup_elem(&py_code_seen, &k))
-		return;
+	if (!code)
+		return 0;
+	/* One read: co_filename, then co_qualname (3.10: co_name) and
+	 * co_linetable within the next three words on 3.10-3.13. Only those:
+	 * 3.10 keeps a field there that changes while the code runs. */
+	bpf_probe_read_user(ptrs, sizeof(ptrs), (void *)(code + o->co_filename));
+	qualname = ptrs[((o->co_qualname - o->co_filename) / 8) & 3];
+	/* The objects may all have been freed with the code and taken by the
+	 * next one's: the qualified name's length and hash (cached by an
+	 * interned str) tell two functions apart by what they are called. */
+	bpf_probe_read_user(len_hash, sizeof(len_hash), (void *)(qualname + 16));
+	k.ident = ptrs[0] ^ (qualname << 7) ^ (ptrs[((o->co_linetable - o->co_filename) / 8) & 3] << 13) ^
+		  len_hash[1] ^ (len_hash[0] << 47);
+	if (bpf_map_lookup_elem(&py_code_seen, &k))
+		return 0;
 	/* Marked seen only once described: a record lost to a full ring is
 	 * retried at the next stack that shows the object. */
-	if (!gs_py_describe(tgid, code, o, slot))
-		bpf_map_update_elem(&py_code_seen, &k, &one, BPF_ANY);
+	if (gs_py_describe(tgid, code, proc, o, slot))
+		return GS_PY_CODE_UNDESCRIBED;
+	bpf_map_update_elem(&py_code_seen, &k, &one, BPF_ANY);
+	return 0;
 }
 
 static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u32 tid, struct task_struct *task,
@@ -431,14 +505,14 @@ static __always_inline __u16 gs_py_walk(struct gs_stack_buf *b, __u32 tgid, __u3
 		struct gs_py_frame *pf = &b->py[i];
 		pf->code = gs_user_u64(frame + o->frame_code);
 		pf->instr = gs_user_u64(frame + o->frame_instr);
-		gs_py_note_code(tgid, pf->code, proc->runtime, o, slot);
+		pf->code |= gs_py_note_code(tgid, pf->code, proc, o, slot);
 		if (o->instr_is_int)
 			pf->instr &= 0xffffffff;
 		n = i + 1;
 		frame = gs_user_u64(frame + o->frame_previous);
 	}
 	b->h.n_py = n;
-	return GS_PY_OK;
+	return GS_PY_OK | (ver << GS_PY_SLOT_SHIFT);
 }
 
 /* The innermost Python frame through the thread's cached state; 0 when the
@@ -571,7 +645,7 @@ static __always_inline struct gs_stack_buf *gs_stack_capture(struct pt_regs *ctx
 	b->h.ret_off = vc.off;
 	if (stack_mode >= 2) {
 		b->h.py_status = gs_py_walk(b, pid_tgid >> 32, (__u32)pid_tgid, task, GS_SCRATCH_PROBE);
-		if (b->h.py_status == GS_PY_OK)
+		if ((b->h.py_status & 0xff) == GS_PY_OK)
 			gs_py_cache_thread(task, pid_tgid >> 32, b->tstate);
 	}
 	return b;
@@ -596,7 +670,7 @@ static __always_inline void gs_stack_pack_py(struct gs_stack_buf *b)
 }
 
 /* Emit a captured stack for the call that entered at ts_ns; return the
- * call's site for its event (0: none). */
+ * site its event names (0: none, or its own stack went out). */
 static __always_inline __u64 gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns, __u64 pid_tgid, __u32 op)
 {
 	__u64 size;
@@ -627,9 +701,13 @@ static __always_inline __u64 gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns, 
 	}
 	if (size > offsetof(struct gs_stack_buf, sp))
 		size = offsetof(struct gs_stack_buf, sp);
+	/* Lost to a full ring: counted, and the call takes its site's stack
+	 * when a native caller names the site. Not when a Python one does: its
+	 * code object may have been freed and its address taken by another
+	 * function's, whose call then has no stack rather than the wrong one. */
 	if (bpf_ringbuf_output(&stack_events, b, size, BPF_RB_NO_WAKEUP)) {
 		gs_count(GS_STAT_DROP_STACK);
-		return b->h.site;
+		return b->site_key.py_code ? 0 : b->h.site;
 	}
 	/* Known only once its stack is out: a site whose first record was
 	 * lost takes a full stack again at its next call. */
@@ -637,7 +715,10 @@ static __always_inline __u64 gs_stack_emit(struct gs_stack_buf *b, __u64 ts_ns, 
 		struct gs_site v = {.id = b->h.site, .calls = 1};
 		bpf_map_update_elem(&stack_sites, &b->site_key, &v, BPF_NOEXIST);
 	}
-	return b->h.site;
+	/* The call is linked by its own record: naming its site too would let
+	 * user space give it the site's previous stack first, which is another
+	 * function's when a freed code object's address was reused. */
+	return 0;
 }
 
 #endif /* GPUSCOPE_STACKS_BPF_H */

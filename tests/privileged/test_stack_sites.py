@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.privileged.support import json_line
 
 SHORT_PY = Path(__file__).resolve().parent.parent / "workloads" / "stack_short_py.py"
@@ -75,12 +77,14 @@ def test_every_python_call_is_linked_to_a_stack_naming_its_executing_line(trace_
 MANY_CODES = Path(__file__).resolve().parent.parent / "workloads" / "py_many_codes.py"
 
 
-def test_python_frames_stay_named_while_on_cpu_samples_land_inside_code_descriptions(trace_command, standin):
+@pytest.mark.parametrize("lifetime", ["kept", "freed"])
+def test_python_frames_stay_named_while_on_cpu_samples_land_inside_code_descriptions(trace_command, standin, lifetime):
     # given 5,000 Python functions, each calling once, each call a code object never described before, with
-    # full stacks on every call and on-CPU samples at the top rate (they land inside the calls' probes)
+    # full stacks on every call and on-CPU samples at the top rate (they land inside the calls' probes); kept
+    # alive, or freed after their call (the next function's code object often takes the freed one's address)
     n = 5000
     run = trace_command(
-        [sys.executable, str(MANY_CODES), str(standin.cudart), str(n)],
+        [sys.executable, str(MANY_CODES), str(standin.cudart), str(n), *(["free"] if lifetime == "freed" else [])],
         extra=["--stack-every", "cudaMalloc=1", "--cpu-samples", "999"],
     )
     assert run.returncode == 0, run.stderr

@@ -1,12 +1,13 @@
 """Python calling cudaMalloc through ctypes from N functions made at run time, each called once.
 
-Usage: python py_many_codes.py LIBCUDART N
+Usage: python py_many_codes.py LIBCUDART N [free]
 
 Function ``f_I`` calls cudaMalloc with 4096 + I bytes, so a test can tell from
 each call's ``bytes`` which function made it, and check that its stack's
 innermost Python frame names that function. Every call shows the tracer a
 code object it has not described yet: thousands of code descriptions, for
-the on-CPU sampler to land in the middle of.
+the on-CPU sampler to land in the middle of. With ``free``, each function
+is dropped after its call: the next one's code object may take its address.
 """
 
 import ctypes
@@ -25,9 +26,10 @@ def make(i: int) -> Callable[[], None]:
     return fn
 
 
-# Kept alive: a freed code object's address can be reused by the next one, and the tracer describes an
-# address once per process (the names of code objects made and freed in a loop are a known limitation).
+# Kept alive unless asked: a freed code object's address is often the next one's.
 KEEP: list[Callable[[], None]] = []
 for i in range(int(sys.argv[2])):
     KEEP.append(make(i))
     KEEP[-1]()
+    if sys.argv[3:] == ["free"]:
+        KEEP.clear()

@@ -161,15 +161,9 @@ def reachable_path(pid: int, path: str, key: tuple[int, int]) -> str | None:
 def _rpath_dirs(executable: str) -> list[str]:
     try:
         with ElfFile(executable) as elf:
-            dyn = elf.dynamic()
+            return elf.search_path(os.path.dirname(proc_root.resolve(executable)))
     except ElfError:
         return []
-    origin = os.path.dirname(proc_root.resolve(executable))
-    dirs: list[str] = []
-    for tag in (15, 29):  # DT_RPATH, DT_RUNPATH
-        for entry in dyn.get(tag, []):
-            dirs += [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in entry.split(":") if d]
-    return dirs
 
 
 class Discovery:

@@ -62,6 +62,8 @@ def configure_cuda(cuda: BpfObject, host: BpfObject, opts: TraceOptions, *, mult
     """Share the host's maps with the CUDA uprobes object and set its switches (``multi``: uprobe_multi links)."""
     for m in SHARED_MAPS:
         cuda.reuse_map(m, host.map_fd(m))
+    # The host object keeps it at forks, execs and exits; the CUDA object's walks read it.
+    cuda.reuse_map("py_procs", host.map_fd("py_procs"))
     cuda.set_const("filter_targets", 1 if opts.filter_targets else 0)
     cuda.set_const("entry_only", 1 if opts.entry_only else 0)
     cuda.set_const("stack_mode", opts.stacks)
@@ -70,6 +72,7 @@ def configure_cuda(cuda: BpfObject, host: BpfObject, opts: TraceOptions, *, mult
     if multi:
         cuda.set_uprobe_multi("gs_cuda_entry")
         cuda.set_uprobe_multi("gs_cuda_return")
+        cuda.set_uprobe_multi("gs_py_start")
     if opts.entry_only:
         cuda.disable("gs_cuda_return")
 

@@ -12,7 +12,7 @@ import contextlib
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -191,10 +191,10 @@ class TraceSession:
             for lib in self.discovery.scan_process(pid):
                 self.tracer.attach_library(lib)
 
-    def note_executable(self, path: str) -> None:
-        """A program about to run in a target: a Python runtime built into its file is walked from its first call."""
+    def note_executable(self, path: str, env: Mapping[str, str] | None = None) -> None:
+        """A program about to run in a target (``env``: its environment): its Python walked from its first call."""
         if self.stacks is not None:
-            self.stacks.note_executable(path)
+            self.stacks.note_executable(path, env)
 
     @property
     def attached(self) -> list[AttachedLibrary]:

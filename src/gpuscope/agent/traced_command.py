@@ -147,8 +147,8 @@ def launch_traced(
     raises (the command never runs then).
     """
     # Its Python frames from its first call: registered by file before it runs (a short script can be
-    # gone before its own maps are read); a libpython build is registered at its exec instead.
-    session.note_executable(os.path.realpath(check_runnable(command, env)))
+    # gone before its own maps are read), its runtime in the executable or in the libpython it loads.
+    session.note_executable(os.path.realpath(check_runnable(command, env)), env)
     # A launcher about to exec the real command: described again at its exec (see TraceSession.add_target).
     return launch_held(
         command, lambda pid: session.add_target(pid, before_exec=True), env=env, stdout=stdout, stderr=stderr

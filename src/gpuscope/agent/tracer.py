@@ -35,6 +35,7 @@ from gpuscope.agent.probe_setup import (
     configure_host,
     configure_late_loads,
 )
+from gpuscope.agent.python_maps import PythonMaps
 from gpuscope.agent.uprobes import attach_calibration_uprobes, attach_uprobes
 from gpuscope.bpf.features import probe_uprobe_multi
 from gpuscope.bpf.loader import BpfObject, Link, object_path, read_percpu_u64
@@ -78,7 +79,7 @@ class AttachedLibrary:
         return sum(self.ops.values())
 
 
-class Tracer:
+class Tracer(PythonMaps):
     """Kernel-side state of one trace."""
 
     def __init__(self, opts: TraceOptions) -> None:
@@ -96,7 +97,8 @@ class Tracer:
         self.aux: AuxReader | None = None
         self.stack_ring: VarReader | None = None
         self._loads: BpfObject | None = None
-        self._python_exes: set[bytes] = set()  # keys written to py_exes, for its count
+        self._python_exes: set[bytes] = set()
+        self._python_libs: list[str] = []
         # Why libraries mapped after start are not reported (None: they are).
         self.late_loads_error: str | None = None if opts.late_loads else "off"
         self.load_ring: VarReader | None = None
@@ -372,40 +374,6 @@ class Tracer:
         # would starve the main ring. Records the stack ring cannot hold are
         # counted (drop_stack); events themselves are never delayed for stacks.
         return self.stack_ring.read(max_records=2048) if self.stack_ring is not None else []
-
-    def set_python_offsets(self, version: int, packed: bytes) -> None:
-        """Load one interpreter version's struct gs_py_offsets into slot ``version``."""
-        if self._cuda is not None:
-            self._cuda.lib.map_update(self._cuda.map_fd("py_offsets"), struct.pack("<I", version), packed)
-
-    def clear_python_process(self, pid: int) -> None:
-        """Stop walking Python frames in ``pid`` (it exec'd another program)."""
-        if self._cuda is not None:
-            self._cuda.lib.map_delete(self._cuda.map_fd("py_procs"), struct.pack("<I", pid))
-
-    def set_python_process(self, pid: int, runtime: int, version: int) -> None:
-        """Walk Python frames in ``pid``, whose _PyRuntime is at ``runtime``."""
-        if self._cuda is not None:
-            self._cuda.lib.map_update(
-                self._cuda.map_fd("py_procs"), struct.pack("<I", pid), struct.pack("<QII", runtime, version, 0)
-            )
-
-    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int) -> None:
-        """Walk Python frames in every process that runs this executable, from its first call.
-
-        ``(ino, dev)``: the file, ``dev`` encoded as the kernel does (major << 20 | minor).
-        ``runtime_from_entry``: _PyRuntime's distance from the entry point, in the file's addresses.
-        """
-        if self._cuda is None:
-            return
-        key = struct.pack("<QII", ino, dev, 0)
-        self._cuda.lib.map_update(
-            self._cuda.map_fd("py_exes"), key, struct.pack("<qII", runtime_from_entry, version, 0)
-        )
-        self._python_exes.add(key)
-        self._cuda.lib.map_update(
-            self._cuda.map_fd("py_exe_count"), b"\0" * 4, struct.pack("<I", len(self._python_exes))
-        )
 
     def drain_page_allocs(self) -> dict[int, tuple[int, int]]:
         """Page allocations since the last drain: {pid: (allocations, bytes)}, exact.

@@ -130,6 +130,8 @@ STACK_HEADER_DTYPE = np.dtype(
 )
 NATIVE_FRAME_DTYPE = np.dtype([("status", "<i4"), ("build_id", "S20"), ("offset_or_ip", "<u8")])
 PY_FRAME_DTYPE = np.dtype([("code", "<u8"), ("instr", "<u8")])
+# Bit 0 of a frame's code: its description could not go on the ring; an earlier object's may be cached.
+PY_CODE_UNDESCRIBED = 1
 PY_OFFSETS_FIELDS = (
     "interp_head",
     "threads_head",
@@ -183,6 +185,15 @@ class CodeFlag(enum.IntFlag):
 
     NOT_CODE = 1
     UNREADABLE = 2
+
+
+# gs_stack_header.py_status: the walk's outcome in the low byte, and for a walk that succeeded the
+# py_offsets slot it walked with above it.
+PY_SLOT_SHIFT = 8
+# A libpython registered by its file (struct gs_py_lib in `py_libs`): at most this many, and each start
+# probe's cookie is the symbol's address in the file << PY_LIB_SHIFT | the library's slot.
+PY_MAX_LIBS = 16
+PY_LIB_SHIFT = 8
 
 
 class PyStatus(enum.IntEnum):

@@ -184,6 +184,22 @@ class ElfFile:
                 out.setdefault(tag, []).append(self._cstr(strtab.offset + val))
         return out
 
+    def search_path(self, origin: str, ld_library_path: str = "") -> list[str]:
+        """The directories ld.so searches for this file's DT_NEEDED libraries, in its order, before its cache.
+
+        ``origin``: the directory of the file itself (``$ORIGIN``). DT_RPATH counts only without DT_RUNPATH,
+        and comes before LD_LIBRARY_PATH; DT_RUNPATH after it.
+        """
+        dyn = self.dynamic()
+
+        def expand(tag: int) -> list[str]:
+            entries = ":".join(dyn.get(tag, [])).split(":")
+            return [d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for d in entries if d]
+
+        runpath = expand(DT_RUNPATH)
+        rpath = [] if runpath else expand(DT_RPATH)
+        return [*rpath, *(d for d in ld_library_path.split(":") if d), *runpath]
+
     def build_id(self) -> str | None:
         for sec in self.sections:
             if sec.type != SHT_NOTE:

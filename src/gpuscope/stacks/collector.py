@@ -14,19 +14,19 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Concatenate, ParamSpec, Protocol
 
 import numpy as np
 
-from gpuscope.bpf.wire import STACK_OP_CPU_SAMPLE
-from gpuscope.stacks.python import (
-    LAYOUTS,
-    Interpreter,
+from gpuscope.bpf.wire import PY_CODE_UNDESCRIBED, STACK_OP_CPU_SAMPLE
+from gpuscope.stacks.python import LAYOUTS, PyLayout, find_interpreter, sanity_check
+from gpuscope.stacks.python_files import (
     PythonExecutable,
-    find_interpreter,
+    PythonLibrary,
+    libpython_of,
     python_executable,
-    sanity_check,
+    python_library,
 )
 from gpuscope.stacks.records import CodeRecord, RawStack, decode
 from gpuscope.stacks.resolve import StackResolver
@@ -59,11 +59,13 @@ class Writer(Protocol):
 class PythonTracer(Protocol):
     def set_python_offsets(self, version: int, packed: bytes) -> None: ...
 
-    def set_python_process(self, pid: int, runtime: int, version: int) -> None: ...
+    def set_python_process(self, pid: int, runtime: int, version: int, code_type: int = 0) -> None: ...
 
     def clear_python_process(self, pid: int) -> None: ...
 
-    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int) -> None: ...
+    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int, code_type: int = 0) -> None: ...
+
+    def attach_python_library(self, lib: PythonLibrary, version: int) -> bool: ...
 
 
 class StackCollector:
@@ -93,11 +95,11 @@ class StackCollector:
         self._python_insane_until: dict[int, float] = {}
         # When each process not registered as Python was last looked at again for its runtime.
         self._python_rechecked: dict[int, float] = {}
-        self._loaded_layouts: set[int] = set()
         self._registered: dict[int, int] = {}
-        # Python executables registered by file ((ino, dev) -> it): their processes' frames are walked from
-        # the first call, before each process is registered here (a short script may be gone by then).
+        # Python builds registered by file ((ino, dev) -> it): their processes' frames are walked from the
+        # first call, before each process is registered here (a short script may be gone by then).
         self._python_exes: dict[tuple[int, int], PythonExecutable] = {}
+        self._python_libs: dict[tuple[int, int], PythonLibrary | None] = {}
         # gpuscope's own libraries (libc, ld.so, libstdc++, ...) are what most
         # workloads map too: index them now, for processes that exit unseen.
         self.resolver.files.add_process(os.getpid())
@@ -123,41 +125,48 @@ class StackCollector:
         if self.python and pid not in self._registered:
             self._python_done.add(pid)
 
-    def note_executable(self, path: str) -> None:
-        """Register a Python executable by file, so that every process running it has Python frames at once.
+    def note_executable(self, path: str, env: Mapping[str, str] | None = None) -> None:
+        """Register a Python build by file, so that every process running it has Python frames at once.
 
-        For the command trace launches (before it runs) and each program exec'd;
-        a build whose runtime is in libpython is found per process, as before.
+        For the command trace launches (before it runs, ``env`` its environment) and each program exec'd:
+        its runtime in the executable itself, or in the libpython it loads.
         """
         if not self.python:
             return
         exe = python_executable(path)
-        if exe is None or (exe.ino, exe.dev) in self._python_exes:
+        if exe is None:
+            lib = libpython_of(path, env)
+            if lib is not None:
+                self.note_python_library(lib)
             return
-        lay = exe.layout
-        if lay.slot not in self._loaded_layouts:
-            self.tracer.set_python_offsets(lay.slot, lay.pack())
-            self._loaded_layouts.add(lay.slot)
-        self.tracer.set_python_exe(exe.ino, exe.dev, exe.runtime_from_entry, lay.slot)
+        if (exe.ino, exe.dev) in self._python_exes:
+            return
+        slot = self._load_layout(exe.layout)
+        self.tracer.set_python_exe(exe.ino, exe.dev, exe.runtime_from_entry, slot, exe.code_type)
         self._python_exes[(exe.ino, exe.dev)] = exe
 
-    def _layout_by_executable(self, pid: int) -> None:
-        """Name the Python frames of a process walked through its executable's registration, not its own.
-
-        Its frames came through ``py_exes``: the layout is that of the executable
-        it runs (read from /proc while it lives; after it exited, the one layout
-        every registered executable shares, if they share one).
-        """
+    def note_python_library(self, path: str) -> None:
+        """Register a libpython by file: each process that starts it from here on is registered as it starts."""
         try:
-            st = os.stat(f"/proc/{pid}/exe")
-            exe = self._python_exes.get((st.st_ino, (os.major(st.st_dev) << 20) | os.minor(st.st_dev)))
+            st = os.stat(path)
         except OSError:
-            exe = None
-        if exe is None:
-            layouts = {e.layout for e in self._python_exes.values()}
-            exe = next(iter(self._python_exes.values())) if len(layouts) == 1 else None
-        if exe is not None:
-            self.resolver.interpreters[pid] = Interpreter(pid, exe.path, exe.version, 0, exe.layout)
+            return
+        key = (st.st_ino, (os.major(st.st_dev) << 20) | os.minor(st.st_dev))
+        if key in self._python_libs:
+            return
+        lib = python_library(path)
+        self._python_libs[key] = lib  # None too: a file that is no libpython is read once
+        if lib is not None and not self.tracer.attach_python_library(lib, lib.layout.slot):
+            self._python_libs[key] = None
+        elif lib is not None:
+            self._load_layout(lib.layout)
+
+    def _load_layout(self, lay: PyLayout) -> int:
+        """Give the kernel (and the resolver, for frames of processes gone) the offsets of ``lay``; its slot."""
+        if self.resolver.layouts.get(lay.slot) != lay:
+            self.tracer.set_python_offsets(lay.slot, lay.pack())
+            self.resolver.layouts[lay.slot] = lay
+        return lay.slot
 
     def note_process(self, pid: int, refresh: bool = False) -> None:
         """Index a live process's files; find its Python runtime for the in-kernel walk."""
@@ -170,10 +179,13 @@ class StackCollector:
         interp = find_interpreter(pid, maps)
         if pid in self._registered and (interp is None or interp.runtime != self._registered[pid]):
             # exec'd another program: the old runtime address means nothing now
-            self.tracer.clear_python_process(pid)
+            if interp is not None:
+                self.tracer.clear_python_process(pid)
             self.resolver.interpreters.pop(pid, None)
             del self._registered[pid]
         if interp is None:
+            # Another program now: the kernel dropped its entry at the exec (a stale one would walk the old
+            # runtime's addresses); one the start of a registered libpython wrote since is the new program's.
             exe = os.path.basename(maps[0].path) if maps else ""
             if "python" in exe:
                 self._python_pending.setdefault(pid, time.monotonic() + PYTHON_LOOKUP_S)
@@ -196,12 +208,12 @@ class StackCollector:
             self.tracer.set_python_process(pid, interp.runtime, len(LAYOUTS) + 1)
             self._registered[pid] = interp.runtime
             return
-        if lay.slot not in self._loaded_layouts:
-            self.tracer.set_python_offsets(lay.slot, lay.pack())
-            self._loaded_layouts.add(lay.slot)
         self.resolver.interpreters[pid] = interp
-        self.tracer.set_python_process(pid, interp.runtime, lay.slot)
+        self.tracer.set_python_process(pid, interp.runtime, self._load_layout(lay), interp.code_type)
         self._registered[pid] = interp.runtime
+        if os.path.basename(interp.path).startswith("libpython3"):
+            # The next processes that start it (workers it spawns, the next run) register as they start.
+            self.note_python_library(interp.path)
 
     def _python_unknown(self, pid: int) -> bool:
         """Whether to look at a process again for a Python runtime (never registered, not waiting already)."""
@@ -242,8 +254,10 @@ class StackCollector:
             if raw is None:
                 continue
             if isinstance(raw, CodeRecord):
-                # Ahead of the stacks that show it: cache it before they resolve.
-                self.resolver.note_code(raw)
+                # Ahead of the stacks that show it: cache it before they resolve. A new object at an address
+                # seen before: the stacks resolved with the old one are resolved again when they come.
+                if self.resolver.note_code(raw):
+                    self._by_key.clear()
                 continue
             if raw.window and not self.resolver.files.has_maps(raw.pid):
                 self.note_process(raw.pid)
@@ -252,15 +266,15 @@ class StackCollector:
                 # have come while the interpreter was still starting (on a loaded machine, for longer than
                 # the lookup waits). Look again, at most once a second.
                 self.note_process(raw.pid)
-            if raw.python and raw.pid not in self.resolver.interpreters and self._python_exes:
-                self._layout_by_executable(raw.pid)
             key = raw.key + self.resolver.scan_key(raw)
             h = self._by_key.get(key)
             if h is None:
                 h = self._resolve(raw, new_stacks)
                 if len(self._by_key) > _MAX_CACHED:
                     self._by_key.clear()
-                self._by_key[key] = h
+                if not any(code & PY_CODE_UNDESCRIBED for code, _ in raw.python):
+                    # (one with a frame whose description was lost is named from the live process: not for later)
+                    self._by_key[key] = h
             if raw.site:
                 if len(self._by_site) > _MAX_CACHED:
                     self._by_site.clear()

@@ -142,9 +142,10 @@ class Interpreter:
     version: tuple[int, int, int]
     runtime: int
     layout: PyLayout
+    code_type: int = 0  # PyCode_Type - _PyRuntime (0: unknown)
 
 
-def _version_of(elf: ElfFile, path: str, symbols: dict[str, int]) -> tuple[int, int, int] | None:
+def version_of(elf: ElfFile, path: str, symbols: dict[str, int]) -> tuple[int, int, int] | None:
     vaddr = symbols.get("Py_Version")
     if vaddr is not None:
         off = elf.vaddr_to_offset(vaddr)
@@ -153,6 +154,14 @@ def _version_of(elf: ElfFile, path: str, symbols: dict[str, int]) -> tuple[int, 
             return hexversion >> 24, (hexversion >> 16) & 0xFF, (hexversion >> 8) & 0xFF
     m = re.search(r"python3\.(\d+)", os.path.basename(path))
     return (3, int(m.group(1)), 0) if m else None
+
+
+def code_type_of(symbols: dict[str, int]) -> int:
+    """PyCode_Type - _PyRuntime in a build (both in its data, well within 2 GiB of each other); 0 if unknown."""
+    if "PyCode_Type" not in symbols or "_PyRuntime" not in symbols:
+        return 0
+    delta = symbols["PyCode_Type"] - symbols["_PyRuntime"]
+    return delta if -(1 << 31) <= delta < 1 << 31 else 0
 
 
 def find_interpreter(pid: int, maps: list[Mapping] | None = None) -> Interpreter | None:
@@ -166,10 +175,10 @@ def find_interpreter(pid: int, maps: list[Mapping] | None = None) -> Interpreter
         seen.add(m.path)
         try:
             with ElfFile(m.path) as elf:
-                syms = find_symbols(elf, ("_PyRuntime", "Py_Version"))
+                syms = find_symbols(elf, ("_PyRuntime", "Py_Version", "PyCode_Type"))
                 if "_PyRuntime" not in syms:
                     continue
-                version = _version_of(elf, m.path, syms)
+                version = version_of(elf, m.path, syms)
                 first = min((s for s in elf.segments), key=lambda s: s.vaddr, default=None)
         except (ElfError, OSError, IndexError, ValueError):
             continue
@@ -186,7 +195,7 @@ def find_interpreter(pid: int, maps: list[Mapping] | None = None) -> Interpreter
             layout = debug_offsets(pid, runtime, version[1]) or layout
         if layout is None:
             return Interpreter(pid, m.path, version, runtime, replace(LAYOUTS[11], minor=-1))
-        return Interpreter(pid, m.path, version, runtime, layout)
+        return Interpreter(pid, m.path, version, runtime, layout, code_type_of(syms))
     return None
 
 
@@ -197,10 +206,10 @@ def debug_offsets(pid: int, runtime: int, minor: int) -> PyLayout | None:
         raw = mem.read(runtime, 8 * 44)
     finally:
         mem.close()
-    return _layout_from_debug_offsets(raw, minor)
+    return layout_from_debug_offsets(raw, minor)
 
 
-def _layout_from_debug_offsets(raw: bytes | None, minor: int) -> PyLayout | None:
+def layout_from_debug_offsets(raw: bytes | None, minor: int) -> PyLayout | None:
     """A layout from the first 44 words of _PyRuntime (its _Py_DebugOffsets, 3.13+), or None."""
     if raw is None or len(raw) < 8 * 44 or raw[:8] != _DEBUG_COOKIE:
         return None
@@ -226,51 +235,6 @@ def _layout_from_debug_offsets(raw: bytes | None, minor: int) -> PyLayout | None
         co_firstlineno=a[39],
         co_code_adaptive=a[43],
     )
-
-
-@dataclass(frozen=True, slots=True)
-class PythonExecutable:
-    """A Python build with its runtime in the executable itself, read from the file (no process needed).
-
-    ``dev`` is encoded as the kernel does (major << 20 | minor, as /proc/PID/maps
-    shows it); ``runtime_from_entry`` is _PyRuntime's distance from the entry
-    point, which the kernel tells each process (AT_ENTRY) wherever it loads it.
-    """
-
-    path: str
-    ino: int
-    dev: int
-    version: tuple[int, int, int]
-    runtime_from_entry: int
-    layout: PyLayout
-
-
-def python_executable(path: str) -> PythonExecutable | None:
-    """The Python runtime built into the executable at ``path``; None for another program or a libpython build."""
-    if "python" not in os.path.basename(path):
-        return None
-    try:
-        st = os.stat(path)
-        with ElfFile(path) as elf:
-            syms = find_symbols(elf, ("_PyRuntime", "Py_Version"))
-            if "_PyRuntime" not in syms:
-                return None  # the runtime is in libpython: found per process, in its maps
-            version = _version_of(elf, path, syms)
-            if version is None:
-                return None
-            layout = LAYOUTS.get(version[1])
-            if version[1] >= 13:
-                # The debug offsets are _PyRuntime's initial value: in the file's data, as in the process.
-                off = elf.vaddr_to_offset(syms["_PyRuntime"])
-                raw = elf.read(off, 8 * 44) if off is not None else None
-                layout = _layout_from_debug_offsets(raw, version[1]) or layout
-            entry = elf.entry
-    except (ElfError, OSError, IndexError, ValueError, struct.error):
-        return None
-    if layout is None or not entry:
-        return None
-    dev = (os.major(st.st_dev) << 20) | os.minor(st.st_dev)
-    return PythonExecutable(path, st.st_ino, dev, version, syms["_PyRuntime"] - entry, layout)
 
 
 def sanity_check(interp: Interpreter) -> bool:

@@ -10,6 +10,7 @@ from gpuscope.bpf.wire import (
     NATIVE_FRAME_DTYPE,
     PY_CODE_DTYPE,
     PY_FRAME_DTYPE,
+    PY_SLOT_SHIFT,
     STACK_HEADER_DTYPE,
     STACK_OP_CODE,
     CodeFlag,
@@ -39,6 +40,7 @@ class RawStack:
     key: bytes  # pid, op and frames (not ts/tid, not the window): identical keys share the unwound frames
     window: tuple[int, ...] = ()  # the user stack from sp up ([0] is ret_ip), for stack scanning
     site: int = 0  # the call site's id, which the site's later calls name (gs_event.site)
+    py_slot: int = -1  # the py_offsets slot the frames were walked with (-1: none walked)
 
 
 _SITE_AT = STACK_HEADER_DTYPE.fields["site"][1]  # type: ignore[index]
@@ -119,8 +121,9 @@ def decode(body: bytes) -> RawStack | CodeRecord | None:
         for s, b, v in zip(nat["status"].tolist(), nat["build_id"].tolist(), nat["offset_or_ip"].tolist(), strict=True)
         if s in (1, 2)
     )
+    py_status = int(h["py_status"])
     try:
-        status = PyStatus(int(h["py_status"]))
+        status = PyStatus(py_status & ((1 << PY_SLOT_SHIFT) - 1))
     except ValueError:
         status = PyStatus.NONE
     end_py = end_native + npy * PY_FRAME_DTYPE.itemsize
@@ -142,4 +145,5 @@ def decode(body: bytes) -> RawStack | CodeRecord | None:
         key,
         tuple(window.tolist()),
         int(h["site"]),
+        py_status >> PY_SLOT_SHIFT if status == PyStatus.OK else -1,
     )

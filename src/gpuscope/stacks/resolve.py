@@ -9,10 +9,19 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpuscope.bpf.wire import STACK_MAX_NATIVE, CodeFlag, PyStatus
+from gpuscope.bpf.wire import PY_CODE_UNDESCRIBED, STACK_MAX_NATIVE, CodeFlag, PyStatus
 from gpuscope.stacks.files import FileIndex
 from gpuscope.stacks.frames import Frame, Stack
-from gpuscope.stacks.python import NOT_CODE, CodeInfo, Interpreter, ProcessMemory, executing_line, lasti_of, read_code
+from gpuscope.stacks.python import (
+    NOT_CODE,
+    CodeInfo,
+    Interpreter,
+    ProcessMemory,
+    PyLayout,
+    executing_line,
+    lasti_of,
+    read_code,
+)
 from gpuscope.stacks.records import CodeRecord, RawStack
 from gpuscope.stacks.scan import BOTTOM_FUNCTIONS, Callee, CodeReader, scan
 from gpuscope.stacks.symbols import Demangler, SymbolCache
@@ -37,15 +46,23 @@ class StackResolver:
         self.demangler = Demangler()
         self.code = CodeReader()
         self.interpreters: dict[int, Interpreter] = {}
+        # py_offsets slot -> the layout loaded there: the one a record's frames were walked with, which names
+        # them when the process was registered by the kernel alone (its interpreter never located here).
+        self.layouts: dict[int, PyLayout] = {}
         self._code: dict[tuple[int, int], CodeInfo | None] = {}
         # Descriptions BPF had to cut short: used only when the live process cannot be read.
         self._partial: dict[tuple[int, int], CodeInfo] = {}
         # When each process's maps were last read again for an address they did not hold.
         self._maps_reread: dict[int, float] = {}
 
-    def note_code(self, rec: CodeRecord) -> None:
-        """Cache a code object as BPF described it, so it resolves after the process exits."""
+    def note_code(self, rec: CodeRecord) -> bool:
+        """Cache a code object as BPF described it, so it resolves after the process exits.
+
+        True when another object was known at its address (BPF describes an address again when the object
+        there is another one): stacks resolved with the old one do not hold for the new one's.
+        """
         key = (rec.pid, rec.code)
+        replaced = key in self._code or key in self._partial
         if rec.flags & CodeFlag.NOT_CODE:
             self._code[key] = NOT_CODE
         elif rec.flags & CodeFlag.UNREADABLE:
@@ -57,6 +74,7 @@ class StackResolver:
         else:
             self._code.pop(key, None)
             self._partial[key] = CodeInfo(rec.filename, rec.qualname, rec.firstlineno, rec.linetable)
+        return replaced
 
     # -- native ----------------------------------------------------------------
 
@@ -211,14 +229,19 @@ class StackResolver:
 
     def _python(self, raw: RawStack) -> list[Frame]:
         interp = self.interpreters.get(raw.pid)
-        if interp is None:
+        lay = self.layouts.get(raw.py_slot) or (interp.layout if interp is not None else None)
+        if lay is None:
             return [Frame("python", marker="python: interpreter not located")]
-        lay = interp.layout
         mem: ProcessMemory | None = None
         out: list[Frame] = []
         try:
-            for code, instr in raw.python:
+            for flagged, instr in raw.python:
+                code = flagged & ~PY_CODE_UNDESCRIBED
                 key = (raw.pid, code)
+                if flagged & PY_CODE_UNDESCRIBED:
+                    # Its description was lost: what is cached for the address may be an earlier object's.
+                    self._code.pop(key, None)
+                    self._partial.pop(key, None)
                 if key not in self._code:
                     if mem is None:
                         mem = ProcessMemory(raw.pid)

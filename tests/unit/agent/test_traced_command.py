@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import ClassVar
@@ -51,7 +51,7 @@ class _FakeSession:
     def add_target(self, pid: int, *, before_exec: bool = False) -> None:
         self.targets.append((pid, before_exec))
 
-    def note_executable(self, path: str) -> None:
+    def note_executable(self, path: str, env: Mapping[str, str] | None = None) -> None:
         self.log.append(f"executable {path}")
 
     def run(self, should_stop: Callable[[], bool], on_tick: Callable[[Tick], None] | None = None) -> None:

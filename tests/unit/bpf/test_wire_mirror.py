@@ -34,8 +34,12 @@ from gpuscope.bpf.wire import (
     LOAD_NAME,
     NATIVE_FRAME_DTYPE,
     PY_CODE_DTYPE,
+    PY_CODE_UNDESCRIBED,
     PY_FRAME_DTYPE,
+    PY_LIB_SHIFT,
+    PY_MAX_LIBS,
     PY_OFFSETS_FIELDS,
+    PY_SLOT_SHIFT,
     RECORD_DTYPE,
     RECORD_SIZE,
     RING_HEADER,
@@ -55,6 +59,7 @@ from gpuscope.bpf.wire import (
 )
 from gpuscope.model.ops import Op
 from gpuscope.stacks.python import LAYOUTS, PyLayout
+from gpuscope.stacks.python_files import PythonLibrary
 
 ROOT = Path(__file__).resolve().parents[3]
 HEADER = ROOT / "bpf" / "include" / "events.h"
@@ -76,6 +81,7 @@ PACKED_MIRRORS = {
     "gs_py_exe_key": "gpuscope.agent.tracer.Tracer.set_python_exe",
     "gs_py_exe": "gpuscope.agent.tracer.Tracer.set_python_exe",
     "gs_lib_key": "gpuscope.agent.tracer.Tracer.mark_library",
+    "gs_py_lib": "gpuscope.agent.tracer.Tracer.attach_python_library",
 }
 ENUM_MIRRORS: dict[str, tuple[str, type[enum.Enum]]] = {
     "gs_op": ("GS_OP_", Op),
@@ -103,6 +109,10 @@ CONSTANT_MIRRORS = {
     "GS_COOKIE_SAMPLED": COOKIE_SAMPLED,
     "GS_COOKIE_CALIBRATE": COOKIE_CALIBRATE,
     "GS_COOKIE_STEPPED": COOKIE_STEPPED,
+    "GS_PY_SLOT_SHIFT": PY_SLOT_SHIFT,
+    "GS_PY_CODE_UNDESCRIBED": PY_CODE_UNDESCRIBED,
+    "GS_PY_MAX_LIBS": PY_MAX_LIBS,
+    "GS_PY_LIB_SHIFT": PY_LIB_SHIFT,
 }
 # Bounds only the BPF side uses: user space takes each record's length from the record itself.
 KERNEL_ONLY_CONSTANTS = {"GS_AUX_ENV_PAYLOAD", "GS_STACK_WINDOW"}
@@ -273,13 +283,13 @@ def test_a_registered_python_process_is_written_in_the_layout_of_gs_py_proc(head
     )
 
     # when a Python process is registered
-    tracer.set_python_process(4242, runtime=0x7F00_1234_5678, version=3)
+    tracer.set_python_process(4242, runtime=0x7F00_1234_5678, version=3, code_type=-0x10_2340)
 
     # then the value has the size and field positions of struct gs_py_proc
     [(fd, _, value)] = writes
     assert fd == 7
     assert len(value) == layout.sizeof["gs_py_proc"]
-    expected = {"runtime": 0x7F00_1234_5678, "version": 3, "_pad": 0}
+    expected = {"runtime": 0x7F00_1234_5678, "version": 3, "code_type": -0x10_2340}
     assert {f.name for f in header.structs["gs_py_proc"]} == set(expected)
     for f in header.structs["gs_py_proc"]:
         offset, size = layout.fields["gs_py_proc"][f.name]
@@ -299,20 +309,72 @@ def test_a_registered_python_executable_is_written_in_the_layouts_of_gs_py_exe_k
     )
 
     # when an executable is registered (a negative distance: the runtime before the entry point)
-    tracer.set_python_exe(0x1234_5678_9ABC, (259 << 20) | 3, -0x40, version=2)
+    tracer.set_python_exe(0x1234_5678_9ABC, (259 << 20) | 3, -0x40, version=2, code_type=-0x10_2300)
 
     # then key and value have the size and field positions of their structs, and the count says one
     [(fd, key, value), (count_fd, _, count)] = writes
     assert (fd, count_fd, count) == (7, 8, (1).to_bytes(4, "little"))
     for struct_name, raw, expected in (
         ("gs_py_exe_key", key, {"ino": 0x1234_5678_9ABC, "dev": (259 << 20) | 3, "_pad": 0}),
-        ("gs_py_exe", value, {"runtime_from_entry": -0x40, "version": 2, "_pad": 0}),
+        ("gs_py_exe", value, {"runtime_from_entry": -0x40, "version": 2, "code_type": -0x10_2300}),
     ):
         assert len(raw) == layout.sizeof[struct_name]
         assert {f.name for f in header.structs[struct_name]} == set(expected)
         for f in header.structs[struct_name]:
             offset, size = layout.fields[struct_name][f.name]
             assert _read_field(raw, f, offset, size) == expected[f.name], (struct_name, f.name)
+
+
+def test_a_registered_libpython_is_written_in_the_layout_of_gs_py_lib_with_its_probe_cookies(
+    header: Header, layout: Layout
+) -> None:
+    # given a tracer whose BPF object records map writes and probe attachments
+    writes: list[tuple[int, bytes, bytes]] = []
+    probes: list[tuple[str, str, list[int], list[int]]] = []
+    tracer = Tracer.__new__(Tracer)
+    tracer._python_libs = ["/first/libpython3.12.so.1.0"]  # one slot taken already
+    tracer.multi = True
+
+    def attach(prog: str, path: str, offsets: list[int], cookies: list[int], *, retprobe: bool) -> None:
+        probes.append((prog, path, offsets, cookies))
+
+    tracer._cuda = SimpleNamespace(  # type: ignore[assignment]
+        map_fd=lambda name: {"py_libs": 11}[name],
+        lib=SimpleNamespace(map_update=lambda fd, key, value: writes.append((fd, key, value))),
+        attach_uprobe_multi=attach,
+    )
+    lib = PythonLibrary(
+        "/opt/py/lib/libpython3.12.so.1.0", 0x1234_5678_9ABC, (259 << 20) | 3, (3, 12, 1), 0x64_3340, 0x1000,
+        ((0x30_25E0, 0x30_15E0), (0x2D_40B0, 0x2D_30B0)), LAYOUTS[12], -0x10_F220,
+    )  # fmt: skip
+
+    # when it is registered
+    assert tracer.attach_python_library(lib, version=2)
+
+    # then slot 1 holds it, in the size and field positions of struct gs_py_lib
+    [(fd, key, value)] = writes
+    assert (fd, key) == (11, (1).to_bytes(4, "little"))
+    assert len(value) == layout.sizeof["gs_py_lib"]
+    expected = {
+        "ino": 0x1234_5678_9ABC,
+        "runtime": 0x64_3340,
+        "text_delta": 0x1000,
+        "version": 2,
+        "code_type": -0x10_F220,
+    }
+    assert {f.name for f in header.structs["gs_py_lib"]} == set(expected)
+    for f in header.structs["gs_py_lib"]:
+        offset, size = layout.fields["gs_py_lib"][f.name]
+        assert _read_field(value, f, offset, size) == expected[f.name], f.name
+    # and each start function is probed at its file offset, its cookie its address and the slot
+    assert probes == [
+        (
+            "gs_py_start",
+            lib.path,
+            [0x30_15E0, 0x2D_30B0],
+            [0x30_25E0 << PY_LIB_SHIFT | 1, 0x2D_40B0 << PY_LIB_SHIFT | 1],
+        )
+    ]
 
 
 def test_a_library_key_is_written_in_the_layout_of_gs_lib_key(header: Header, layout: Layout) -> None:

@@ -7,7 +7,9 @@ import numpy as np
 from gpuscope.bpf.wire import (
     CODE_LINETABLE,
     PY_CODE_DTYPE,
+    PY_CODE_UNDESCRIBED,
     PY_FRAME_DTYPE,
+    PY_SLOT_SHIFT,
     STACK_HEADER_DTYPE,
     STACK_OP_CODE,
     CodeFlag,
@@ -45,9 +47,10 @@ def _code_record(
     return bytes(body)
 
 
-def _stack(pid: int, frames: list[tuple[int, int]]) -> RawStack:
+def _stack(pid: int, frames: list[tuple[int, int]], *, slot: int = 1) -> RawStack:
     h = np.zeros(1, dtype=STACK_HEADER_DTYPE)
-    h["pid"], h["op"], h["py_status"], h["n_py"] = pid, 3, PyStatus.OK, len(frames)
+    h["pid"], h["op"], h["n_py"] = pid, 3, len(frames)
+    h["py_status"] = PyStatus.OK | slot << PY_SLOT_SHIFT
     py = np.array(frames, dtype=PY_FRAME_DTYPE)
     raw = decode(h.tobytes() + py.tobytes())
     assert isinstance(raw, RawStack)
@@ -114,3 +117,41 @@ def test_a_frame_whose_executable_is_not_code_is_left_out() -> None:
     resolver.note_code(real)
     raw = _stack(DEAD_PID, [(0x9000, 0x9000 + lay.co_code_adaptive), (0x5000, 0)])
     assert [f.function for f in resolver._python(raw)] == ["work"]
+
+
+def test_frames_of_a_process_registered_by_the_kernel_alone_are_named_with_the_layout_they_were_walked_with() -> None:
+    # given a process user space never located (the start of its libpython registered it; it exited at once),
+    # and the 3.10 and 3.11 layouts loaded in their slots
+    resolver = StackResolver()
+    resolver.layouts = {LAYOUTS[10].slot: LAYOUTS[10], LAYOUTS[11].slot: LAYOUTS[11]}
+    rec = decode(_code_record(DEAD_PID, 0x7000_0000, "step", "/srv/app.py", TABLE_311))
+    assert isinstance(rec, CodeRecord)
+    resolver.note_code(rec)
+    # when its stack says it was walked with the 3.11 slot
+    lay = LAYOUTS[11]
+    raw = _stack(DEAD_PID, [(0x7000_0000, 0x7000_0000 + lay.co_code_adaptive)], slot=lay.slot)
+    assert (raw.py_status, raw.py_slot) == (PyStatus.OK, lay.slot)
+    # then its frame is named with 3.11's line table rules
+    assert [(f.function, f.line) for f in resolver._python(raw)] == [("step", 12)]
+    # and a stack with no slot the resolver knows says its interpreter was not located
+    other = _stack(DEAD_PID, [(0x7000_0000, 0)], slot=LAYOUTS[13].slot)
+    assert [f.marker for f in resolver._python(other)] == ["python: interpreter not located"]
+
+
+def test_a_frame_whose_description_was_lost_is_never_named_after_an_earlier_object_at_its_address() -> None:
+    # given an exited process whose function `old` was described at an address, then freed
+    lay = LAYOUTS[11]
+    resolver = StackResolver()
+    resolver.layouts = {lay.slot: lay}
+    old = decode(_code_record(DEAD_PID, 0x7000_0000, "old", "/srv/app.py", TABLE_311))
+    assert isinstance(old, CodeRecord)
+    resolver.note_code(old)
+    # when a later stack shows another object there whose description could not go on the ring
+    raw = _stack(DEAD_PID, [(0x7000_0000 | PY_CODE_UNDESCRIBED, 0x7000_0000 + lay.co_code_adaptive)], slot=lay.slot)
+    (frame,) = resolver._python(raw)
+    # then the frame is unnamed (the process cannot be read), not `old`
+    assert frame.function is None and frame.address == "0x70000000", frame
+    # and a new object's description at a known address is reported as replacing the old one
+    new = decode(_code_record(DEAD_PID, 0x7000_0000, "new", "/srv/app.py", TABLE_311))
+    assert isinstance(new, CodeRecord)
+    assert resolver.note_code(new) is True

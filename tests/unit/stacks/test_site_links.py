@@ -10,6 +10,7 @@ import numpy as np
 from gpuscope.bpf.wire import EVENT_DTYPE, STACK_HEADER_DTYPE
 from gpuscope.stacks import collector as collector_mod
 from gpuscope.stacks.collector import StackCollector
+from gpuscope.stacks.python_files import PythonLibrary
 from gpuscope.store.stacks_write import insert_event_stacks, insert_stacks
 
 PID = os.getpid()
@@ -18,11 +19,14 @@ PID = os.getpid()
 class Tracer:
     def set_python_offsets(self, version: int, packed: bytes) -> None: ...
 
-    def set_python_process(self, pid: int, runtime: int, version: int) -> None: ...
+    def set_python_process(self, pid: int, runtime: int, version: int, code_type: int = 0) -> None: ...
 
     def clear_python_process(self, pid: int) -> None: ...
 
-    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int) -> None: ...
+    def set_python_exe(self, ino: int, dev: int, runtime_from_entry: int, version: int, code_type: int = 0) -> None: ...
+
+    def attach_python_library(self, lib: PythonLibrary, version: int) -> bool:
+        return False
 
 
 class Writes:
