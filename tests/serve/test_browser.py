@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from gpuscope.model.ops import Op
 from tests.serve.support import HOSTILE_COMM, HOSTILE_FUNCTION, contention_recording, dashboard, profile_recording
-from tests.unit.analysis.builder import Events, steady_training
+from tests.unit.analysis.builder import MS, US, Events, steady_training
 
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog
@@ -445,3 +446,37 @@ def test_a_bad_baseline_is_one_line_and_no_server_starts(tmp_path: Path, content
     assert p.returncode != 0 and p.stdout == "", p.stdout
     assert p.stderr.startswith(f"error: {baseline}") and "Traceback" not in p.stderr, p.stderr
     assert db.read_bytes() == before
+
+
+def test_findings_measured_over_time_draw_their_cause_as_a_line_with_units(page, tmp_path: Path) -> None:
+    # given a recording in which pid 100 starves its GPU (idle ~80% after each sync) and pid 200's launch rate
+    # falls from 5,000 to 1,000 a second: findings with no per-call comparison to draw
+    ev = Events()
+    for i in range(300):
+        base = i * 10 * MS
+        ev.add(Op.cudaLaunchKernel, base, 5 * US)
+        ev.add(Op.cudaStreamSynchronize, base + 10 * US, 2 * MS)
+    t = 0
+    for i in range(17_000):
+        t += 200 * US if i < 15_000 else 1000 * US
+        ev.add(Op.cudaLaunchKernel, t, 5 * US, pid=200)
+    db = ev.to_db(tmp_path / "run.db")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    problems = _problems(page)
+    with dashboard(db, tmp_path / "home") as server:
+        page.goto(server.info["url"])
+        page.wait_for_selector("#findings .evidence-chart canvas", timeout=30_000)
+        findings = page.evaluate("fetch('/api/v1/findings').then(r => r.json())")["findings"]
+        kinds = [f["kind"] for f in findings]
+        # then each finding is drawn as its cause's measure over time, its axes titled with units
+        for kind, axis, unit in (("data-starvation", "GPU idle (%)", "%"), ("throughput-drop", "rate (/s)", "/s")):
+            assert kind in kinds, kinds
+            item = page.locator("#findings > li").nth(kinds.index(kind))
+            chart = item.locator(".evidence-chart")
+            assert chart.locator("canvas").count() >= 1
+            axes = json.loads(chart.get_attribute("data-axes") or "[]")
+            assert axes[0] == "time" and axes[1].endswith(axis), axes
+            drawn = json.loads(chart.get_attribute("data-series") or "{}")
+            sent = next(c["series"] for c in findings[kinds.index(kind)]["causes"] if "series" in c)
+            assert drawn == {"label": sent["label"], "unit": unit, "bins": len(sent["values"])}, (drawn, sent)
+        assert problems == []

@@ -11,7 +11,7 @@ import numpy as np
 from gpuscope.analysis.coverage import Coverage
 from gpuscope.analysis.frame import BUCKET_NS, Aggregates
 from gpuscope.analysis.intervals import distinct
-from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, LatencyHistogram, Severity
+from gpuscope.model.findings import RATIO_FLOOR_NS, Effect, LatencyHistogram, Severity, TimeSeries
 from gpuscope.model.latency import bucket_value
 from gpuscope.model.ops import op_name
 
@@ -201,6 +201,44 @@ def latency_histogram(dur: np.ndarray, affected: np.ndarray) -> LatencyHistogram
     aff, _ = np.histogram(clipped[affected], bins=edges)
     una, _ = np.histogram(clipped[~affected], bins=edges)
     return LatencyHistogram(tuple(edges.tolist()), tuple(aff.tolist()), tuple(una.tolist()))
+
+
+# Points of an evidence series at most: a chart a few hundred pixels wide shows no more.
+SERIES_MAX_BINS = 240
+SERIES_MIN_BIN_NS = 1_000_000
+
+
+def rate_series(label: str, counts: np.ndarray, start_ns: int, bin_ns: int) -> TimeSeries:
+    """Calls per second in each bin of ``bin_ns`` from ``start_ns``, neighbouring bins merged to at most
+    SERIES_MAX_BINS (the last merged bin may be shorter: its rate is over its own length)."""
+    k = max(1, -(-len(counts) // SERIES_MAX_BINS))
+    at = np.arange(0, len(counts), k)
+    sums = np.add.reduceat(counts.astype(np.float64), at) if len(counts) else np.zeros(0)
+    widths = np.diff(np.append(at, len(counts))) * bin_ns
+    return TimeSeries(label, "/s", start_ns, bin_ns * k, tuple((sums * 1e9 / widths).tolist()))
+
+
+def covered_share_series(
+    label: str, starts: np.ndarray, ends: np.ndarray, t0: int, t1: int, max_bins: int = SERIES_MAX_BINS
+) -> TimeSeries | None:
+    """The share (%) of each bin of [t0, t1) inside the intervals [starts, ends) (in time order, apart); None
+    when the span is empty. Bins of at least SERIES_MIN_BIN_NS, at most ``max_bins`` (and SERIES_MAX_BINS)."""
+    span = t1 - t0
+    if span <= 0:
+        return None
+    nb = int(min(SERIES_MAX_BINS, max_bins, max(1, span // SERIES_MIN_BIN_NS)))
+    bin_ns = -(-span // nb)
+    edges = t0 + bin_ns * np.arange(nb + 1, dtype=np.int64)
+    s, e = starts.astype(np.int64), ends.astype(np.int64)
+    done = np.concatenate(([0], np.cumsum(e - s)))
+    # Time inside the intervals before each edge: the intervals ended by then, and the one it falls in so far.
+    i = np.searchsorted(e, edges, side="right")
+    inside = done[i]
+    j = np.minimum(i, len(s) - 1)
+    if len(s):
+        inside = inside + np.where((i < len(s)) & (s[j] < edges), edges - s[j], 0)
+    share = np.diff(inside) / bin_ns * 100.0
+    return TimeSeries(label, "%", t0, int(bin_ns), tuple(np.clip(share, 0.0, 100.0).tolist()))
 
 
 def effect_size(dur: np.ndarray, affected: np.ndarray, cause_ns: np.ndarray) -> Effect:

@@ -68,6 +68,17 @@ class HistogramWire(TypedDict):
     unaffected: list[int]
 
 
+class SeriesWire(TypedDict):
+    """``TimeSeries.as_dict()``: a cause's measure over time, one value per ``bin_ns`` from ``start_ns`` (the
+    window's clock), in ``unit`` ("/s": a rate; "%": a share of each bin's time)."""
+
+    label: str
+    unit: str
+    start_ns: int
+    bin_ns: int
+    values: list[Number]
+
+
 class _CauseKeys(TypedDict):
     kind: str
     evidence: list[str]
@@ -78,11 +89,14 @@ class _CauseKeys(TypedDict):
 class CauseWire(_CauseKeys, total=False):
     """``Cause.as_dict()``. ``effect``: the ``EffectWire`` keys (when the cause has an effect size) and its metrics.
 
-    ``histogram``: only on a cause with an effect size measured call by call (older nodes send none). (Optional
-    keys are a ``total=False`` class: ``NotRequired`` is not seen in postponed annotations before Python 3.13.)
+    ``histogram``: only on a cause with an effect size measured call by call (older nodes send none).
+    ``series``: only on a cause whose rule measured something over time instead (a rate that fell, the GPU's
+    idle share). (Optional keys are a ``total=False`` class: ``NotRequired`` is not seen in postponed annotations
+    before Python 3.13.)
     """
 
     histogram: HistogramWire
+    series: SeriesWire
 
 
 class SymptomWire(TypedDict):

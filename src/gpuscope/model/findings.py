@@ -24,6 +24,7 @@ from gpuscope.model.finding_wire import (
     NodeFindingWire,
     Number,
     ReferenceFindingWire,
+    SeriesWire,
     SeverityName,
     SpanWire,
     SymptomWire,
@@ -183,6 +184,32 @@ class LatencyHistogram:
 
 
 @dataclass(frozen=True, slots=True)
+class TimeSeries:
+    """A cause's measure over time, one value per bin of ``bin_ns`` from ``start_ns`` (the window's clock): what
+    its rule saw change where no per-call comparison measures it (a call rate that fell, the GPU's idle share).
+    ``unit``: "/s" for a rate, "%" for a share of each bin's time."""
+
+    label: str
+    unit: str
+    start_ns: int
+    bin_ns: int
+    values: tuple[float, ...]
+
+    def as_dict(self) -> SeriesWire:
+        return {
+            "label": self.label,
+            "unit": self.unit,
+            "start_ns": self.start_ns,
+            "bin_ns": self.bin_ns,
+            "values": [round(v, 3) for v in self.values],
+        }
+
+    @classmethod
+    def from_wire(cls, d: SeriesWire) -> TimeSeries:
+        return cls(d["label"], d["unit"], d["start_ns"], d["bin_ns"], tuple(float(v) for v in d["values"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Cause:
     kind: str
     evidence: tuple[str, ...]
@@ -190,6 +217,7 @@ class Cause:
     culprits: tuple[Culprit, ...] = ()
     metrics: dict[str, float | int] = field(default_factory=dict)
     histogram: LatencyHistogram | None = None
+    series: TimeSeries | None = None
 
     def as_dict(self) -> CauseWire:
         # Every EffectWire value is a number: the effect and the metrics share one object on the wire.
@@ -203,6 +231,8 @@ class Cause:
         }
         if self.histogram is not None:
             d["histogram"] = self.histogram.as_dict()
+        if self.series is not None:
+            d["series"] = self.series.as_dict()
         return d
 
     @classmethod
@@ -215,7 +245,8 @@ class Cause:
         metrics = {k: v for k, v in d["effect"].items() if k not in own or own[k] != v}
         culprits = tuple(Culprit.from_wire(c) for c in d["culprits"])
         histogram = LatencyHistogram.from_wire(d["histogram"]) if "histogram" in d else None
-        return cls(d["kind"], tuple(d["evidence"]), effect, culprits, metrics, histogram)
+        series = TimeSeries.from_wire(d["series"]) if "series" in d else None
+        return cls(d["kind"], tuple(d["evidence"]), effect, culprits, metrics, histogram, series)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,8 +69,10 @@ FINDING = obj(
                     "culprits": array(OBJECT),
                     # Only on a cause measured call by call: its op's calls by duration (docs/explain.md).
                     "histogram": obj({"edges_ns": array(INT), "affected": array(INT), "unaffected": array(INT)}),
+                    # Only on a cause measured over time instead: a rate that fell, the GPU's idle share.
+                    "series": obj({"label": STR, "unit": STR, "start_ns": INT, "bin_ns": INT, "values": array(NUM)}),
                 },
-                optional=("histogram",),
+                optional=("histogram", "series"),
             )
         ),
         "fix": STR,

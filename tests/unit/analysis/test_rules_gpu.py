@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpuscope.model.findings import Severity
@@ -200,6 +201,42 @@ def test_gaps_without_gpu_work_while_on_cpu_are_data_starvation() -> None:
         ev.add(Op.cudaStreamSynchronize, base + 10 * US, 2 * MS)
     f = next(f for f in ev.report().findings if f.kind == "data-starvation")
     assert f.causes[0].metrics["on_cpu_share"] == 1.0
+
+
+def test_data_starvation_draws_the_gpus_idle_share_over_time() -> None:
+    # given 100 steps of 10 ms whose GPU idles ~8 ms after each sync, then 100 fed steps (no gap)
+    ev = Events()
+    for i in range(100):
+        base = i * 10 * MS
+        ev.add(Op.cudaLaunchKernel, base, 5 * US)
+        ev.add(Op.cudaStreamSynchronize, base + 10 * US, 2 * MS)
+    for i in range(100, 200):
+        base = i * 10 * MS
+        for k in range(10):
+            ev.add(Op.cudaLaunchKernel, base + k * MS, 5 * US)
+        ev.add(Op.cudaStreamSynchronize, base + 9 * MS + 10 * US, 990 * US)
+    f = next(f for f in ev.report().findings if f.kind == "data-starvation")
+    # then its cause carries the idle share per bin, as a percentage over the process's time
+    series = f.causes[0].series
+    assert series is not None and series.unit == "%" and series.label == "GPU idle"
+    values = np.array(series.values)
+    assert len(values) > 10 and values.min() >= 0 and values.max() <= 100
+    # high while it starved, nil once fed
+    half = len(values) // 2
+    assert values[: half - 2].mean() > 70 and values[half + 2 :].max() < 5, values
+    assert series.bin_ns * len(values) >= 1990 * MS
+
+
+def test_a_throughput_drop_draws_its_rate_over_time() -> None:
+    # given 5 s at 5,000 calls a second, then 2 s at 1,000 a second
+    ev = _launch_rate_falling(25_000, 2_000, 200 * US, 1000 * US)
+    drop = next(f for f in ev.report().findings if f.kind == "throughput-drop")
+    # then its cause carries the call rate per bin: the peak, then the fall, in calls a second
+    series = drop.causes[0].series
+    assert series is not None and series.unit == "/s" and "cudaLaunchKernel" in series.label
+    assert max(series.values) == pytest.approx(5000, rel=0.05)
+    assert series.values[-1] == pytest.approx(1000, rel=0.1)
+    assert drop.span is not None and series.start_ns <= drop.span.start_ns
 
 
 def _launch_rate_falling(before: int, after: int, fast: int, slow: int) -> Events:

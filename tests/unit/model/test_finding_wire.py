@@ -33,6 +33,7 @@ from gpuscope.model.findings import (
     Severity,
     Span,
     Symptom,
+    TimeSeries,
 )
 from gpuscope.model.session_choice import EVERY_SESSION
 from tests.demo_recording import every_scenario
@@ -80,7 +81,12 @@ def _full_finding() -> Finding:
                 metrics={"preempted_ns": 125_000_000, "cpu_share": 0.5},
                 histogram=LatencyHistogram((10_000, 17_783, 31_623), (0, 25), (70, 5)),
             ),
-            Cause("host-work", ("stayed on the CPU",), metrics={"gap_p50_ns": 3}),
+            Cause(
+                "host-work",
+                ("stayed on the CPU",),
+                metrics={"gap_p50_ns": 3},
+                series=TimeSeries("GPU idle", "%", 5_000_000_000, 250_000_000, (12.5, 80.0, 100.0)),
+            ),
             Cause("blocked", ()),
         ),
         fix="pin the process to its own cores",
@@ -120,6 +126,7 @@ def test_a_finding_read_back_from_its_json_gives_the_same_json() -> None:
     assert back.causes[0].culprits[1] == Culprit("victim") and back.causes[0].culprits[0].share == 0.988
     assert back.caveats[0].share == 0.0123 and back.caveats[1] == f.caveats[1]
     assert back.span == f.span and back.causes[0].histogram == f.causes[0].histogram
+    assert back.causes[1].series == f.causes[1].series and back.causes[0].series is None
 
 
 def test_a_finding_from_an_older_node_without_span_or_histogram_reads_back_without_them() -> None:
@@ -127,9 +134,10 @@ def test_a_finding_from_an_older_node_without_span_or_histogram_reads_back_witho
     wire: dict[str, Any] = json.loads(json.dumps(_full_finding().as_dict()))
     del wire["span"]
     del wire["causes"][0]["histogram"]
+    del wire["causes"][1]["series"]
     # when / then it is read, and says nothing of either
     back = Finding.from_dict(wire)
-    assert back.span is None and back.causes[0].histogram is None
+    assert back.span is None and back.causes[0].histogram is None and back.causes[1].series is None
     assert back.as_dict() == wire
 
 
@@ -180,6 +188,7 @@ MALFORMED: list[tuple[tuple[str | int, ...], object, str]] = [
     (("span", "end_ns"), "later", "finding.span.end_ns: expected an integer, got 'later'"),
     (("span", "start_ns"), DELETE, "finding.span: no 'start_ns'"),
     (("causes", 0, "histogram", "affected"), {}, "finding.causes[0].histogram.affected: expected a list, got {}"),
+    (("causes", 1, "series", "values", 0), "x", "finding.causes[1].series.values[0]: expected a number, got 'x'"),
     (
         ("causes", 0, "histogram", "edges_ns", 1),
         1.5,

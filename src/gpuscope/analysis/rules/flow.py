@@ -14,10 +14,10 @@ from gpuscope.analysis.gil import gil_waits
 from gpuscope.analysis.idle_gaps import STARVE_GAP_NS, IdleGaps, idle_gaps
 from gpuscope.analysis.intervals import distinct, merge, overlap_by_key, overlap_ns
 from gpuscope.analysis.rules.base import spread_symptom, symptom_for
-from gpuscope.analysis.stats import severity_for
+from gpuscope.analysis.stats import covered_share_series, rate_series, severity_for
 from gpuscope.analysis.steps import sync_turns
 from gpuscope.analysis.workers import WORKER_FIX, family, workers_of
-from gpuscope.model.findings import Cause, Finding, Severity, Span
+from gpuscope.model.findings import Cause, Finding, Severity, Span, TimeSeries
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
@@ -136,7 +136,13 @@ class DataStarvationRule:
             "unchecked_gaps": g.unchecked,
             "dropped_gaps": g.dropped,
         }
-        causes = [Cause(self.id, tuple(lines), metrics=metrics)]
+        # The gaps over the process's time in the window: when the GPU sat idle, bin by bin (four gaps a bin
+        # at least: a bin shorter than a step would show the beat, not the share).
+        lo, hi = ctx.call_spans.get(p, (ctx.window.start_ns, ctx.window.end_ns))
+        series = covered_share_series(
+            "GPU idle", g.start, g.end, max(lo, ctx.window.start_ns), min(hi, ctx.window.end_ns), max(1, n // 4)
+        )
+        causes = [Cause(self.id, tuple(lines), metrics=metrics, series=series)]
         fix = (
             "feed the GPU ahead of time: more DataLoader workers, pin_memory=True, prefetch_factor, "
             "move preprocessing to the GPU or an earlier stage"
@@ -340,7 +346,9 @@ class ThroughputDropRule:
     def evaluate(self, ctx: Context) -> list[Finding]:
         # Every op of a process slows down together when the process does: one
         # finding per process, led by the op that lost the most time.
-        drops: dict[int, list[tuple[int, int, str, np.ndarray, int, float, int, int, int, Span | None]]] = {}
+        drops: dict[
+            int, list[tuple[int, int, str, np.ndarray, int, float, int, int, int, Span | None, TimeSeries | None]]
+        ] = {}
         for p, op, pos, counts, bin_ns, t0 in self._rates(ctx):
             nb = len(counts)
             peak = int(counts.max())
@@ -367,11 +375,13 @@ class ThroughputDropRule:
             # The low-rate period: its first low bin to its last (bins of a known start only).
             at = np.flatnonzero(low)
             span = Span(t0 + int(at[0]) * bin_ns, t0 + (int(at[-1]) + 1) * bin_ns) if t0 is not None else None
-            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak_s, cur_s, span))
+            # The rate over the window, bin by bin: the fall, drawn (bins of a known start only).
+            series = rate_series(f"{op_name(op)} calls", counts, t0, bin_ns) if t0 is not None else None
+            drops.setdefault(p, []).append((lost, op, line, pos, int(low.sum()), drop, nb, peak_s, cur_s, span, series))
         out = []
         for p, items in drops.items():
             items.sort(key=lambda t: -t[0])
-            lost, op, _, pos, nlow, drop, nb, peak_s, low_s, span = items[0]
+            lost, op, _, pos, nlow, drop, nb, peak_s, low_s, span, series = items[0]
             wall = ctx.pid_span_ns(p)
             sev = Severity.HIGH if drop >= 0.6 and nlow >= 0.2 * nb else Severity.MEDIUM
             lines = tuple(t[2] for t in items)
@@ -386,7 +396,7 @@ class ThroughputDropRule:
                     kind=self.id,
                     severity=min(sev, max(severity_for(lost, wall), Severity.MEDIUM)),
                     symptom=symptom_for(ctx, p, op, pos, summary, whole_op=True),
-                    causes=(Cause(self.id, lines, metrics=metrics),),
+                    causes=(Cause(self.id, lines, metrics=metrics, series=series),),
                     fix="look at the other findings for this process in the low-rate period; if none, compare "
                     "input sizes and batch shapes over time",
                     lost_ns=lost,

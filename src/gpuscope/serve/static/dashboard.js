@@ -24,6 +24,8 @@ const FindingWire = Object.freeze({
   span: (f) => f.span || null,
   // Its causes' evidence histograms (HistogramWire), for those measured call by call.
   histograms: (f) => (f.causes || []).map((c) => c.histogram).filter(Boolean),
+  // Its causes' measures over time (SeriesWire), for those no per-call comparison measures.
+  series: (f) => (f.causes || []).map((c) => c.series).filter(Boolean),
 });
 
 function el(tag, attrs, ...children) {
@@ -229,8 +231,10 @@ function renderFindings(f, window) {
       for (const line of lines) evidence.append(el("li", {}, line));
       item.append(evidence);
     }
-    const histogram = F.histograms(finding)[0];
-    const chart = histogram ? evidenceChart(histogram, width) : null;
+    const histogram = F.histograms(finding)[0], series = F.series(finding)[0];
+    const offsetNs = window ? (window.start_wall_ns || 0) - (window.start_ns || 0) : 0;
+    const chart = histogram ? evidenceChart(histogram, width)
+      : series ? seriesChart(series, width, offsetNs, spanSeconds(finding, window), F.severity(finding)) : null;
     if (chart) item.append(chart);
     if (F.fix(finding)) item.append(el("div", { class: "fix" }, "fix: ", F.fix(finding)));
     list.append(item);

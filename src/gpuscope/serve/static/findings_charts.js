@@ -1,5 +1,6 @@
 // The findings as pictures: each finding's evidence chart (its op's calls by duration, the calls its cause
-// overlapped against the others) and the bands the timeline draws over the time each finding covers.
+// overlapped against the others; or, for a finding no per-call comparison measures, its cause's measure over
+// time) and the bands the timeline draws over the time each finding covers.
 // Loaded before dashboard.js, which hands these functions what it read through its FindingWire accessors:
 // nothing here reads a finding's keys itself. Every string is untrusted and put into the page as text only.
 "use strict";
@@ -70,4 +71,46 @@ function bandsHook(bands) {
     }
     ctx.restore();
   };
+}
+
+// A cause's measure over time (SeriesWire: one value per bin_ns from start_ns, in the window's clock), for the
+// findings no per-call comparison measures (a call rate that fell, the share of time the GPU sat idle): a line
+// over the time the window covers, the finding's own span shaded. `offsetNs` turns the window's clock into
+// wall-clock ns, as the timeline's axis is. Returns the chart's element, or null when the series cannot be drawn.
+function seriesChart(series, width, offsetNs, span, severity) {
+  const values = series.values, bin = series.bin_ns, start = series.start_ns;
+  const ok = Array.isArray(values) && values.length > 0 && values.every((v) => Number.isFinite(v))
+    && Number.isFinite(bin) && bin > 0 && Number.isFinite(start) && typeof series.unit === "string"
+    && typeof series.label === "string";
+  if (!ok) return null;
+  const xs = [], ys = [];
+  values.forEach((v, i) => { xs.push((start + offsetNs + i * bin) / 1e9); ys.push(v); });
+  xs.push((start + offsetNs + values.length * bin) / 1e9);
+  ys.push(values[values.length - 1]);
+  const unit = series.unit;
+  const fmt = (v) => (unit === "%" ? `${+v.toFixed(1)}%` : `${v >= 100 ? Math.round(v).toLocaleString() : +v.toFixed(1)}${unit}`);
+  const box = document.createElement("div");
+  box.className = "evidence-chart";
+  const shade = span ? bandsHook([{ severity, from: span.from, to: span.to }]) : null;
+  const opts = {
+    width, height: 150,
+    scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, unit === "%" ? 100 : Math.max(hi * 1.1, 1)] } },
+    axes: [
+      { label: "time", labelSize: 16, size: 34 },
+      { label: unit === "%" ? `${series.label} (%)` : `rate (${unit})`, labelSize: 16, size: 66,
+        values: (u, vals) => vals.map(fmt) },
+    ],
+    series: [
+      {},
+      { label: series.label, stroke: "#2f6fde", width: 2, paths: uPlot.paths.stepped({ align: 1 }),
+        points: { show: false }, value: (u, v) => (v === null ? "—" : fmt(v)) },
+    ],
+    cursor: { drag: { x: false, y: false } },
+    hooks: shade ? { drawClear: [shade] } : {},
+  };
+  const chart = new uPlot(opts, [xs, ys], box);
+  box.dataset.axes = JSON.stringify(opts.axes.map((a) => a.label));
+  box.dataset.series = JSON.stringify({ label: series.label, unit, bins: values.length });
+  box.chart = chart;
+  return box;
 }
