@@ -190,7 +190,9 @@ def test_the_first_screen_says_what_is_wrong_where_and_since_when_without_scroll
     page.set_viewport_size({"width": 1400, "height": 900})
     problems = _problems(page)
     origins: list[str] = []
+    lane_urls: list[str] = []
     page.on("request", lambda r: origins.append(r.url.split("/")[2]))
+    page.on("request", lambda r: lane_urls.append(r.url))
     with dashboard(db, tmp_path / "home") as server:
         page.goto(server.info["url"])
         page.wait_for_selector("#lost-bar span", timeout=30_000)
@@ -208,9 +210,29 @@ def test_the_first_screen_says_what_is_wrong_where_and_since_when_without_scroll
         page.wait_for_selector("#lanes canvas", timeout=30_000)
         pids = page.eval_on_selector_all("#lanes canvas", "c => c.map(x => Number(x.dataset.pid))")
         assert pids[:1] == [100], pids
-        # and hovering the lane says who held its CPU while it was preempted
+        # and hovering the lane says who held its CPU while it was preempted, in all and at the pixel pointed at
         title = page.get_attribute("#lanes .lane", "title") or ""
         assert "preempted by cpu_hog (pid 999)" in title, title
+        (asked,) = [u for u in lane_urls if "/api/v1/lanes" in u]
+        lanes = page.evaluate(f"fetch({json.dumps(asked)}).then(r => r.json())")["lanes"]  # what the page drew
+        mine = next(x for x in lanes if x["pid"] == 100)
+        top = mine["top_preemptor"] or []
+        held = [i for i, p in enumerate(top) if p >= 0]
+        free = [i for i, p in enumerate(top) if p < 0]
+        assert held and free and mine["held_by"][0] == {"pid": 999, "comm": "cpu_hog"}, mine
+        canvas = page.locator("#lanes canvas").first
+        box = canvas.bounding_box()
+        assert box is not None
+        scale = box["width"] / len(top)
+        said = []
+        for i in [*held[:: max(1, len(held) // 6)], *free[:: max(1, len(free) // 3)]]:
+            canvas.hover(position={"x": (i + 0.5) * scale, "y": 10})
+            tip, at = page.inner_text("#lane-tip"), int(page.get_attribute("#lane-tip", "data-pixel") or "-1")
+            # the tip names who held the CPU at the pixel it says it is over, and nobody where nobody did
+            want = top[at] >= 0 and mine["held_by"][top[at]]["comm"] == "cpu_hog"
+            assert ("preempted here by cpu_hog (pid 999)" in tip) == want, (tip, at, top[at])
+            said.append(want)
+        assert any(said) and not all(said), said
         for selector in ("#figures", "#lost-bar", "#top-finding", "#timeline canvas"):
             box = page.locator(selector).first.bounding_box()
             assert box is not None and box["y"] + box["height"] <= 900, (selector, box)

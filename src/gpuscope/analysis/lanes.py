@@ -6,7 +6,8 @@ driver, NCCL), inside NCCL calls alone (collectives, per rank: the lane
 carries its process's rank when the recording knows it), preempted (runnable
 while another task had its CPU), off its CPU by its own choice (a sleep, a
 wait, I/O), and in direct memory reclaim (the kernel freeing pages on its
-time before it could allocate). The server sends these
+time before it could allocate), and per interval who held its CPU most while
+it was preempted there. The server sends these
 fractions, never the events: a lane of a million calls is ``width`` numbers.
 """
 
@@ -26,6 +27,7 @@ RECLAIM = int(Op.direct_reclaim)
 MAX_WIDTH = 2_000
 MAX_LANES = 32
 MAX_PREEMPTORS = 3
+MAX_PIXEL_PREEMPTORS = 8
 NCCL_CALLS = frozenset(int(op) for op, info in OPS.items() if info.source is Source.NCCL)
 
 
@@ -48,6 +50,9 @@ class Lane:
     # Per pixel, which of ``ops`` took most of its GPU-call time there (-1: none): its GPU band coloured by op.
     ops: tuple[str, ...] = ()
     top_op: np.ndarray | None = None
+    # Per pixel, which of ``held_by`` (pid, comm) held its CPU most while it was preempted there (-1: none).
+    held_by: tuple[tuple[int, str | None], ...] = ()
+    top_preemptor: np.ndarray | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -64,6 +69,8 @@ class Lane:
             "reclaim": np.round(self.reclaim, 3).tolist() if self.reclaim is not None else None,
             "ops": list(self.ops),
             "top_op": self.top_op.tolist() if self.top_op is not None else None,
+            "held_by": [{"pid": p, "comm": c} for p, c in self.held_by],
+            "top_preemptor": self.top_preemptor.tolist() if self.top_preemptor is not None else None,
         }
 
 
@@ -104,6 +111,7 @@ def thread_lanes(
         vs, ve = merge(f.ts[vol], f.ts[vol] + f.dur[vol])
         gpu = overlap_ns(q_start, q_end, gs, ge)
         names, top = _top_ops(f, mine, q_start, q_end)
+        held_by, top_preemptor = _pixel_preemptors(f, pre, q_start, q_end)
         lanes.append(
             Lane(
                 pid,
@@ -119,6 +127,8 @@ def thread_lanes(
                 np.minimum(overlap_ns(q_start, q_end, rs, re_) / size, 1.0) if len(rec) else None,
                 names,
                 top,
+                held_by,
+                top_preemptor,
             )
         )
     lanes.sort(key=lambda lane: (-lane.gpu_ns, lane.pid, lane.tid))
@@ -137,6 +147,28 @@ def _preemptors(f: EventFrame, pre: np.ndarray) -> tuple[tuple[int, str | None, 
     return tuple(
         (int(pids[i]), f.comm(int(pids[i])) or ("swapper" if pids[i] == 0 else None), int(held[i])) for i in top
     )
+
+
+def _pixel_preemptors(
+    f: EventFrame, pre: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
+) -> tuple[tuple[tuple[int, str | None], ...], np.ndarray | None]:
+    """(the processes that held the thread's CPU in the window, at most MAX_PIXEL_PREEMPTORS, most time first;
+    per pixel the index of the one that held it most there, -1 for none), or ((), None) when none did."""
+    inside = pre[(f.ts[pre] < q_end[-1]) & (f.ts[pre] + f.dur[pre] > q_start[0])] if len(q_start) else pre[:0]
+    if not len(inside):
+        return (), None
+    who = f.handle[inside] >> 32
+    pids, at = np.unique(who, return_inverse=True)
+    order = np.argsort(-np.bincount(at.reshape(-1), weights=f.dur[inside].astype(np.float64)), kind="stable")
+    order = order[:MAX_PIXEL_PREEMPTORS]
+    time = np.zeros((len(order), len(q_start)), dtype=np.int64)
+    for row, i in enumerate(order.tolist()):
+        mine = inside[who == pids[i]]
+        s, e = merge(f.ts[mine], f.ts[mine] + f.dur[mine])
+        time[row] = overlap_ns(q_start, q_end, s, e)
+    top = np.where(time.max(axis=0) > 0, time.argmax(axis=0), -1)
+    names = tuple((int(pids[i]), f.comm(int(pids[i])) or ("swapper" if pids[i] == 0 else None)) for i in order.tolist())
+    return names, top
 
 
 def _top_ops(

@@ -313,6 +313,9 @@ LANES = obj(
                     # per pixel, the index into ops of the op with the most call time there (-1: none)
                     "ops": array(STR),
                     "top_op": nullable(array(INT)),
+                    # per pixel, the index into held_by of who held its CPU most while it was preempted there
+                    "held_by": array(obj({"pid": INT, "comm": N_STR})),
+                    "top_preemptor": nullable(array(INT)),
                 }
             )
         ),

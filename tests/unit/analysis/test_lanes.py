@@ -65,6 +65,25 @@ def test_a_lane_names_who_held_its_cpu_while_it_was_preempted_most_time_first() 
     ]
 
 
+def test_each_pixel_names_who_held_the_threads_cpu_most_while_it_was_preempted_there() -> None:
+    # given the same thread: the hog at 2-6 ms and 14-16 ms, the logger at 10-12 ms, asleep at 20-25 ms
+    ev = Events(comms={100: "train", 999: "cpu_hog", 555: "logger"})
+    ev.add(Op.cudaStreamSynchronize, 0, 30 * MS)
+    ev.sched(2 * MS, 4 * MS, preempted=True, by_pid=999)
+    ev.sched(10 * MS, 2 * MS, preempted=True, by_pid=555)
+    ev.sched(14 * MS, 2 * MS, preempted=True, by_pid=999)
+    ev.sched(20 * MS, 5 * MS, preempted=False, by_pid=777)
+    frame, _ = ev.frame()
+    # when reduced to 15 pixels of 2 ms
+    (lane,) = thread_lanes(frame, 0, 30 * MS, 15)
+    # then each pixel says who held the CPU there, and nobody where it was not preempted (asleep included)
+    assert lane.held_by == ((999, "cpu_hog"), (555, "logger"))
+    assert lane.top_preemptor is not None
+    who = [lane.held_by[i][1] if i >= 0 else None for i in lane.top_preemptor.tolist()]
+    assert who == [None, "cpu_hog", "cpu_hog", None, None, "logger", None, "cpu_hog", *[None] * 7]
+    assert lane.as_dict()["held_by"] == [{"pid": 999, "comm": "cpu_hog"}, {"pid": 555, "comm": "logger"}]
+
+
 def test_a_ranks_lane_has_its_nccl_calls_apart_and_says_its_rank() -> None:
     # given a rank whose all-reduce takes the second half of a 20 ms window, after a 5 ms sync
     ev = Events(comms={100: "train"})

@@ -6,7 +6,7 @@
 // One lane per process that calls the GPU (click its name to show its threads), each with five bands (GPU calls,
 // NCCL calls, preempted, blocked, reclaim): each pixel as dark as the share of its interval spent so, for a
 // process its busiest thread's share (the server reduces the events to these shares: /api/v1/lanes). Hover a lane
-// for who held its CPU while it was preempted.
+// for who held its CPU while it was preempted: in all (its title), and at the pixel under the pointer (the tip).
 const LANE_BANDS = [["gpu", [47, 111, 222]], ["nccl", [122, 90, 248]], ["preempted", [52, 64, 84]],
   ["blocked", [152, 162, 179]], ["reclaim", [181, 71, 8]]];
 const expanded = new Set();  // pids whose threads are shown
@@ -28,6 +28,34 @@ function laneCanvas(lane, width, attrs) {
   });
   ctx.globalAlpha = 1;
   return canvas;
+}
+
+// Who held the lane's CPU at the pixel under the pointer (per pixel, the process that held it most while the
+// thread was preempted there), or "" where it was not preempted. A process's lane asks each of its threads.
+function preemptorAt(lanes, x) {
+  const names = new Set();
+  for (const l of lanes) {
+    const i = l.top_preemptor ? l.top_preemptor[x] : -1;
+    const who = i >= 0 && l.held_by ? l.held_by[i] : null;
+    if (who) names.add(`${who.comm || "?"} (pid ${who.pid})`);
+  }
+  return names.size ? `preempted here by ${[...names].join(", ")}` : "";
+}
+
+// The tip that follows the pointer over a lane: its name, and who preempted it at that pixel.
+function laneTip(canvas, name, lanes) {
+  const tip = document.getElementById("lane-tip");
+  canvas.addEventListener("mousemove", (e) => {
+    const box = canvas.getBoundingClientRect();
+    const x = Math.floor(((e.clientX - box.left) / box.width) * canvas.width);
+    const held = preemptorAt(lanes, Math.max(0, Math.min(canvas.width - 1, x)));
+    tip.textContent = held ? `${name}: ${held}` : name;
+    tip.dataset.pixel = String(x);
+    tip.style.left = `${e.pageX + 12}px`;
+    tip.style.top = `${e.pageY + 12}px`;
+    tip.hidden = false;
+  });
+  canvas.addEventListener("mouseleave", () => { tip.hidden = true; });
 }
 
 function laneTitle(name, lanes) {
@@ -66,8 +94,9 @@ function renderLanes(l, sampling) {
     const merged = many ? Object.fromEntries(LANE_BANDS.map(([key]) => [key,
       threads[0].gpu.map((_, x) => Math.max(...threads.map((t) => (t[key] ? t[key][x] : 0))))])) : threads[0];
     const label = el("span", { class: "lane-name" }, many ? `${expanded.has(pid) ? "▾" : "▸"} ${name} (${threads.length} threads)` : name);
-    const row = el("div", { class: many ? "lane process" : "lane", title: laneTitle(name, threads) },
-      label, laneCanvas(merged, l.width, { "data-pid": String(pid), "data-tid": many ? "" : String(threads[0].tid) }));
+    const canvas = laneCanvas(merged, l.width, { "data-pid": String(pid), "data-tid": many ? "" : String(threads[0].tid) });
+    laneTip(canvas, name, threads);
+    const row = el("div", { class: many ? "lane process" : "lane", title: laneTitle(name, threads) }, label, canvas);
     if (many) {
       label.addEventListener("click", () => {
         if (expanded.has(pid)) expanded.delete(pid); else expanded.add(pid);
@@ -78,8 +107,10 @@ function renderLanes(l, sampling) {
     if (many && expanded.has(pid)) {
       for (const t of threads) {
         const tname = `${t.comm || "?"} ${t.pid}/${t.tid}`;
+        const tcanvas = laneCanvas(t, l.width, { "data-pid": String(t.pid), "data-tid": String(t.tid) });
+        laneTip(tcanvas, tname, [t]);
         box.append(el("div", { class: "lane thread", title: laneTitle(tname, [t]) }, el("span", { class: "lane-name" }, tname),
-          laneCanvas(t, l.width, { "data-pid": String(t.pid), "data-tid": String(t.tid) })));
+          tcanvas));
       }
     }
   }
