@@ -467,6 +467,8 @@ def test_a_bad_baseline_is_one_line_and_no_server_starts(tmp_path: Path, content
     # then it stops at once with one error line naming the file, and the recording is untouched
     assert p.returncode != 0 and p.stdout == "", p.stdout
     assert p.stderr.startswith(f"error: {baseline}") and "Traceback" not in p.stderr, p.stderr
+    # and its fix is about the baseline, not the recording's --db
+    assert "fix: pass --baseline" in p.stderr and "--db" not in p.stderr, p.stderr
     assert db.read_bytes() == before
 
 

@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuscope.errors import GpuscopeError
     from gpuscope.recording.open import open_recording
     from gpuscope.serve.app import create_app
     from gpuscope.serve.server import listen, print_start, serve
@@ -36,7 +37,12 @@ def run(args: argparse.Namespace) -> int:
     open_recording(db).close()  # a missing or damaged recording is reported now, not on the first request
     baseline = Path(args.baseline) if args.baseline else None
     if baseline is not None:
-        open_recording(baseline).close()
+        try:
+            open_recording(baseline).close()
+        except GpuscopeError as exc:
+            # The same error, with the remedy of this option: the recording's (--db PATH) is not the way out.
+            exc.remedy = "pass --baseline an earlier recording of the same job (a file `gpuscope trace` wrote)"
+            raise
     listener = listen(args)
     app = create_app(db, listener.guard, mcp=args.mcp, baseline=baseline)
     mcp_url = f"{listener.base_url}mcp" if args.mcp else None
