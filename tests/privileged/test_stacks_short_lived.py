@@ -173,13 +173,17 @@ def test_the_kernel_forgets_a_python_process_at_its_exec_and_at_its_exit_and_chi
     from gpuscope.agent.tracer import Tracer
 
     script = (
-        "import os, sys, time\nsys.stdin.readline()\npid = os.fork()\nif pid == 0:\n    time.sleep(3)\n"
-        "    os._exit(0)\nos.waitpid(pid, 0)\nsys.stdin.readline()\nos.execv('/bin/sleep', ['sleep', '30'])\n"
+        "import os, sys, time\nprint('ready', flush=True)\nsys.stdin.readline()\npid = os.fork()\nif pid == 0:\n"
+        "    time.sleep(3)\n    os._exit(0)\nos.waitpid(pid, 0)\nsys.stdin.readline()\n"
+        "os.execv('/bin/sleep', ['sleep', '30'])\n"
     )
     tracer = Tracer(TraceOptions(filter_targets=True))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, text=True)
-    assert proc.stdin is not None
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
     try:
+        # registered once it runs Python: Popen returns when the exec has replaced its memory, a moment before the
+        # kernel's exec hook (which forgets the program it replaced) has run
+        assert proc.stdout.readline().strip() == "ready"
         tracer.add_target(proc.pid)
         tracer.set_python_process(proc.pid, runtime=0x7F00_0000_1000, version=1)
         assert proc.pid in tracer.python_processes()

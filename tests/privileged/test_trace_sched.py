@@ -60,18 +60,25 @@ def test_a_worker_thread_that_sleeps_is_recorded_as_switching_out_voluntarily(bu
     ((drops,),) = run.query("SELECT drops FROM sessions")
     lost = int(json.loads(str(drops))["drop_host"])  # switches the kernel could not record, counted
     missing = 0
+    seen: list[object] = []  # what the record holds around each call without its sleep
     for start, duration in syncs:
         inside = [r for r in rows if start <= r[0] and r[0] + r[3] <= start + duration]
-        # each sleep is a voluntary switch (a sleeping state, not preempted) inside the call
-        if not any(preempted == 0 and state != 0 for _, preempted, state, _ in inside):
+        # each sleep is a voluntary switch (a sleeping state, not preempted) inside the call; except where the
+        # thread was preempted on its way into the sleep (its state already set) and stayed off its CPU past the
+        # timer: the wakeup finds it runnable, it never sleeps, and its whole time off the CPU is a preemption
+        # (the kernel reports that switch as preempted, rightly). Its time off the CPU must still be there whole.
+        slept = any(preempted == 0 and state != 0 for _, preempted, state, _ in inside)
+        preempted_through = not slept and inside and all(preempted == 1 for _, preempted, _, _ in inside)
+        if not slept and not (preempted_through and sum(off for *_, off in inside) >= 4 * MS):
             missing += 1
+            seen.append((start, duration, [r for r in rows if start - 10 * MS <= r[0] <= start + duration + 10 * MS]))
             continue
         # and the call's time off the CPU is recorded whole: the 5 ms sleep (on a busy CPU also the time the thread
         # waited to run again, and a preemption on its way into the sleep, each its own row), less what it ran
         # first (seen: 0.49 ms)
         assert sum(off for *_, off in inside) >= 4 * MS, (start, duration, inside)
     # a sleep missing is one the kernel counted as lost (seen in about one run in ten), never a silent gap
-    assert missing <= lost, (missing, lost, drops)
+    assert missing <= lost, (missing, lost, drops, seen)
     # and every voluntary switch of the thread is a sleep of the workload: none is made up
     voluntary = [r for r in rows if r[1] == 0 and r[2] != 0 and r[3] >= 4 * MS]
     assert len(voluntary) <= 52, voluntary
