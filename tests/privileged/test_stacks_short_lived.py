@@ -92,10 +92,15 @@ def _cpu_hogs(n: int) -> Iterator[None]:
 def test_a_short_lived_python_beside_cpu_hogs_has_its_frames_from_its_first_call(trace_command, standin):
     # given a machine whose CPUs are all busy, and a Python process that makes one call and exits: user
     # space may read its maps only after it is gone, so its frames come from its executable's registration
-    python = _static_python()
+    # then every run's call has its Python frames, innermost first, down to <module>
+    _one_call_beside_hogs_has_its_frames(trace_command, standin, _static_python())
+
+
+def _one_call_beside_hogs_has_its_frames(trace_command, standin, python: str) -> None:
+    """Three runs of ``python`` making one call and exiting, beside a busy loop per CPU: each call's stack has
+    its Python frames, innermost first, down to <module>."""
     with _cpu_hogs(os.cpu_count() or 2):
         runs = [trace_command([python, str(SHORT_PY), str(standin.cudart), "1"]) for _ in range(3)]
-    # then every run's call has its Python frames, innermost first, down to <module>
     for run in runs:
         assert run.returncode == 0, run.stderr
         expected = json_line(run.stdout)
@@ -131,15 +136,8 @@ def test_a_short_lived_libpython_build_beside_cpu_hogs_has_its_frames_from_its_f
 ):
     # given a busy machine and a Python whose runtime is in libpython, mapped wherever ld.so puts it, that
     # makes one call and exits: user space may read its maps only after it is gone
-    with _cpu_hogs(os.cpu_count() or 2):
-        runs = [trace_command([shared_python, str(SHORT_PY), str(standin.cudart), "1"]) for _ in range(3)]
     # then every run's call has its Python frames, innermost first, down to <module>
-    for run in runs:
-        assert run.returncode == 0, run.stderr
-        expected = json_line(run.stdout)
-        ((frames_json,),) = run.query("SELECT frames FROM event_call_stacks WHERE op = 'cudaMalloc'")
-        names = [f[0] for f in _python_frames(json.loads(str(frames_json)))]
-        assert names == [*(n for n, _ in expected["levels"]), "<module>"], frames_json
+    _one_call_beside_hogs_has_its_frames(trace_command, standin, shared_python)
 
 
 @pytest.mark.parametrize("build", ["static", "libpython"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpuscope.analysis.frame import EventFrame
 from gpuscope.analysis.lanes import thread_lanes
 from gpuscope.model.ops import Op
 from tests.unit.analysis.builder import MS, Events
@@ -47,8 +48,9 @@ def test_lanes_are_the_threads_that_call_the_gpu_busiest_first_and_capped() -> N
     assert len(thread_lanes(frame, 0, 10 * MS, 10**9)[0].gpu) == 2_000
 
 
-def test_a_lane_names_who_held_its_cpu_while_it_was_preempted_most_time_first() -> None:
-    # given a thread preempted 6 ms by a hog and 2 ms by a logger, and asleep 5 ms (not preempted: nobody named)
+def _preempted_by_two() -> EventFrame:
+    """A thread in one 30 ms sync: preempted by cpu_hog at 2-6 ms and 14-16 ms and by logger at 10-12 ms, and
+    asleep at 20-25 ms (a switch that names pid 777, which did not preempt it)."""
     ev = Events(comms={100: "train", 999: "cpu_hog", 555: "logger"})
     ev.add(Op.cudaStreamSynchronize, 0, 30 * MS)
     ev.sched(2 * MS, 4 * MS, preempted=True, by_pid=999)
@@ -56,6 +58,12 @@ def test_a_lane_names_who_held_its_cpu_while_it_was_preempted_most_time_first() 
     ev.sched(14 * MS, 2 * MS, preempted=True, by_pid=999)
     ev.sched(20 * MS, 5 * MS, preempted=False, by_pid=777)
     frame, _ = ev.frame()
+    return frame
+
+
+def test_a_lane_names_who_held_its_cpu_while_it_was_preempted_most_time_first() -> None:
+    # given a thread preempted 6 ms by a hog and 2 ms by a logger, and asleep 5 ms (not preempted: nobody named)
+    frame = _preempted_by_two()
     (lane,) = thread_lanes(frame, 0, 30 * MS, 10)
     # then the preemptors are the hog then the logger, with the time each held the CPU
     assert lane.preemptors == ((999, "cpu_hog", 6 * MS), (555, "logger", 2 * MS))
@@ -67,13 +75,7 @@ def test_a_lane_names_who_held_its_cpu_while_it_was_preempted_most_time_first() 
 
 def test_each_pixel_names_who_held_the_threads_cpu_most_while_it_was_preempted_there() -> None:
     # given the same thread: the hog at 2-6 ms and 14-16 ms, the logger at 10-12 ms, asleep at 20-25 ms
-    ev = Events(comms={100: "train", 999: "cpu_hog", 555: "logger"})
-    ev.add(Op.cudaStreamSynchronize, 0, 30 * MS)
-    ev.sched(2 * MS, 4 * MS, preempted=True, by_pid=999)
-    ev.sched(10 * MS, 2 * MS, preempted=True, by_pid=555)
-    ev.sched(14 * MS, 2 * MS, preempted=True, by_pid=999)
-    ev.sched(20 * MS, 5 * MS, preempted=False, by_pid=777)
-    frame, _ = ev.frame()
+    frame = _preempted_by_two()
     # when reduced to 15 pixels of 2 ms
     (lane,) = thread_lanes(frame, 0, 30 * MS, 15)
     # then each pixel says who held the CPU there, and nobody where it was not preempted (asleep included)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.stacks.python import find_interpreter
+from gpuscope.stacks.python import Interpreter, find_interpreter
 from gpuscope.stacks.python_files import libpython_of, python_executable, python_library
 
 AT_ENTRY = 9
@@ -25,6 +25,16 @@ def _static_python() -> str:
             return path
     pytest.fail("no Python with its runtime in the executable here (Debian's python3 is one: make setup)")
     raise AssertionError
+
+
+def _interpreter_of(pid: int) -> Interpreter | None:
+    """The interpreter of a Python just started, once its maps show it (within 2 s)."""
+    for _ in range(100):
+        interp = find_interpreter(pid)
+        if interp is not None:
+            return interp
+        time.sleep(0.02)
+    return None
 
 
 def _auxv_entry(pid: int) -> int:
@@ -43,12 +53,7 @@ def test_the_runtime_of_a_running_python_is_its_entry_point_plus_the_registered_
     # when it runs (loaded wherever ASLR puts it)
     proc = subprocess.Popen([path, "-c", "import time; time.sleep(30)"])
     try:
-        interp = None
-        for _ in range(100):
-            interp = find_interpreter(proc.pid)
-            if interp is not None:
-                break
-            time.sleep(0.02)
+        interp = _interpreter_of(proc.pid)
         assert interp is not None
         # then the kernel's AT_ENTRY for it plus the distance is where its maps say _PyRuntime is
         assert _auxv_entry(proc.pid) + exe.runtime_from_entry == interp.runtime
@@ -113,12 +118,7 @@ def test_a_libpython_is_read_from_its_file_and_its_start_probes_give_the_runtime
     assert libpython_of(str(exe)) == os.path.realpath(lib_path)
     proc = subprocess.Popen([str(exe), "-c", "import time; time.sleep(30)"])
     try:
-        interp = None
-        for _ in range(100):
-            interp = find_interpreter(proc.pid)
-            if interp is not None:
-                break
-            time.sleep(0.02)
+        interp = _interpreter_of(proc.pid)
         assert interp is not None and interp.layout == lib.layout and interp.version == lib.version
         bias = interp.runtime - lib.runtime
         # then every start function's address in the process lies in the library's file at the offset the
