@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gpuscope.model.ops import Op, op_for_symbol
 from gpuscope.platform import proc_root
 from gpuscope.platform.elf import ElfError, ElfFile, function_offsets
+from gpuscope.platform.proc_root import kernel_file_key
 
 LIB_PATTERNS = {
     "cudart": re.compile(r"^libcudart\.so(\.\d+)*$"),
@@ -117,11 +118,6 @@ def _lib_dirs(env: dict[str, str] | None = None) -> list[tuple[str, str]]:
     for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib", "/usr/local/lib"):
         out.append((d, "system"))
     return out
-
-
-def kernel_file_key(st: os.stat_result) -> tuple[int, int]:
-    """A file's (dev, inode) as the kernel names it (BPF, /proc/PID/maps): s_dev is MAJOR << 20 | MINOR."""
-    return (os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino
 
 
 def libraries_in_maps(pid: int) -> list[tuple[str, tuple[int, int]]]:

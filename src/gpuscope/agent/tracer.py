@@ -19,7 +19,6 @@ import numpy as np
 
 from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary, probe_plan
-from gpuscope.agent.discovery import kernel_file_key as kernel_file_key  # re-exported: callers import it from here
 from gpuscope.agent.links import attach_cpu_sampler, destroy_together, stepped_offsets
 from gpuscope.agent.options import TraceOptions as TraceOptions  # re-exported: callers import it from here
 from gpuscope.agent.page_counters import drain_page_counters
@@ -51,6 +50,7 @@ from gpuscope.bpf.wire import (
 from gpuscope.errors import BpfLoadError, PermissionDeniedError, ProcessNotFoundError
 from gpuscope.model.ops import Op
 from gpuscope.model.policy import SAMPLED_PROBE_OPS
+from gpuscope.platform.proc_root import kernel_file_key as kernel_file_key  # re-exported: callers import it here
 
 # The longest the kernel keeps a process stopped at a late library load, even
 # when the agent cannot run (attaching takes milliseconds).

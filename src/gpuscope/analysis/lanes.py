@@ -111,7 +111,9 @@ def thread_lanes(
         vs, ve = merge(f.ts[vol], f.ts[vol] + f.dur[vol])
         gpu = overlap_ns(q_start, q_end, gs, ge)
         names, top = _top_ops(f, mine, q_start, q_end)
-        held_by, top_preemptor = _pixel_preemptors(f, pre, q_start, q_end)
+        preemptors, held_by, top_preemptor = _preemption(
+            f, pre[(f.ts[pre] < end_ns) & (f.ts[pre] + f.dur[pre] > start_ns)], q_start, q_end
+        )
         lanes.append(
             Lane(
                 pid,
@@ -121,7 +123,7 @@ def thread_lanes(
                 np.minimum(overlap_ns(q_start, q_end, ps, pe) / size, 1.0),
                 np.minimum(overlap_ns(q_start, q_end, vs, ve) / size, 1.0),
                 int(gpu.sum()),
-                _preemptors(f, pre[(f.ts[pre] < end_ns) & (f.ts[pre] + f.dur[pre] > start_ns)]),
+                preemptors,
                 np.minimum(overlap_ns(q_start, q_end, ns_, ne_) / size, 1.0) if len(collective) else None,
                 (ranks or {}).get(int(pid)),
                 np.minimum(overlap_ns(q_start, q_end, rs, re_) / size, 1.0) if len(rec) else None,
@@ -135,40 +137,36 @@ def thread_lanes(
     return lanes[:max_lanes]
 
 
-def _preemptors(f: EventFrame, pre: np.ndarray) -> tuple[tuple[int, str | None, int], ...]:
-    """The tasks that held a thread's CPU while it was preempted (``pre``: its switches out while runnable), by
-    process, most time first. The preemptor is in each switch's handle (its pid, shifted)."""
+def _process_name(f: EventFrame, pid: int) -> str | None:
+    return f.comm(pid) or ("swapper" if pid == 0 else None)
+
+
+def _preemption(
+    f: EventFrame, pre: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
+) -> tuple[tuple[tuple[int, str | None, int], ...], tuple[tuple[int, str | None], ...], np.ndarray | None]:
+    """Who held a thread's CPU while it was preempted (``pre``: its switches out while runnable, in the window),
+    by process, most time first: (the first MAX_PREEMPTORS with their ns; the first MAX_PIXEL_PREEMPTORS, and per
+    pixel the index of the one that held it most there, -1 for none; None when nobody did). The preemptor is in
+    each switch's handle (its pid, shifted)."""
     if not len(pre):
-        return ()
+        return (), (), None
     who = f.handle[pre] >> 32
     pids, at = np.unique(who, return_inverse=True)
     held = np.bincount(at.reshape(-1), weights=f.dur[pre].astype(np.float64))
-    top = np.argsort(-held, kind="stable")[:MAX_PREEMPTORS]
-    return tuple(
-        (int(pids[i]), f.comm(int(pids[i])) or ("swapper" if pids[i] == 0 else None), int(held[i])) for i in top
-    )
+    first = np.argsort(-held, kind="stable")[:MAX_PIXEL_PREEMPTORS].tolist()  # at least MAX_PREEMPTORS
+    top = _busiest_per_pixel(f, [pre[who == pids[i]] for i in first], q_start, q_end)
+    named = tuple((int(pids[i]), _process_name(f, int(pids[i]))) for i in first)
+    totals = tuple((*named[k], int(held[i])) for k, i in enumerate(first[:MAX_PREEMPTORS]))
+    return totals, named, top
 
 
-def _pixel_preemptors(
-    f: EventFrame, pre: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
-) -> tuple[tuple[tuple[int, str | None], ...], np.ndarray | None]:
-    """(the processes that held the thread's CPU in the window, at most MAX_PIXEL_PREEMPTORS, most time first;
-    per pixel the index of the one that held it most there, -1 for none), or ((), None) when none did."""
-    inside = pre[(f.ts[pre] < q_end[-1]) & (f.ts[pre] + f.dur[pre] > q_start[0])] if len(q_start) else pre[:0]
-    if not len(inside):
-        return (), None
-    who = f.handle[inside] >> 32
-    pids, at = np.unique(who, return_inverse=True)
-    order = np.argsort(-np.bincount(at.reshape(-1), weights=f.dur[inside].astype(np.float64)), kind="stable")
-    order = order[:MAX_PIXEL_PREEMPTORS]
-    time = np.zeros((len(order), len(q_start)), dtype=np.int64)
-    for row, i in enumerate(order.tolist()):
-        mine = inside[who == pids[i]]
-        s, e = merge(f.ts[mine], f.ts[mine] + f.dur[mine])
-        time[row] = overlap_ns(q_start, q_end, s, e)
-    top = np.where(time.max(axis=0) > 0, time.argmax(axis=0), -1)
-    names = tuple((int(pids[i]), f.comm(int(pids[i])) or ("swapper" if pids[i] == 0 else None)) for i in order.tolist())
-    return names, top
+def _busiest_per_pixel(f: EventFrame, groups: list[np.ndarray], q_start: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+    """Per pixel, the index of the group of rows whose intervals cover most of it, -1 where none does."""
+    time = np.zeros((len(groups), len(q_start)), dtype=np.int64)
+    for i, rows in enumerate(groups):
+        s, e = merge(f.ts[rows], f.ts[rows] + f.dur[rows])
+        time[i] = overlap_ns(q_start, q_end, s, e)
+    return np.where(time.max(axis=0) > 0, time.argmax(axis=0), -1)
 
 
 def _top_ops(
@@ -176,10 +174,5 @@ def _top_ops(
 ) -> tuple[tuple[str, ...], np.ndarray]:
     """(the thread's ops, by name; per pixel the index of the one with the most call time there, -1 for none)."""
     ids = distinct(f.op[calls]).tolist()
-    time = np.zeros((len(ids), len(q_start)), dtype=np.int64)
-    for i, op in enumerate(ids):
-        mine = calls[f.op[calls] == op]
-        s, e = merge(f.ts[mine], f.ts[mine] + f.dur[mine])
-        time[i] = overlap_ns(q_start, q_end, s, e)
-    top = np.where(time.max(axis=0) > 0, time.argmax(axis=0), -1)
+    top = _busiest_per_pixel(f, [calls[f.op[calls] == op] for op in ids], q_start, q_end)
     return tuple(op_name(int(op)) for op in ids), top

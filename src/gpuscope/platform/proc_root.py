@@ -15,6 +15,12 @@ import errno
 import os
 import re
 
+
+def kernel_file_key(st: os.stat_result) -> tuple[int, int]:
+    """A file's (dev, inode) as the kernel names it (BPF, /proc/PID/maps): s_dev is MAJOR << 20 | MINOR."""
+    return (os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino
+
+
 _PROC_ROOT = re.compile(r"^(/proc/\d+/root)(/.*)?$")
 MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
 

@@ -20,6 +20,7 @@ from typing import Concatenate, ParamSpec, Protocol
 import numpy as np
 
 from gpuscope.bpf.wire import PY_CODE_UNDESCRIBED, STACK_OP_CPU_SAMPLE
+from gpuscope.platform.proc_root import kernel_file_key
 from gpuscope.stacks.python import LAYOUTS, PyLayout, find_interpreter, sanity_check
 from gpuscope.stacks.python_files import (
     PythonExecutable,
@@ -99,7 +100,7 @@ class StackCollector:
         # Python builds registered by file ((ino, dev) -> it): their processes' frames are walked from the
         # first call, before each process is registered here (a short script may be gone by then).
         self._python_exes: dict[tuple[int, int], PythonExecutable] = {}
-        self._python_libs: dict[tuple[int, int], PythonLibrary | None] = {}
+        self._python_libs: dict[tuple[int, int], PythonLibrary | None] = {}  # by kernel_file_key
         # gpuscope's own libraries (libc, ld.so, libstdc++, ...) are what most
         # workloads map too: index them now, for processes that exit unseen.
         self.resolver.files.add_process(os.getpid())
@@ -151,7 +152,7 @@ class StackCollector:
             st = os.stat(path)
         except OSError:
             return
-        key = (st.st_ino, (os.major(st.st_dev) << 20) | os.minor(st.st_dev))
+        key = kernel_file_key(st)
         if key in self._python_libs:
             return
         lib = python_library(path)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuscope.platform.elf import DT_NEEDED, ElfError, ElfFile
+from gpuscope.platform.proc_root import kernel_file_key
 from gpuscope.stacks.python import LAYOUTS, PyLayout, code_type_of, layout_from_debug_offsets, version_of
 from gpuscope.stacks.symbols import find_symbols
 
@@ -28,11 +29,6 @@ from gpuscope.stacks.symbols import find_symbols
 START_SYMBOLS = ("Py_BytesMain", "Py_Main", "Py_InitializeFromConfig", "Py_InitializeEx", "Py_Initialize")
 # Where ld.so looks after the file's own search path (its cache aside: these are what the cache lists).
 SYSTEM_LIBRARY_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/usr/local/lib")
-
-
-def _kernel_dev(st: os.stat_result) -> int:
-    """``st_dev`` as the kernel encodes it (major << 20 | minor, as /proc/PID/maps shows it)."""
-    return (os.major(st.st_dev) << 20) | os.minor(st.st_dev)
 
 
 def _layout(elf: ElfFile, version: tuple[int, int, int], runtime: int) -> PyLayout | None:
@@ -82,7 +78,7 @@ def python_executable(path: str) -> PythonExecutable | None:
     if layout is None or not entry:
         return None
     return PythonExecutable(
-        path, st.st_ino, _kernel_dev(st), version, syms["_PyRuntime"] - entry, layout, code_type_of(syms)
+        path, st.st_ino, kernel_file_key(st)[0], version, syms["_PyRuntime"] - entry, layout, code_type_of(syms)
     )
 
 
@@ -126,7 +122,9 @@ def python_library(path: str) -> PythonLibrary | None:
         return None
     delta = starts[0][0] - starts[0][1]
     same = tuple((vaddr, off) for vaddr, off in starts if vaddr - off == delta)
-    return PythonLibrary(path, st.st_ino, _kernel_dev(st), version, runtime, delta, same, layout, code_type_of(syms))
+    return PythonLibrary(
+        path, st.st_ino, kernel_file_key(st)[0], version, runtime, delta, same, layout, code_type_of(syms)
+    )
 
 
 def libpython_of(executable: str, env: Mapping[str, str] | None = None) -> str | None:

@@ -191,10 +191,15 @@ function renderHeadline(o, f, ops) {
 }
 
 // A finding's span in wall-clock seconds (the timeline's axis): its monotonic ns moved by the window's offset.
+// What turns the window's clock into wall-clock ns, as the timeline's axis is.
+function wallOffsetNs(window) {
+  return window ? (window.start_wall_ns || 0) - (window.start_ns || 0) : 0;
+}
+
 function spanSeconds(finding, window) {
   const span = FindingWire.span(finding);
   if (!span || !window) return null;
-  const offset = (window.start_wall_ns || 0) - (window.start_ns || 0);
+  const offset = wallOffsetNs(window);
   return { from: (span.start_ns + offset) / 1e9, to: (span.end_ns + offset) / 1e9 };
 }
 
@@ -232,9 +237,9 @@ function renderFindings(f, window) {
       item.append(evidence);
     }
     const histogram = F.histograms(finding)[0], series = F.series(finding)[0];
-    const offsetNs = window ? (window.start_wall_ns || 0) - (window.start_ns || 0) : 0;
     const chart = histogram ? evidenceChart(histogram, width)
-      : series ? seriesChart(series, width, offsetNs, spanSeconds(finding, window), F.severity(finding)) : null;
+      : series ? seriesChart(series, width, wallOffsetNs(window), spanSeconds(finding, window), F.severity(finding))
+        : null;
     if (chart) item.append(chart);
     if (F.fix(finding)) item.append(el("div", { class: "fix" }, "fix: ", F.fix(finding)));
     list.append(item);
