@@ -176,3 +176,25 @@ def test_a_session_whose_calibration_failed_says_its_cost_was_not_measured(tmp_p
     assert "gpuscope's own cost: not measured (the probe cost could not be calibrated: no library)" in render_report(
         report
     )
+
+
+def test_a_starved_gpu_seen_in_probe_windows_draws_its_idle_share_as_a_lower_bound() -> None:
+    # given a loop that launches, syncs, then leaves its GPU idle 8 ms a step, its launches probed in windows
+    # that cover its first 3 of 5 seconds
+    ev = Events()
+    windows = [(0, 3 * S)]
+    for step in range(500):
+        base = step * 10 * MS
+        if base < 3 * S:
+            ev.add(Op.cudaLaunchKernel, base, 5 * US)
+        ev.add(Op.cudaStreamSynchronize, base + 10 * US, 2 * MS)
+    frame, window = ev.frame()
+    cov = Coverage.of(frozenset({int(Op.cudaLaunchKernel)}), windows, 0.01)
+    # when it is analysed knowing the windows
+    found = [f for f in analyse(frame, window, coverage=cov).findings if f.kind == "data-starvation"]
+    # then its chart says the idle share is a lower bound (gaps outside the windows are not known), and
+    # without the windows it is the plain share
+    assert found and found[0].causes[0].series is not None
+    assert found[0].causes[0].series.label == "GPU idle, at least"
+    plain = next(f for f in analyse(frame, window).findings if f.kind == "data-starvation")
+    assert plain.causes[0].series is not None and plain.causes[0].series.label == "GPU idle"

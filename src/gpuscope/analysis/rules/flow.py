@@ -137,10 +137,12 @@ class DataStarvationRule:
             "dropped_gaps": g.dropped,
         }
         # The gaps over the process's time in the window: when the GPU sat idle, bin by bin (four gaps a bin
-        # at least: a bin shorter than a step would show the beat, not the share).
+        # at least: a bin shorter than a step would show the beat, not the share). With launches probed in
+        # windows (the overhead budget), only gaps inside a window are known: a lower bound, and said so.
         lo, hi = ctx.call_spans.get(p, (ctx.window.start_ns, ctx.window.end_ns))
+        label = "GPU idle" if ctx.coverage is None else "GPU idle, at least"
         series = covered_share_series(
-            "GPU idle", g.start, g.end, max(lo, ctx.window.start_ns), min(hi, ctx.window.end_ns), max(1, n // 4)
+            label, g.start, g.end, max(lo, ctx.window.start_ns), min(hi, ctx.window.end_ns), max(1, n // 4)
         )
         causes = [Cause(self.id, tuple(lines), metrics=metrics, series=series)]
         fix = (
