@@ -20,6 +20,7 @@ from gpuscope.agent.background import Background
 from gpuscope.agent.discovery import CudaLibrary
 from gpuscope.agent.late_loads import LateLoads
 from gpuscope.agent.live_stats import LiveStats, Tick
+from gpuscope.agent.nccl_progress import NcclProgress
 from gpuscope.agent.options import GIL_SWITCH_S
 from gpuscope.agent.page_allocs import page_alloc_events
 from gpuscope.agent.process_notes import ProcessNotes
@@ -96,6 +97,8 @@ class TraceSession:
         self.discovery = find_libraries(self.plan)
         # The job's own events apart from the machine's when the trace follows chosen processes.
         self.stats = LiveStats(targets=set() if self.plan.opts.filter_targets else None)
+        # Each NCCL rank's progress, for the hang the live view must show while the job runs.
+        self.nccl = NcclProgress()
         self._system = SystemSampler()
         self.conn = connect_writer(self.db_path)
 
@@ -228,6 +231,7 @@ class TraceSession:
                 break
             total += len(ev)
             new_pids = self.stats.update(ev)
+            self.nccl.update(ev)
             self.sampler.observe(ev)
             for pid in new_pids:
                 self.notes.process(pid)

@@ -17,7 +17,7 @@ from gpuscope.commands._exporters import ExporterPlan, RunningExporters, start_e
 from gpuscope.errors import NoCudaLibraryError
 from gpuscope.tui.command_stderr import CommandStderr
 from gpuscope.tui.explain_process import LiveExplain
-from gpuscope.tui.live_findings import builtin_findings
+from gpuscope.tui.live_findings import NcclHangFindings, builtin_findings
 from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode, same_terminal
 
 if TYPE_CHECKING:
@@ -86,9 +86,11 @@ class TraceWatch(Watch):
                 file=sys.stderr,
             )
         # Explain rules over the recent recording, beside the built-in live findings: in a process of their
-        # own, at idle priority, so that they never take the interpreter from the recorder.
-        self.explain = LiveExplain(session.db_path, hang_threshold_ns=self.hang_threshold_ns)
-        self.metrics = _start_exporters(session, self.explain, self.exporters)
+        # own, at idle priority, so that they never take the interpreter from the recorder. A hung NCCL rank
+        # is found by the agent itself: the child gets no CPU while every CPU is busy (a spinning rank's too).
+        hangs = NcclHangFindings(session.nccl, self.hang_threshold_ns)
+        self.explain = LiveExplain(session.db_path, hang_in_agent=True)
+        self.metrics = _start_exporters(session, self.explain, hangs, self.exporters)
         if mode is OutputMode.TUI and self.command:
             # The full screen would draw over what the command writes to stderr, and take it away at the end.
             self.stderr = CommandStderr(sys.stderr.fileno())
@@ -96,7 +98,7 @@ class TraceWatch(Watch):
             session,
             mode,
             target_text(self.command, self.pids),
-            findings=[*builtin_findings(session.flags), self.explain],
+            findings=[hangs, *builtin_findings(session.flags), self.explain],
             stdout=self.json_out,
             status_every=self.status_every,
             command_tail=self.stderr.tail if self.stderr is not None else None,
@@ -147,7 +149,9 @@ def stopped_at(session: TraceSession) -> str:
     return iso_wall(session.committed_wall_ns) or "its start"
 
 
-def _start_exporters(session: TraceSession, explain: LiveExplain, plan: ExporterPlan) -> RunningExporters | None:
+def _start_exporters(
+    session: TraceSession, explain: LiveExplain, hangs: NcclHangFindings, plan: ExporterPlan
+) -> RunningExporters | None:
     """Start the metrics exporters asked for (closed after the session: the last scrape or push sees it all)."""
     if plan.prometheus is None and plan.otlp is None:
         return None  # before the import: prometheus_client costs ~50 ms of every trace's start-up
@@ -162,9 +166,10 @@ def _start_exporters(session: TraceSession, explain: LiveExplain, plan: Exporter
         covered, elapsed = sampler.coverage()
         return names, covered, elapsed, sampler.budget, costs
 
-    source = TraceMetrics(
-        session.node, session.stats.copy, session.tracer.counters, explain.finding_counts, sampling=sampling
-    )
+    def finding_counts() -> dict[tuple[str, str], int]:
+        return {**explain.finding_counts(), **hangs.finding_counts()}
+
+    source = TraceMetrics(session.node, session.stats.copy, session.tracer.counters, finding_counts, sampling=sampling)
     return start_exporters(plan, source)
 
 

@@ -29,7 +29,10 @@ from pathlib import Path
 from gpuscope.tui.live_snapshot import LiveWindow
 
 CLOSE_TIMEOUT_S = 10.0
-COMM = "gpuscope-rules"  # 15 characters at most (TASK_COMM_LEN)
+COMM = "gpuscope-rules"
+NO_HANG = (
+    "agent"  # the child's hang argument when the agent checks hangs itself  # 15 characters at most (TASK_COMM_LEN)
+)
 
 
 class LiveExplain:
@@ -38,12 +41,23 @@ class LiveExplain:
     Args:
         db_path: the recording the trace writes.
         hang_threshold_ns: silence after which a rank behind its peers is a hang (None: the rule's default).
+        hang_in_agent: the recording agent finds hangs itself (``NcclHangFindings``); the child leaves nccl-hang
+            out. A hang must be seen while the job runs, and this child gets no CPU while every CPU is busy.
         every_s: at most one evaluation per this many seconds (the first comes this long after the start).
     """
 
-    def __init__(self, db_path: str | Path, *, hang_threshold_ns: int | None = None, every_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        db_path: str | Path,
+        *,
+        hang_threshold_ns: int | None = None,
+        hang_in_agent: bool = False,
+        every_s: float = 3.0,
+    ) -> None:
         argv = [sys.executable, "-m", "gpuscope.tui.explain_process", str(db_path), str(os.getpid()), str(every_s)]
-        if hang_threshold_ns is not None:
+        if hang_in_agent:
+            argv.append(NO_HANG)
+        elif hang_threshold_ns is not None:
             argv.append(str(hang_threshold_ns))
         env = dict(os.environ)
         # The child imports this package from where this process did (a checkout or a wheel).
@@ -144,11 +158,14 @@ def _stop_requested(timeout_s: float) -> bool:
 
 def _child(argv: list[str]) -> int:
     db, agent_pid, every_s = Path(argv[0]), int(argv[1]), float(argv[2])
-    hang = int(argv[3]) if len(argv) > 3 else None
+    in_agent = len(argv) > 3 and argv[3] == NO_HANG
+    hang = int(argv[3]) if len(argv) > 3 and not in_agent else None
     _idle_priority()
     from gpuscope.tui.explain_source import MAX_LINES, ExplainFindings, finding_line
 
-    ev = ExplainFindings(db, hang_threshold_ns=hang, every_s=every_s, tracer_pids=frozenset({agent_pid, os.getpid()}))
+    ev = ExplainFindings(
+        db, hang_threshold_ns=hang, hang=not in_agent, every_s=every_s, tracer_pids=frozenset({agent_pid, os.getpid()})
+    )
     wait_s = every_s
     while not _stop_requested(wait_s):
         began, cpu0 = time.monotonic(), time.thread_time()

@@ -42,13 +42,15 @@ def _monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def live_rules(hang_threshold_ns: int | None = None) -> tuple[Rule, ...]:
-    """The registry, with the hang rule at the live threshold (None: the rule's default)."""
+def live_rules(hang_threshold_ns: int | None = None, *, hang: bool = True) -> tuple[Rule, ...]:
+    """The registry, with the hang rule at the live threshold (None: the rule's default), or without it."""
     from gpuscope.analysis.rules import RULES
     from gpuscope.analysis.rules.nccl_hang import DEFAULT_HANG_THRESHOLD_NS, NcclHangRule
 
     threshold = DEFAULT_HANG_THRESHOLD_NS if hang_threshold_ns is None else hang_threshold_ns
-    return tuple(NcclHangRule(threshold) if r.id == NcclHangRule.id else r for r in RULES)
+    return tuple(
+        NcclHangRule(threshold) if r.id == NcclHangRule.id else r for r in RULES if hang or r.id != NcclHangRule.id
+    )
 
 
 def finding_line(f: Finding) -> str:
@@ -61,6 +63,7 @@ class ExplainFindings:
     Args:
         db_path: the database the trace writes.
         hang_threshold_ns: silence after which a rank behind its peers is a hang.
+        hang: evaluate nccl-hang (False when the recording agent checks it itself: ``agent.nccl_progress``).
         every_s: at most one evaluation per this many seconds (``next_interval``).
         horizon_s: the rules see this much of the recent recording.
         min_severity: findings below it are not shown (nccl-hang is always CRITICAL).
@@ -81,6 +84,7 @@ class ExplainFindings:
         db_path: str | Path,
         *,
         hang_threshold_ns: int | None = None,
+        hang: bool = True,
         every_s: float = 3.0,
         horizon_s: float = 60.0,
         min_severity: Severity = Severity.MEDIUM,
@@ -91,6 +95,7 @@ class ExplainFindings:
     ) -> None:
         self.db_path = Path(db_path)
         self._hang_threshold_ns = hang_threshold_ns
+        self._hang = hang
         self._rules: tuple[Rule, ...] | None = None
         self.every_s = every_s
         self.horizon_ns = int(horizon_s * 1e9)
@@ -107,7 +112,7 @@ class ExplainFindings:
     def rules(self) -> tuple[Rule, ...]:
         """The rules evaluated (loaded at first use)."""
         if self._rules is None:
-            self._rules = live_rules(self._hang_threshold_ns)
+            self._rules = live_rules(self._hang_threshold_ns, hang=self._hang)
         return self._rules
 
     def next_interval(self, cpu_s: float) -> float:

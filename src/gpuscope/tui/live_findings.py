@@ -9,11 +9,13 @@ the same ``FindingSource`` protocol.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from gpuscope.agent.nccl_progress import NcclHang, NcclProgress, RankRef
 from gpuscope.model.drops import drop_advice
-from gpuscope.model.ops import Source
+from gpuscope.model.ops import Source, op_name
 from gpuscope.model.units import fmt_ns
 from gpuscope.tui.live_snapshot import FLAG_TAIL, LiveWindow, Preemptions
 
@@ -92,6 +94,54 @@ class DropFindings:
             f"{window.dropped_in_interval:,} events dropped in the last second (ring buffer full; counts are "
             f"lower bounds): {drop_advice(self.flags)}"
         ]
+
+
+HANG_KIND = "nccl-hang"  # the explain rule's kind: the same finding, found by the agent while the job runs
+
+
+def _who(r: RankRef) -> str:
+    name = f"{r.comm}, pid {r.pid}" if r.comm else f"pid {r.pid}"
+    return f"rank {r.rank} ({name})" if r.rank is not None else name
+
+
+def hang_line(h: NcclHang) -> str:
+    """One hang in the words of explain's nccl-hang finding."""
+    if h.late_op is not None:
+        summary = f"{_who(h.who)} was blocked in {op_name(h.late_op)} for {fmt_ns(h.silence_ns)} before it returned"
+    else:
+        state = "until it exited" if h.exited else "so far"
+        stuck = f" (stuck in or before {op_name(h.stuck_op)})" if h.stuck_op is not None else ""
+        peers = ", ".join(f"{_who(p)} completed {n} more" for p, n in h.ahead[:4])
+        summary = (
+            f"{_who(h.who)} has not returned from NCCL for {fmt_ns(h.silence_ns)} {state}{stuck} "
+            f"while its peers went on: {peers}"
+        )
+    return f"CRITICAL {HANG_KIND}: {summary}"
+
+
+class NcclHangFindings:
+    """NCCL ranks hung now, found by the agent from the rows it reads (``gpuscope.agent.nccl_progress``).
+
+    clock_ns: CLOCK_MONOTONIC ns, the events' clock (tests pass a frozen one).
+    """
+
+    def __init__(
+        self,
+        progress: NcclProgress,
+        threshold_ns: int,
+        clock_ns: Callable[[], int] = lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+    ) -> None:
+        self.progress = progress
+        self.threshold_ns = threshold_ns
+        self.clock_ns = clock_ns
+
+    def findings(self, window: LiveWindow) -> Sequence[str]:
+        return [hang_line(h) for h in self.progress.hangs(self.clock_ns(), self.threshold_ns)]
+
+    def finding_counts(self) -> dict[tuple[str, str], int]:
+        """Hangs now by (kind, severity), as the metrics exporter's gauge reads findings."""
+        n = len(self.progress.hangs(self.clock_ns(), self.threshold_ns))
+        return {(HANG_KIND, "CRITICAL"): n} if n else {}
 
 
 def builtin_findings(flags: Mapping[str, object] | None = None) -> list[TailLatencyFindings | DropFindings]:
