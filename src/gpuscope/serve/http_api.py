@@ -115,9 +115,10 @@ class Api(TimeViews):
     def warm(self) -> None:
         """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report).
 
-        Then, on a thread, compute what the page's first screen asks for (the last run's report and the events
-        of its span): a page opened a moment after the server started finds them ready or in progress (a request
-        for one being computed waits for it, never computes it twice).
+        Then, on threads, compute what the page's first screen asks for (the last run's report; the events of
+        its span, their timeline and the lanes' intervals, which any width the page asks for reduces cheaply):
+        a page opened a moment after the server started finds them ready or in progress (a request for one
+        being computed waits for it, never computes it twice).
         """
         try:
             self.query(store.TRIVIAL_QUERY, 1)
@@ -126,7 +127,7 @@ class Api(TimeViews):
         # Two threads: the report and the events are read apart, and much of each runs outside the GIL.
         for part in (
             lambda: self._explain(None, None, sessions=PAGE_SESSIONS),
-            lambda: self.timeline(sessions=PAGE_SESSIONS),
+            lambda: self.time_views_ahead(PAGE_SESSIONS),
         ):
             threading.Thread(target=_head_start, args=(part,), name="gpuscope-first-screen", daemon=True).start()
 

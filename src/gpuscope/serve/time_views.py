@@ -17,7 +17,7 @@ from typing import Any
 from gpuscope.analysis.attribution import load_attribution
 from gpuscope.analysis.engine import ExplainOptions, resolve_window
 from gpuscope.analysis.frame import EventFrame, Window, load_frame
-from gpuscope.analysis.lanes import thread_lanes
+from gpuscope.analysis.lanes import LaneIntervals, lane_intervals, reduce_lanes
 from gpuscope.analysis.timeline import op_timeline
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice
 from gpuscope.model.times import TimePoint
@@ -128,9 +128,28 @@ class TimeViews:
         return {"start_wall_ns": first, "end_wall_ns": last, "width": width, "lanes": found}
 
     def _thread_lanes(self, first: int, last: int, width: int, sessions: SessionChoice) -> list[dict[str, object]]:
-        w, frame = self._span_frame(first, last, sessions)
-        ranks = self.read(_ranks)
-        return [x.as_dict() for x in thread_lanes(frame, w.start_ns, w.end_ns, width, ranks=ranks)]
+        w, _ = self._span_frame(first, last, sessions)
+        found = self.lane_intervals(first, last, sessions)
+        return [x.as_dict() for x in reduce_lanes(found, w.start_ns, w.end_ns, width)]
+
+    def lane_intervals(self, first: int, last: int, sessions: SessionChoice) -> list[LaneIntervals]:
+        """The threads' merged intervals of a span, kept: any width of its lanes is then a cheap reduction."""
+
+        def read() -> list[LaneIntervals]:
+            w, frame = self._span_frame(first, last, sessions)
+            return lane_intervals(frame, w.start_ns, w.end_ns, ranks=self.read(_ranks))
+
+        found: list[LaneIntervals] = self._views.get(
+            ("lane intervals", first, last, sessions), file_signature(self.db), read
+        )
+        return found
+
+    def time_views_ahead(self, sessions: SessionChoice) -> None:
+        """Compute what the page's first time views read (its span's events, timeline and lane intervals)."""
+        self.timeline(sessions=sessions)
+        span = self._wall_span(None, None, None, sessions)
+        if span is not None:
+            self.lane_intervals(*span, sessions)
 
     def calls(
         self,

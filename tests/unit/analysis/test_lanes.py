@@ -117,3 +117,21 @@ def test_a_threads_direct_reclaim_is_a_band_of_its_own() -> None:
     (lane,) = thread_lanes(frame, 0, 20 * MS, 4)
     assert lane.reclaim is not None and lane.reclaim.tolist() == [0, 1, 0, 0]
     assert lane.as_dict()["reclaim"] == [0, 1, 0, 0]
+
+
+def test_a_spans_intervals_kept_once_give_every_width_the_lanes_read_afresh() -> None:
+    """The server keeps a span's merged intervals and reduces them per width asked: the same lanes as a fresh read."""
+    from gpuscope.analysis.lanes import lane_intervals, reduce_lanes
+
+    ev = Events(comms={100: "train", 300: "hog"})
+    ev.add(Op.cudaLaunchKernel, 1 * MS, 2 * MS)
+    ev.add(Op.cudaStreamSynchronize, 3 * MS, 9 * MS)
+    ev.sched(5 * MS, 3 * MS, preempted=True, by_pid=300)
+    ev.sched(14 * MS, 2 * MS, preempted=False)
+    frame, _ = ev.frame()
+    kept = lane_intervals(frame, 0, 20 * MS)
+    for width in (1, 3, 7, 40):
+        (fresh,) = thread_lanes(frame, 0, 20 * MS, width)
+        (reduced,) = reduce_lanes(kept, 0, 20 * MS, width)
+        assert reduced.as_dict() == fresh.as_dict()
+        assert reduced.top_op is not None and reduced.top_preemptor is not None
