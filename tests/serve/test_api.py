@@ -148,6 +148,34 @@ def test_the_time_endpoint_reads_no_recording(tmp_path: Path) -> None:
         assert status == 503 and _is_error(doc)
 
 
+def test_the_report_and_the_time_views_of_the_page_read_the_windows_events_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpuscope.analysis.engine as engine_module
+    import gpuscope.serve.time_views as views_module
+    from gpuscope.serve.http_api import Api
+
+    db = contention_recording(tmp_path / "run.db")
+    reads: list[tuple[int, int]] = []
+    real = views_module.load_frame
+
+    def counted(conn: Any, start_ns: int, end_ns: int, *args: Any) -> Any:
+        reads.append((start_ns, end_ns))
+        return real(conn, start_ns, end_ns, *args)
+
+    monkeypatch.setattr(views_module, "load_frame", counted)
+    monkeypatch.setattr(engine_module, "load_frame", counted)
+    api = Api(db)
+    # the first screen: the last run's report, its timeline and its lanes
+    overview = api.overview()
+    api.timeline()
+    lanes = api.lanes(width=300)
+    # one read of the window served them all, and the answers are those of separate reads
+    assert len(reads) == 1, reads
+    assert overview["finding_counts"] == Api(db).overview()["finding_counts"]
+    assert lanes["lanes"] and len(lanes["lanes"][0]["gpu"]) == 300
+
+
 def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,9 +187,9 @@ def test_explain_is_shared_by_a_page_refresh_and_redone_when_the_recording_grows
     db = contention_recording(tmp_path / "run.db")
     runs: list[object] = []
 
-    def counted(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
+    def counted(path: str | os.PathLike[str], opts: ExplainOptions, frames: Any = None) -> Report:
         runs.append(opts)
-        return explain_db(path, opts)  # the function http_api imported and calls by its own name
+        return explain_db(path, opts, frames)  # the function http_api imported and calls by its own name
 
     monkeypatch.setattr(api_module, "explain_db", counted)
     api = Api(db)

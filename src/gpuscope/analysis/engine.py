@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -369,8 +369,16 @@ def reading_events(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]
         conn.close()
 
 
-def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
+def explain_db(
+    path: str | os.PathLike[str],
+    opts: ExplainOptions,
+    frames: Callable[[sqlite3.Connection, int, int], EventFrame] | None = None,
+) -> Report:
     """Analyse a recording through one read-only connection; the file is never written.
+
+    ``frames(conn, start_ns, end_ns)``: the window's every event, from a reader the caller keeps (the
+    dashboard reads a span once for the report and its time views); used when every row is read (no pid
+    chosen, nothing thinned).
 
     Raises DatabaseError for a missing or corrupt database.
     """
@@ -379,7 +387,10 @@ def explain_db(path: str | os.PathLike[str], opts: ExplainOptions) -> Report:
         window = resolve_window(conn, opts, chosen)
         aggregates = load_aggregates(conn, window.start_ns, window.end_ns, opts.pids)
         thin = thin_thresholds(aggregates) if aggregates is not None else {}
-        frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
+        if frames is not None and not opts.pids and not thin:
+            frame = frames(conn, window.start_ns, window.end_ns)
+        else:
+            frame = load_frame(conn, window.start_ns, window.end_ns, opts.pids, thin)
         no_frees = pids_without_frees(conn)
         # Ranks, communicators and containers, for the rules that name them.
         attribution = load_attribution(conn)

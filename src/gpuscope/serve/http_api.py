@@ -110,7 +110,9 @@ class Api(TimeViews):
     ) -> Any:
         pids = (pid,) if pid is not None else ()
         opts = ExplainOptions(since_ns=since_ns, pids=pids, min_severity=min_severity, sessions=sessions)
-        return self._reports.get(opts, file_signature(self.db), lambda: explain_db(self.db, opts))
+        return self._reports.get(
+            opts, file_signature(self.db), lambda: explain_db(self.db, opts, frames=self.whole_frame)
+        )
 
     def warm(self) -> None:
         """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report).

@@ -39,6 +39,9 @@ class TimeViews:
         # The events of the span the timeline and the lanes show (one read serves both), and the views of it.
         self._frames = ReportCache(size=2)
         self._views = ReportCache(size=8)
+        # A window's every event by its bounds (the events' clock): explain's report of the page's window reads
+        # the same rows as its time views, once for both.
+        self._whole = ReportCache(size=2)
 
     def read(self, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``read(conn, *args, **kwargs)`` on a read-only connection of its own."""
@@ -86,8 +89,20 @@ class TimeViews:
     def _span_frame(self, first: int, last: int, sessions: SessionChoice) -> tuple[Window, EventFrame]:
         """The window of wall span [first, last] of ``sessions`` and its events, read once while unchanged."""
         opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
+
+        def read(conn: sqlite3.Connection) -> tuple[Window, EventFrame]:
+            w = resolve_window(conn, opts)
+            return w, self.whole_frame(conn, w.start_ns, w.end_ns)
+
         found: tuple[Window, EventFrame] = self._frames.get(
-            (first, last, sessions), file_signature(self.db), lambda: self.read(_window_frame, opts)
+            (first, last, sessions), file_signature(self.db), lambda: self.read(read)
+        )
+        return found
+
+    def whole_frame(self, conn: sqlite3.Connection, start_ns: int, end_ns: int) -> EventFrame:
+        """Every event of [start_ns, end_ns] (read through ``conn`` once while the recording is unchanged)."""
+        found: EventFrame = self._whole.get(
+            (start_ns, end_ns), file_signature(self.db), lambda: load_frame(conn, start_ns, end_ns)
         )
         return found
 
@@ -168,11 +183,6 @@ class TimeViews:
         opts = ExplainOptions(from_wall_ns=first, to_wall_ns=last, sessions=sessions)
         rows: list[dict[str, Any]] = self.read(_slowest_calls, opts, limit)
         return {"start_wall_ns": first, "end_wall_ns": last, "calls": rows}
-
-
-def _window_frame(conn: sqlite3.Connection, opts: ExplainOptions) -> tuple[Window, EventFrame]:
-    w = resolve_window(conn, opts)
-    return w, load_frame(conn, w.start_ns, w.end_ns)
 
 
 def session_wall_bounds(conn: sqlite3.Connection, sessions: SessionChoice) -> tuple[int | None, int | None]:
