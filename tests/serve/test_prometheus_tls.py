@@ -150,3 +150,45 @@ def test_prometheus_scrapes_over_https_with_a_credentials_file_and_a_ca(pki: Iss
             calls = query(url, 'gpuscope_calls_total{job="gpuscope"}')
     assert up == {"gpuscope": "1", "no-token": "0"}
     assert [(s["metric"]["op"], s["value"][1]) for s in calls] == [("cudaMalloc", "6")]
+
+
+def _plain_get(port: int, headers: dict[str, str]) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        res = conn.getresponse()
+        return res.status, res.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Host": "evil.example"},
+        {"Host": "evil.example:9464"},
+        {"Host": "127.0.0.1:1@evil.example"},
+        {"Host": "127.0.0.1", "Origin": "http://evil.example"},
+        {"Host": "127.0.0.1", "Origin": "http://127.0.0.1:1.evil.example"},
+    ],
+)
+def test_without_a_token_a_request_under_another_name_gets_no_metrics(headers: dict[str, str]) -> None:
+    """DNS rebinding: a page elsewhere pointed at the loopback port arrives under a name of its own."""
+    server = serve_metrics(_collector(), "127.0.0.1", 0)
+    try:
+        status, body = _plain_get(server.port, headers)
+    finally:
+        server.close()
+    assert status == 403 and json.loads(body)["error"]["code"] == "bad_host"
+    assert b"gpuscope_calls" not in body
+
+
+def test_without_a_token_loopback_names_and_addresses_are_served() -> None:
+    server = serve_metrics(_collector(), "127.0.0.1", 0)
+    try:
+        for host in ("localhost:9464", f"127.0.0.1:{server.port}", "[::1]:9464", "10.1.2.3:9464"):
+            status, body = _plain_get(server.port, {"Host": host})
+            assert status == 200 and b"gpuscope_calls_total" in body, host
+    finally:
+        server.close()
+

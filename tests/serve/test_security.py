@@ -78,10 +78,36 @@ def test_the_token_url_sets_a_strict_cookie_and_leaves_the_address_bar(served: S
     assert wrong.status == 401
 
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "127.0.0.1.evil.example", "localhost.evil"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:8080",
+        "127.0.0.1.evil.example",
+        "localhost.evil",
+        "127.0.0.1:1@evil.example",  # user info: a URL parser takes evil.example as the host
+        "127.0.0.1:1.evil.example",
+        "localhost:99999",
+        "localhost:80/evil",
+        "[::1].evil.example",
+    ],
+)
 def test_a_foreign_host_header_is_refused_even_with_the_token(served: Server, host: str) -> None:
     res, body = served.request("GET", "/api/v1/time", headers={"Host": host})
     assert res.status == 403 and json.loads(body)["error"]["code"] == "bad_host"
+
+
+@pytest.mark.parametrize(
+    "origin", ["https://evil.example", "https://127.0.0.1:1.evil.example", "https://127.0.0.1:1@evil.example", "null"]
+)
+def test_a_foreign_origin_is_refused_even_with_the_token(served: Server, origin: str) -> None:
+    res, body = served.request("GET", "/api/v1/time", headers={"Origin": origin})
+    assert res.status == 403 and json.loads(body)["error"]["code"] == "bad_origin"
+
+
+def test_the_pages_own_origin_is_served(served: Server) -> None:
+    res, _ = served.request("GET", "/api/v1/time", headers={"Origin": f"https://127.0.0.1:{served.port}"})
+    assert res.status == 200
 
 
 def test_loopback_host_names_are_served(served: Server) -> None:

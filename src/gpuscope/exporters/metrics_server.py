@@ -5,7 +5,8 @@ TLS context (``serve.tls.server_context``: TLS 1.3 only, client certificates
 on request) the handshake runs on the request's thread with a deadline, so a
 client that connects and says nothing holds no one else up; a client that
 speaks plain HTTP to it gets its connection closed. With a token, a request
-without ``Authorization: Bearer TOKEN`` gets 401 and the API's error shape.
+without ``Authorization: Bearer TOKEN`` gets 401 and the API's error shape; without one, a request whose
+Host or Origin is a DNS name other than the bound one gets 403 (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from gpuscope.exporters.metrics import TraceCollector
-from gpuscope.platform.access import Guard, error_body
+from gpuscope.platform.access import Guard, allowed_host_names, error_body, host_name, is_ip_literal
 
 # A scrape is one small request: a client slower than this is gone or hostile.
 REQUEST_TIMEOUT_S = 10.0
@@ -68,6 +69,11 @@ def serve_metrics(
     app: WsgiApp = make_wsgi_app(registry)
     if token is not None:
         app = _bearer_only(app, Guard(token))
+    else:
+        # No token: a page a browser opened elsewhere may be pointed at this port under a name of its own
+        # (DNS rebinding) and read the node's names and counts; the Host is the guard. With a token, the
+        # token is: such a page cannot send it.
+        app = _this_host_only(app, Guard("", allowed_host_names(host, ())))
 
     class Server(_TlsWsgiServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -107,6 +113,32 @@ class _QuietHandler(WSGIRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+def _this_host_only(app: WsgiApp, guard: Guard) -> WsgiApp:
+    """``app`` for requests whose Host (and Origin, when sent) is the bound address, a loopback name or an address.
+
+    A DNS-rebinding page arrives under a DNS name of its own; a scraper by address or on loopback never does.
+    """
+
+    def allowed(value: str, *, origin: bool) -> bool:
+        if origin:
+            scheme, sep, value = value.strip().partition("://")
+            if not sep or scheme.lower() not in ("http", "https"):
+                return False
+        name = host_name(value)
+        return name is not None and (guard.host_allowed(value) or is_ip_literal(name))
+
+    def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        origin = environ.get("HTTP_ORIGIN")
+        if allowed(str(environ.get("HTTP_HOST", "")), origin=False) and (
+            origin is None or allowed(str(origin), origin=True)
+        ):
+            return app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "application/json"), ("Cache-Control", "no-store")])
+        return [error_body("bad_host", "this Host or Origin is not served here: scrape by address or on loopback")]
+
+    return guarded
 
 
 def _bearer_only(app: WsgiApp, guard: Guard) -> WsgiApp:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,18 +44,42 @@ class Guard:
     client_certified: bool = False
 
     def host_allowed(self, host: str) -> bool:
-        name = host.strip().lower()
-        if name.startswith("["):  # [::1]:8080
-            name = name[: name.find("]") + 1]
-        elif name.count(":") == 1:
-            name = name.rsplit(":", 1)[0]
-        return name in self.allowed_hosts or name in LOOPBACK_NAMES
+        """Whether a ``Host`` header names this server: ``name[:port]`` exactly, the name allowed."""
+        name = host_name(host)
+        return name is not None and (name in self.allowed_hosts or name in LOOPBACK_NAMES)
+
+    def origin_allowed(self, origin: str) -> bool:
+        """Whether an ``Origin`` header is a page of this server: ``http(s)://name[:port]`` exactly, the name allowed."""
+        scheme, sep, rest = origin.strip().partition("://")
+        return bool(sep) and scheme.lower() in ("http", "https") and self.host_allowed(rest)
 
     def token_ok(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
     def cookie_ok(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), cookie_value(self.token).encode())
+
+
+# A Host header's value: a DNS name or IPv4 address, or an IPv6 address in brackets, then an optional port.
+# Anything else (user info before an @, a path, a name that goes on after the port) names another host.
+_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def host_name(value: str) -> str | None:
+    """The host name of a ``Host`` header's value (lower case; IPv6 in brackets), or None when it is not one."""
+    m = _HOST.fullmatch(value.strip().lower())
+    if m is None or (m["port"] is not None and int(m["port"]) > 65535):
+        return None
+    return m["name"]
+
+
+def is_ip_literal(name: str) -> bool:
+    """Whether a host name is an address, not a DNS name (a DNS-rebinding page always arrives under a name)."""
+    try:
+        ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+    except ValueError:
+        return False
+    return True
 
 
 def allowed_host_names(bound: str, extra: Iterable[str]) -> set[str]:

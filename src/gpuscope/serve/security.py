@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode
 
 from gpuscope.platform.access import COOKIE, Guard, cookie_value, error_body
 
@@ -76,7 +76,7 @@ class GuardMiddleware:
             await respond.error(403, "bad_host", "this Host is not served here (see --allow-host)")
             return
         origin = headers.get("origin")
-        if origin is not None and not self.guard.host_allowed(urlsplit(origin).netloc):
+        if origin is not None and not self.guard.origin_allowed(origin):
             # A page of another site calling in (a browser adds Origin to cross-site requests).
             await respond.error(403, "bad_origin", "requests from other sites are refused")
             return
