@@ -360,3 +360,28 @@ def test_a_system_wide_trace_finds_the_library_of_a_job_already_running_from_a_f
     # then the library it mapped was found in its memory map and its calls are recorded
     assert str(libdir / "libcudart.so.12") in library_paths(run)
     assert calls(run, job.pid, "cudaLaunchKernel") >= 20
+
+
+def test_a_second_agent_knows_the_first_and_never_traces_every_process_twice(standin: StandinLibs, tmp_path):
+    # given a system-wide trace (every process) already running
+    proc, _ = start_system_wide(tmp_path / "first.db")
+    try:
+        # when a second system-wide trace starts: refused at once, naming the first and its recording
+        again = run_gpuscope("trace", "--no-tui", "--db", str(tmp_path / "second.db"), "-d", "1s", timeout=60)
+        assert again.returncode == 2, again.stderr
+        assert f"another gpuscope agent (pid {proc.pid}) already traces every process" in again.stderr
+        assert str(tmp_path / "first.db") in again.stderr and "--alongside" in again.stderr
+        assert not (tmp_path / "second.db").exists()
+        # and a trace of one command runs, its header saying who else probes its calls
+        one = run_gpuscope(
+            "trace", "--no-tui", "--db", str(tmp_path / "third.db"), "--", "true", env=standin.env(), timeout=60
+        )
+        assert one.returncode == 0, one.stderr
+        assert f"also tracing this host: gpuscope pid {proc.pid} (every process" in one.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    # and once the first has ended, a system-wide trace is no one's second
+    alone = run_gpuscope("trace", "--no-tui", "--db", str(tmp_path / "fourth.db"), "-d", "1s", timeout=60)
+    assert alone.returncode == 0, alone.stderr
+    assert "also tracing this host" not in alone.stderr

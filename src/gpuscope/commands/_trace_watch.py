@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, TextIO
 
@@ -22,6 +23,7 @@ from gpuscope.tui.output import LiveOutput, OutputMode, choose_mode, same_termin
 
 if TYPE_CHECKING:
     from gpuscope.agent.live_stats import Tick
+    from gpuscope.agent.peers import PeerAgent
     from gpuscope.agent.session import TraceSession
     from gpuscope.agent.traced_command import Process
 
@@ -36,6 +38,7 @@ class TraceWatch(Watch):
         status_every: without the full screen, a status line every this many seconds (0: none).
         exporters: the metrics exporters asked for.
         hang_threshold_ns: the live nccl-hang finding's silence.
+        peers: the other gpuscope agents tracing this host (named in the header).
 
     After the trace, ``live`` (the output, to finish) and ``metrics`` (the
     running exporters, to close) are the caller's.
@@ -50,6 +53,7 @@ class TraceWatch(Watch):
         status_every: int,
         exporters: ExporterPlan,
         hang_threshold_ns: int,
+        peers: Sequence[PeerAgent] = (),
     ) -> None:
         self.pids: list[int] = args.pid
         self.no_tui: bool = args.no_tui
@@ -58,6 +62,7 @@ class TraceWatch(Watch):
         self.status_every = status_every
         self.exporters = exporters
         self.hang_threshold_ns = hang_threshold_ns
+        self.peers = tuple(peers)
         self.explain: LiveExplain | None = None
         self.metrics: RunningExporters | None = None
         self.live: LiveOutput | None = None
@@ -74,6 +79,13 @@ class TraceWatch(Watch):
 
     def begin(self, session: TraceSession) -> AbstractContextManager[object]:
         print_header(session, self.command, self.pids)
+        for peer in self.peers:
+            what = "every process" if peer.every_process else "its own processes"
+            print(
+                f"  also tracing this host: gpuscope pid {peer.pid} ({what}, into {peer.db}): a call both trace "
+                "is probed twice",
+                file=sys.stderr,
+            )
         # The command's output comes first: the full screen only when it writes elsewhere (`> train.log`).
         shared = bool(self.command) and same_terminal(sys.stdout, sys.stderr)
         mode = choose_mode(

@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gpuscope.agent.launch import check_runnable
+from gpuscope.agent.peers import Registration, running_peers
 from gpuscope.agent.traced_command import TraceResult, trace_command
 from gpuscope.commands._exporters import add_exporter_options, plan_exporters
 from gpuscope.commands._options import add_db_option, duration_ns, duration_s, pid_arg
@@ -53,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not stop a process at its first mapping of a CUDA library found after start "
         "(it is attached as fast as possible instead; its first calls may be missed)",
+    )
+    p.add_argument(
+        "--alongside",
+        action="store_true",
+        help="trace every process even while another gpuscope agent on this host does (each call is then probed twice)",
     )
     p.add_argument(
         "--record-all",
@@ -225,6 +231,17 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
     exporters = plan_exporters(args)
     hang_threshold_ns = duration_ns("--hang-threshold", args.hang_threshold, examples="30s, 2m")
     plan = trace_plan(args, command, sys.argv)
+    every_process = not command and not args.pid
+    peers = running_peers()
+    doubled = [p for p in peers if p.every_process and every_process]
+    if doubled and not args.alongside:
+        other = doubled[0]
+        raise UsageError(
+            f"another gpuscope agent (pid {other.pid}) already traces every process on this host, into "
+            f"{other.db}: a second would probe every call twice",
+            remedy=f"read its recording (gpuscope explain --db {other.db}), trace one command "
+            "(gpuscope trace -- CMD), or add --alongside",
+        )
     # Start-up waits mostly for the verifier: the probes load on a thread
     # from here, while the modules below are imported and the session opens
     # the recording and finds the libraries.
@@ -244,10 +261,17 @@ def _trace(args: argparse.Namespace, command: list[str], json_out: TextIO | None
             loading.result().close()
         raise
     watch = TraceWatch(
-        args, command, json_out, status_every=status_every, exporters=exporters, hang_threshold_ns=hang_threshold_ns
+        args,
+        command,
+        json_out,
+        status_every=status_every,
+        exporters=exporters,
+        hang_threshold_ns=hang_threshold_ns,
+        peers=peers,
     )
     # It closes the probes if the session cannot open.
-    result = trace_command(plan, command, watch, tracer=loading, duration_s=duration, env=env)
+    with Registration(plan.db_path, every_process):
+        result = trace_command(plan, command, watch, tracer=loading, duration_s=duration, env=env)
     if result.failure is not None:
         _recording_failed(result)
     session = result.session
