@@ -194,10 +194,14 @@ def test_thousands_of_unclosed_sessions_cost_one_pass_and_a_note_of_a_few_lines(
     # given 20,000 sessions left unclosed (a crafted file: one query a session made this quadratic)
     db = _db(tmp_path, _gone_pid())
     _add_sessions(db, 19_999, closed=False)
-    # when a query reads it
-    assert main(["query", "--db", str(db), "SELECT 1"]) == 0
-    err = capsys.readouterr().err
-    # then the note names the newest few and counts the rest, in one bounded line
-    (note,) = [line for line in err.splitlines() if "earlier sessions" in line]
-    assert "19,996 earlier sessions (1–19996) were not closed or stopped early" in note
-    assert note.count("was not closed") == 4 and len(note) < 2_000
+    # when query, explain and diff read it (each reads the sessions' states: one query a session made it quadratic,
+    # and 50,000 sessions kept each busy past 10 minutes)
+    for argv in (["query", "--db", str(db), "SELECT 1"], ["explain", "--db", str(db)]):
+        assert main(argv) == 0, argv
+        out, err = capsys.readouterr()
+        # then the note names the newest few and counts the rest, in a few bounded lines
+        note = "\n".join(line for line in (err + out).splitlines() if "not closed" in line)
+        assert "19,996 earlier sessions (1–19996) were not closed or stopped early" in note, argv
+        assert note.count("was not closed") == 4 and len(note) < 2_000, argv
+    assert main(["diff", str(db), str(db)]) == 0
+    assert "session 20000 (the last run) of 20000" in capsys.readouterr().err
