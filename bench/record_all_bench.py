@@ -137,6 +137,35 @@ def _writer_costs(n: int = 600_000) -> dict[str, float]:
     return costs
 
 
+def _main_thread_costs(n: int = 600_000) -> dict[str, float]:
+    """Microseconds a row of the main thread's work after the ring read, per part, in batches of 4,096 (in-process)."""
+    from gpuscope.agent.live_stats import LiveStats
+    from gpuscope.agent.nccl_progress import NcclProgress
+    from gpuscope.bpf.wire import EVENT_DTYPE
+    from gpuscope.store.aggregates import Aggregator
+
+    ev = np.zeros(n, dtype=EVENT_DTYPE)
+    ev["ts_ns"] = 10**15 + np.arange(n, dtype=np.uint64) * 3_000
+    ev["duration_ns"] = np.random.default_rng(1).integers(500, 2_000, n)
+    ev["pid"] = ev["tid"] = 4242
+    ev["op"] = 3
+    stats, nccl, aggregator = LiveStats(), NcclProgress(), Aggregator(1)
+    keep = np.ones(4096, dtype=bool)
+    parts = {
+        "live counts and histograms": stats.update,
+        "NCCL progress (hang check)": nccl.update,
+        "per-interval aggregates": lambda b: aggregator.add(b, keep[: len(b)]),
+    }
+    costs = {}
+    for name, part in parts.items():
+        part(ev[:4096])  # warm
+        t0 = time.process_time()
+        for at in range(4096, n, 4096):
+            part(ev[at : at + 4096])
+        costs[name] = (time.process_time() - t0) * 1e6 / (n - 4096)
+    return costs
+
+
 def run(quick: bool) -> list[Result]:
     hammer = build_hammer()
     rounds, calls = (2, 1_500_000) if quick else (5, 3_000_000)
@@ -171,6 +200,8 @@ def run(quick: bool) -> list[Result]:
             "the writer; its index at the end",
         ),
     ]
+    for name, us in _main_thread_costs().items():
+        out.append(Result("record-all", f"main thread a row: {name}", f"{us:.3f} us", "", "in-process, 600k rows"))
     for name, us in _writer_costs().items():
         value, why = (f"{us:.2f} us", "in-process, 600k rows") if us == us else ("-", "this Python cannot load it")
         out.append(Result("record-all", f"writer a row: {name}", value, "", why))
