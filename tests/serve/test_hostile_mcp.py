@@ -193,6 +193,30 @@ def test_malformed_json_rpc_over_stdio_gets_its_json_rpc_error_and_the_server_ke
     assert peer.proc.poll() is None
 
 
+# Ids JSON-RPC allows or JSON can write, but no MCP request may carry (a string or an integer only).
+BAD_IDS = ['{"a": 1}', "[1]", "1.5", "1e999", "true", "null"]
+
+
+@pytest.mark.parametrize("request_id", BAD_IDS)
+def test_a_request_whose_id_is_no_string_or_integer_gets_one_invalid_request_error_with_id_null(
+    peer: StdioPeer, request_id: str
+) -> None:
+    peer.send(b'{"jsonrpc": "2.0", "id": ' + request_id.encode() + b', "method": "tools/call", "params": '
+              b'{"name": "query", "arguments": {"sql": "SELECT 1"}}}')  # fmt: skip
+    answer = peer.receive()
+    assert answer["id"] is None and answer["error"]["code"] == INVALID_REQUEST, answer
+    # the next message is the next request's answer: there was one error, and the server still serves
+    assert peer.call("ping") == {"jsonrpc": "2.0", "id": peer.next_id, "result": {}}
+
+
+def test_a_message_over_16_mib_gets_one_invalid_request_error_and_the_server_keeps_serving(peer: StdioPeer) -> None:
+    padding = "x" * (16 * 1024 * 1024 + 1)
+    peer.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"padding": padding}}).encode())
+    answer = peer.receive()
+    assert answer["id"] is None and answer["error"]["code"] == INVALID_REQUEST, str(answer)[:300]
+    assert peer.call("ping") == {"jsonrpc": "2.0", "id": peer.next_id, "result": {}}
+
+
 # -- every tool, every argument, through the SDK client --------------------------------------------------------------
 
 # Strings that look like SQL, shell or paths: each must stay an argument's value.
