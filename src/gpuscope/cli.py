@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 
 from gpuscope._version import __version__
 from gpuscope.commands import Command
+from gpuscope.config import unread_config_files
 from gpuscope.errors import EXIT_FAILURE, EXIT_USAGE, GpuscopeError
+from gpuscope.model.printable import printable
 from gpuscope.store.integrity import READER_DAMAGE_REMEDY
 
 COMMANDS = [
@@ -153,6 +155,9 @@ def _dispatch(argv: list[str] | None) -> int:
     only = next((w for w in words if not w.startswith("-")), None)
     if only is None and "--version" in words and not {"-h", "--help"} & set(words):
         only = ""  # the version needs no command's module (loading them all took half a second)
+    # A config file in a default location that cannot be read is passed over: say so, before any --help.
+    for skipped in unread_config_files():
+        print(f"warning: {skipped}", file=sys.stderr)
     parser = build_parser(only if only in COMMANDS or only == "" else None)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -163,12 +168,13 @@ def _dispatch(argv: list[str] | None) -> int:
     except GpuscopeError as exc:
         if args.verbose >= 2:
             traceback.print_exc()
-        print(exc.render(), file=sys.stderr)
+        # A message may quote a name or text from the recording: its control characters are shown, not obeyed.
+        print(printable(exc.render(), keep_lines=True), file=sys.stderr)
         return exc.exit_code
     except sqlite3.Error as exc:
         if args.verbose >= 2:
             traceback.print_exc()
-        print(f"error: database: {exc}", file=sys.stderr)
+        print(printable(f"error: database: {exc}"), file=sys.stderr)
         if "malformed" in str(exc):
             # Damage deep in a large table passes the bounded check on open and shows only here.
             print(f"  fix: the recording is damaged: {READER_DAMAGE_REMEDY}", file=sys.stderr)
@@ -180,7 +186,8 @@ def _dispatch(argv: list[str] | None) -> int:
     except Exception as exc:  # a bug: still one line, the traceback on request
         if args.verbose >= 2:
             traceback.print_exc()
-        print(f"error: internal error: {type(exc).__name__}: {exc} (rerun with -vv for the traceback)", file=sys.stderr)
+        message = f"error: internal error: {type(exc).__name__}: {exc} (rerun with -vv for the traceback)"
+        print(printable(message), file=sys.stderr)
         return EXIT_FAILURE
 
 

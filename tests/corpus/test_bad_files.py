@@ -17,8 +17,17 @@ IN_PROCESS = [(case, command) for case in CASES if case.isolation == Isolation.I
 ISOLATED = [(case, command) for case in CASES if case.isolation != Isolation.IN_PROCESS for command in COMMANDS]
 
 
-def _ids(pairs: list[tuple[Case, Command]]) -> list[str]:
-    return [f"{case.name}-{command.name}" for case, command in pairs]
+def _params(pairs: list[tuple[Case, Command]]) -> list[object]:
+    """Each (case, command), named; a pending case's runs are expected to fail (not strictly: some commands pass)."""
+    return [
+        pytest.param(
+            case,
+            command,
+            id=f"{case.name}-{command.name}",
+            marks=[pytest.mark.xfail(reason=case.pending, strict=False)] if case.pending else [],
+        )
+        for case, command in pairs
+    ]
 
 
 def _must_read(case: Case, command: Command) -> bool:
@@ -35,7 +44,7 @@ def test_the_corpus_has_one_file_per_case_name() -> None:
     assert len(names) == len(set(names))
 
 
-@pytest.mark.parametrize(("case", "command"), IN_PROCESS, ids=_ids(IN_PROCESS))
+@pytest.mark.parametrize(("case", "command"), _params(IN_PROCESS))
 def test_a_bad_file_gets_a_clear_answer_and_is_left_unchanged(
     case: Case, command: Command, corpus: Corpus, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -52,7 +61,7 @@ def test_a_bad_file_gets_a_clear_answer_and_is_left_unchanged(
     assert corpus.state(case) == before
 
 
-@pytest.mark.parametrize(("case", "command"), ISOLATED, ids=_ids(ISOLATED))
+@pytest.mark.parametrize(("case", "command"), _params(ISOLATED))
 def test_a_file_that_could_block_or_may_not_be_read_gets_a_clear_answer_in_time(
     case: Case, command: Command, isolated_runs: IsolatedRuns
 ) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuscope.config import expand_home
+
 if TYPE_CHECKING:
     from gpuscope.agent.options import TraceOptions
 
@@ -87,7 +89,7 @@ class SessionPlan:
         return cls(
             # The user named the libraries: trace those, and only those.
             opts=dataclasses.replace(opts, late_loads=False) if libraries else opts,
-            db_path=Path(db_path).expanduser(),
+            db_path=expand_home(db_path),
             node=node or socket.gethostname(),
             argv=tuple(argv),
             libraries=tuple(libraries),

@@ -21,10 +21,10 @@ import os
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpuscope.analysis.frame import BUCKET_NS, Window
+from gpuscope.config import expand_home
 from gpuscope.model.drops import DROP_SOURCES, drop_advice
 from gpuscope.model.times import iso_utc
 from gpuscope.store.aggregates_read import DropRow, drop_rows
@@ -281,7 +281,7 @@ def session_statuses(
     states = session_states(conn)
     flags = session_flag_docs(conn)
     needs_holders = any(not s.closed for s in states)
-    holders = sorted(recording_holders(Path(path).expanduser()) - {own}) if needs_holders and path else []
+    holders = sorted(recording_holders(expand_home(path)) - {own}) if needs_holders and path else []
     clocks = {c.session_id: c.started_wall_ns - c.started_mono_ns for c in session_clocks(conn)}
     last_id = states[-1].session_id if states else None
     # Files that predate commit times: a session's last stored event is the best bound there is, read for all

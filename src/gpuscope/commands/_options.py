@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuscope.config import DEFAULT_DB, resolve_db_path
+from gpuscope.config import DEFAULT_DB, expand_home, resolve_db_path
 from gpuscope.errors import UsageError
 from gpuscope.model.limits import PID_MAX, PID_MIN
 from gpuscope.model.session_choice import LAST_RUN, SESSION_FORMS, SessionChoice
@@ -108,6 +109,14 @@ def add_db_option(p: argparse.ArgumentParser, *, purpose: str = "the recording t
     if not writes:
         # Ingero spells it -d; here -d is trace's duration, so the short form is refused with a pointer.
         p.add_argument("-d", dest="ingero_db", metavar="PATH", help=argparse.SUPPRESS)
+
+
+def expanded(flag: str, text: str) -> str:
+    """A path option with its leading ``~`` or ``~user`` expanded (as ``--db``'s is); other text as given.
+
+    Raises UsageError naming ``flag`` (none for a positional: "") for a ``~user`` the system does not know.
+    """
+    return os.fspath(expand_home(text, flag)) if text.startswith("~") else text
 
 
 def refuse_ingero_flags(args: argparse.Namespace) -> None:

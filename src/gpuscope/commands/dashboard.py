@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gpuscope.commands._options import add_db_option, db_from_args
+from gpuscope.commands._options import add_db_option, db_from_args, expanded
 
 NAME = "dashboard"
 HELP = "serve a recording over HTTPS: a web dashboard and the JSON API (token-protected, read-only)"
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     db = db_from_args(args)
     open_recording(db).close()  # a missing or damaged recording is reported now, not on the first request
-    baseline = Path(args.baseline) if args.baseline else None
+    baseline = Path(expanded("--baseline", args.baseline)) if args.baseline else None
     if baseline is not None:
         try:
             open_recording(baseline).close()

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from gpuscope.config import expand_home
 from gpuscope.demo import REGISTRY, DemoMode, DemoResult, DemoRunner, default_db, ebpf_usable
 from gpuscope.demo.gpu import detect_gpu
 from gpuscope.demo.render import banner, header, next_steps, summary, verdict
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         mode = DemoMode.LIVE if ok else DemoMode.SYNTHETIC
-    db = Path(args.db).expanduser() if args.db else default_db()
+    db = expand_home(args.db, "--db") if args.db else default_db()
     # With --json the human report goes to stderr: stdout carries the one JSON object.
     out = sys.stderr if args.json else sys.stdout
     print(header(mode, detect_gpu(), str(db), str(STANDIN_DIR / "libcudart.so.12")), file=out)

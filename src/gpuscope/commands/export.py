@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 
 from gpuscope.commands._fleet import add_fleet_options, fleet_client, wants_fleet, warn
 from gpuscope.commands._options import (
@@ -14,13 +18,15 @@ from gpuscope.commands._options import (
     bounded_int,
     db_from_args,
     duration_ns,
+    expanded,
     filter_from_args,
     print_sessions_note,
 )
-from gpuscope.errors import UsageError
+from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.export import EXPORTERS, PROFILE_FORMATS, ExportOptions, ExportStats, export_to_file
 from gpuscope.model.units import fmt_count
 from gpuscope.platform.files import refuse_same_file
+from gpuscope.query.guard import NOT_UTF8_MESSAGE
 from gpuscope.query.guarded import open_reader
 from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
 
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format in _NOT_BUILT:
         message, remedy = _NOT_BUILT[args.format]
         raise UsageError(message, remedy=remedy)
+    args.output = expanded("-o", args.output)
     if args.format == "parquet":
         return _parquet(args)
     if wants_fleet(args):
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     db = db_from_args(args)
     if not to_stdout:
         refuse_same_file(args.output, [db])  # before the recording is opened at all
-    with open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
+    with _reading(db), open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
         print_sessions_note(reader)
         if to_stdout:
             stats = exporter.export(reader, sys.stdout, options)
@@ -150,10 +157,21 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _reading(db: Path) -> Iterator[None]:
+    """Text the recording holds that is not UTF-8 (a file changed by hand) is said as explain says it."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if not str(exc).startswith(NOT_UTF8_MESSAGE):
+            raise
+        raise DatabaseError(
+            f"{db}: cannot read events ({exc})", remedy="check the file is a gpuscope database"
+        ) from None
+
+
 def _parquet(args: argparse.Namespace) -> int:
     """A Hive-partitioned Parquet dataset under -o DIR (gpuscope.export.parquet); several nodes may share DIR."""
-    from pathlib import Path
-
     from gpuscope.export.parquet import export_parquet
 
     if args.output == "-":
@@ -162,7 +180,7 @@ def _parquet(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: not a folder", remedy="give a folder (made if missing) for the dataset")
     db = db_from_args(args)
-    with open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
+    with _reading(db), open_reader(db, event_filter=filter_from_args(args), timeout_s=0) as reader:
         print_sessions_note(reader)
         stats = export_parquet(reader, out)
     if args.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpuscope.commands._options import expanded
 from gpuscope.importers import import_file
 from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
 
@@ -22,6 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.source, args.output = expanded("", args.source), expanded("-o", args.output)
     report = import_file(args.source, args.output, node=args.node, progress=lambda s: print(s, file=sys.stderr))
     if args.json:
         write_json_summary(

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuscope.commands._options import expanded
 from gpuscope.errors import UsageError
 from gpuscope.model.units import fmt_ns, parse_duration_ns
 from gpuscope.query.output import absolute_path, add_json_summary_option, write_json_summary
@@ -46,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.output = expanded("-o", args.output)  # the inputs' ~ is expanded with their other names (merge_recordings)
     force_node, rename = None, {}
     for item in args.force_node:
         path, sep, name = item.rpartition("=")
@@ -58,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
     offsets = [_clock_offset(item) for item in args.clock_offset]
     if args.clock_offsets_from:
         named = {o.node for o in offsets}
-        offsets += [o for o in measured_offsets(Path(args.clock_offsets_from)) if o.node not in named]
+        offsets += [
+            o
+            for o in measured_offsets(Path(expanded("--clock-offsets-from", args.clock_offsets_from)))
+            if o.node not in named
+        ]
     report = merge_recordings(
         args.inputs, args.output, force_node=force_node, rename=rename, clock_offsets=offsets, progress=_progress
     )
@@ -124,6 +130,8 @@ def measured_offsets(path: Path) -> list[ClockOffset]:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"--clock-offsets-from {path}: not readable JSON ({exc})") from None
+    except RecursionError:  # arrays nested thousands deep: json parses them recursively
+        raise UsageError(f"--clock-offsets-from {path}: not readable JSON (nested too deeply)") from None
     if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
         raise UsageError(f"--clock-offsets-from {path}: expected the list `gpuscope nodes --json` prints")
     out = []

@@ -19,6 +19,7 @@ from gpuscope.commands._options import (
 from gpuscope.errors import UsageError
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, open_reader, write_rows
 from gpuscope.query.guard import cap_sqlite_heap
+from gpuscope.query.guarded import refuse_empty_sql
 from gpuscope.query.humanize import ReadableCells, readable_cells
 
 NAME = "query"
@@ -47,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_empty_sql(args.sql)  # before any recording or node is asked
     if wants_fleet(args):
         return _fleet(args)
     db = db_from_args(args)

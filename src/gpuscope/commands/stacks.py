@@ -17,6 +17,7 @@ from gpuscope.commands._options import (
     filter_from_args,
 )
 from gpuscope.errors import UsageError
+from gpuscope.model.printable import printable
 from gpuscope.query import OutputFormat, add_output_options, chosen_format, write_rows
 from gpuscope.query.filters import EventFilter, apply_filter
 from gpuscope.recording import open_recording
@@ -71,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
             print("no stacks recorded (traced with --no-stack, or no CUDA call matched)", file=sys.stderr)
         for s in stacks:
             marker = f"  [{s.marker}]" if s.marker else ""
-            print(f"{s.calls} calls ({s.share:.0%}) of {s.op}, {s.total_duration_ns / 1e6:.3f} ms total{marker}")
+            _say(f"{s.calls} calls ({s.share:.0%}) of {s.op}, {s.total_duration_ns / 1e6:.3f} ms total{marker}")
             for f in s.frames:
-                print(f"    {f.render()}")
+                _say(f"    {f.render()}")
             print()
         return 0
     cols = ["stack_hash", "op", "calls", "share", "total_duration_ns", "call_site", "frames", "marker"]
@@ -133,12 +134,12 @@ def _cpu(args: argparse.Namespace) -> int:
     print()
     print("functions (where the samples were; the user's own code where a stack has it):")
     for h in hot:
-        print(f"  {h.share:6.1%}  {h.samples:>7,}  {h.render()}")
+        _say(f"  {h.share:6.1%}  {h.samples:>7,}  {h.render()}")
     print()
     for st in profile.stacks[: args.limit]:
         print(f"{st.samples} samples ({st.samples / profile.samples:.0%}), pid {st.pid} tid {st.tid}")
         for f in st.frames:
-            print(f"    {f.render()}")
+            _say(f"    {f.render()}")
         print()
     return 0
 
@@ -163,12 +164,17 @@ def _fleet(args: argparse.Namespace, min_ns: int | None) -> int:
     if fmt is OutputFormat.TABLE:
         for s in got.stacks:
             marker = f"  [{s['marker']}]" if s.get("marker") else ""
-            print(f"{s['node']}: {s['calls']} calls ({s['share']:.0%}) of {s['op']}, "
-                  f"{s['total_duration_ns'] / 1e6:.3f} ms total{marker}")  # fmt: skip
+            _say(f"{s['node']}: {s['calls']} calls ({s['share']:.0%}) of {s['op']}, "
+                 f"{s['total_duration_ns'] / 1e6:.3f} ms total{marker}")  # fmt: skip
             for frame in s["frames"]:
-                print(f"    {frame}")
+                _say(f"    {frame}")
             print()
         return 0
     cols = ["node", "op", "calls", "share", "total_duration_ns", "call_site", "frames", "marker"]
     write_rows(cols, ([s.get(c) for c in cols] for s in got.stacks), fmt, sys.stdout)
     return 0
+
+
+def _say(line: str) -> None:
+    """Print one line of the table for people: names and frames are the traced programs' own text."""
+    print(printable(line))

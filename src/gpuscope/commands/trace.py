@@ -342,13 +342,21 @@ def _recording_failed(result: TraceResult) -> NoReturn:
 
 
 def _duration(text: str) -> float:
-    """``-d``/``--duration`` in seconds; a recording's name there gets Ingero users a pointer (its ``-d`` is the db)."""
+    """``-d``/``--duration`` in seconds; a recording's name there gets Ingero users a pointer (its ``-d`` is the db).
+
+    0 is refused: no limit is leaving ``-d`` out, and a trace of nothing is no trace.
+    """
     if text.endswith(".db") or os.path.isfile(text):
         raise UsageError(
             f"-d {text}: -d is the trace duration in gpuscope (e.g. -d 30s), not the recording",
             remedy=f"name the recording with --db {text}",
         )
-    return duration_s("--duration", text, examples="30s, 5m, 1m30s")
+    seconds = duration_s("--duration", text, examples="30s, 5m, 1m30s")
+    if seconds <= 0:
+        raise UsageError(
+            f"--duration {text}: must be more than 0", remedy="e.g. -d 30s; leave -d out to trace until Ctrl-C"
+        )
+    return seconds
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -54,17 +54,35 @@ def _pyarrow() -> Any:
 
 
 def export_parquet(reader: GuardedReader, out: Path) -> ParquetStats:
-    """Write every session with events in ``reader``'s view (its filters apply) under ``out``."""
+    """Write every session with events in ``reader``'s view (its filters apply) under ``out``.
+
+    A failure leaves no folder this call made empty behind (a session's file
+    renamed into place before it stays, as its own complete file).
+    """
+    stats = ParquetStats()
+    made: list[Path] = []  # folders this export made: a failure removes those it left empty
+    try:
+        _write_sessions(reader, out, stats, made)
+    except BaseException:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass  # holds a session's file written before the failure (or another writer's)
+        raise
+    return stats
+
+
+def _write_sessions(reader: GuardedReader, out: Path, stats: ParquetStats, made: list[Path]) -> None:
     pa = _pyarrow()
     import pyarrow.parquet as pq
 
-    stats = ParquetStats()
     target = schema()
     wall = COLUMNAR_COLUMNS.index("wall_ns")
     for sid, uuid, node, started in columnar_sessions(reader.conn):
         day = dt.datetime.fromtimestamp(started / 1e9, tz=dt.timezone.utc).date().isoformat()
         folder = out / f"node={_SAFE.sub('_', node)}" / f"date={day}"
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folders(folder, made)
         final = folder / f"{_SAFE.sub('_', uuid)}.parquet"
         partial = folder / f".{final.name}.{os.getpid()}.tmp"
         try:
@@ -81,4 +99,18 @@ def export_parquet(reader: GuardedReader, out: Path) -> ParquetStats:
             raise
         stats.files.append(str(final))
         stats.sessions += 1
-    return stats
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    """``mkdir -p folder``, each folder it makes appended to ``made``, outermost first."""
+    missing = []
+    for parent in (folder, *folder.parents):
+        if parent.is_dir():
+            break
+        missing.append(parent)
+    for each in reversed(missing):
+        try:
+            each.mkdir()
+        except FileExistsError:
+            continue  # made meanwhile by someone else: not ours to remove
+        made.append(each)

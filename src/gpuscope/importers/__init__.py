@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuscope.config import expand_home
 from gpuscope.errors import DatabaseError
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
 from gpuscope.store.build import build_database
@@ -44,7 +45,7 @@ def import_file(
 
     refuse_same_file(dest, [source])
     # realpath, not Path.resolve: a symlink loop must reach open_source's "no such file", not raise RuntimeError.
-    path = Path(os.path.realpath(Path(source).expanduser()))
+    path = Path(os.path.realpath(expand_home(source)))
     src = open_source(path)
     try:
         # build_database fills ``tmp``; atomic_output adds the fsync, the checks on dest and the final rename.
@@ -64,7 +65,7 @@ def import_file(
 
 def every_event_has_a_node(source: str | os.PathLike[str]) -> bool:
     """Whether every event of an Ingero file names its node (older files do not)."""
-    conn = connect_probe(Path(source).expanduser())
+    conn = connect_probe(expand_home(source))
     try:
         cols = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
         if "node" not in cols:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuscope.config import check_node_name
+from gpuscope.config import check_node_name, expand_home
 from gpuscope.errors import DatabaseError, UsageError
 from gpuscope.importers.detect import is_ingero
 from gpuscope.importers.ingero_history import count_rows, import_history, op_lookup, rows, version
@@ -85,7 +85,7 @@ class ImportReport:
 
 def open_source(path: str | Path) -> sqlite3.Connection:
     """Open an Ingero file read-only; DatabaseError when it is not one."""
-    p = Path(path).expanduser()
+    p = expand_home(path)
     if not p.is_file():
         raise DatabaseError(f"{p}: no such file", remedy="check the path of the Ingero database")
     try:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gpuscope.errors import EXIT_USAGE, GpuscopeError
+from gpuscope.errors import EXIT_USAGE, DatabaseError, GpuscopeError
 from gpuscope.model.units import fmt_ns
 
 # Pragmas that only read: those that take a table or index name, and those
@@ -51,6 +51,8 @@ READ_ONLY_PRAGMAS = READ_ONLY_PRAGMAS_WITH_ARG | frozenset(
 MiB = 1 << 20
 SQLITE_HEAP_BYTES = 256 * MiB  # what cap_sqlite_heap allows SQLite in a process that runs user SQL
 _MESSAGE_CHARS = 400
+# Python's sqlite3 met a TEXT value whose bytes are not UTF-8: a recording changed by hand (or a CAST in the SQL).
+NOT_UTF8_MESSAGE = "Could not decode to UTF-8"
 _heap_cap: list[int] = []  # the cap this process set, for the message when a statement reaches it
 
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION})
@@ -254,6 +256,11 @@ def translate_error(
         return QueryRefusedError(f"refused: only reads are allowed{what}")
     if isinstance(exc, sqlite3.ProgrammingError) and "one statement" in msg:
         return QueryRefusedError("refused: one statement at a time")
+    if msg.startswith(NOT_UTF8_MESSAGE):
+        return DatabaseError(
+            f"a text value of the result is not UTF-8 ({msg[:_MESSAGE_CHARS]})",
+            remedy="select that column's bytes instead: CAST(column AS BLOB) or hex(column)",
+        )
     if len(msg) > _MESSAGE_CHARS:  # SQLite quotes the token it stopped at, however long
         msg = msg[: _MESSAGE_CHARS - 80] + "…" + msg[-80:]
     return QuerySyntaxError(f"SQL error: {msg}")

@@ -80,6 +80,7 @@ class GuardedReader:
         """
         if not _is_utf8(sql):
             raise QuerySyntaxError("SQL error: the statement is not valid Unicode text (a lone surrogate)")
+        refuse_empty_sql(sql)
         sql = one_statement(sql)
         self.auth.reset()
         # One deadline for running the statement and fetching its rows.
@@ -172,6 +173,24 @@ def one_statement(sql: str) -> str:
                 raise QueryRefusedError("refused: one statement at a time")
             return text[:i]
     return sql
+
+
+def refuse_empty_sql(sql: str) -> None:
+    """Raise QuerySyntaxError for SQL with no statement: empty, blank, or only semicolons and comments.
+
+    SQLite runs such text as nothing and returns no columns: an empty
+    result would read as "no rows matched".
+    """
+    if _without_comments(sql):
+        return
+    if not sql.strip():
+        raise QuerySyntaxError(
+            "no SQL statement: the SQL is empty", remedy='give one SELECT, e.g. "SELECT op, count(*) FROM events"'
+        )
+    raise QuerySyntaxError(
+        f"no SQL statement in {sql.strip()[:80]!r}: only semicolons and comments",
+        remedy='give one SELECT, e.g. "SELECT op, count(*) FROM events"',
+    )
 
 
 def _is_utf8(text: str) -> bool:

@@ -24,6 +24,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
+from gpuscope.config import expand_home
+from gpuscope.model.printable import json_printable, printable
+
 
 class OutputFormat(enum.Enum):
     TABLE = "table"
@@ -84,7 +87,7 @@ def add_json_summary_option(p: argparse.ArgumentParser, *, what: str, limit: str
 
 def absolute_path(path: str) -> str:
     """``path`` made absolute for a JSON summary, links not followed (the name the user gave, from ``/``)."""
-    return os.path.abspath(os.path.expanduser(path))
+    return os.path.abspath(expand_home(path))
 
 
 def write_json_summary(doc: Mapping[str, Any], out: TextIO) -> None:
@@ -121,7 +124,9 @@ def write_rows(
     """Write ``rows`` in ``fmt`` to ``out``; returns how many rows were written.
 
     ``table_cells`` turns a row into the table's cells (default: each value as stored, ``cell_text``);
-    JSON, CSV and newline-delimited JSON always carry the values as stored.
+    JSON and newline-delimited JSON always carry the values as stored, CSV too but for control characters.
+    No format writes a control character raw (``gpuscope.model.printable``): JSON escapes them its own way
+    (the values are unchanged), CSV and the table write the escape (``\\x1b``) as text.
     """
     keys = unique_columns(columns)
     n = 0
@@ -129,22 +134,28 @@ def write_rows(
         out.write("[")
         for row in rows:
             out.write(",\n " if n else "\n ")
-            out.write(json.dumps(dict(zip(keys, map(plain, row), strict=False)), ensure_ascii=False))
+            out.write(json_printable(json.dumps(dict(zip(keys, map(plain, row), strict=False)), ensure_ascii=False)))
             n += 1
         out.write("\n]\n" if n else "]\n")
     elif fmt is OutputFormat.NL:
         for row in rows:
-            out.write(json.dumps(dict(zip(keys, map(plain, row), strict=False)), ensure_ascii=False) + "\n")
+            line = json.dumps(dict(zip(keys, map(plain, row), strict=False)), ensure_ascii=False)
+            out.write(json_printable(line) + "\n")
             n += 1
     elif fmt is OutputFormat.CSV:
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(columns)
+        w.writerow([_csv_field(c) for c in columns])
         for row in rows:
-            w.writerow([plain(v) for v in row])
+            w.writerow([_csv_field(plain(v)) for v in row])
             n += 1
     else:
         n = write_table(columns, rows, out, cells=table_cells)
     return n
+
+
+def _csv_field(value: Any) -> Any:
+    """A CSV field: text with its control characters escaped (tab and newline stay: CSV quotes them)."""
+    return printable(value, keep_lines=True) if isinstance(value, str) else value
 
 
 def cell_text(value: Any) -> str:
@@ -172,12 +183,20 @@ def write_table(
 ) -> int:
     """An aligned table: numbers right-aligned, text left-aligned; ``cells`` formats a row (see ``write_rows``).
 
+    A control character in a cell or a column name is written as its escape
+    (``printable``): no cell moves the cursor or reorders text, each row is one line.
     Widths and alignment are read from the first ``TABLE_HEAD_ROWS`` rows (or
     ``TABLE_HEAD_CHARS`` of cell text, whichever comes first), so a result of
     any size is written in bounded memory, row by row after them; a longer cell
     further down widens its own line only (as psql's ``FETCH_COUNT`` does).
     """
-    row_cells = cells or _row_text
+    given_cells = cells or _row_text
+
+    def row_cells(row: Sequence[Any]) -> list[str]:
+        # Cells hold the traced programs' text: a control character is shown as its escape, never obeyed.
+        return [printable(text) for text in given_cells(row)]
+
+    columns = [printable(c) for c in columns]
     remaining = iter(rows)
     head: list[list[str]] = []
     chars = 0

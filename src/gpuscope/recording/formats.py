@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 import os
 import sqlite3
-from pathlib import Path
 
+from gpuscope.config import expand_home
 from gpuscope.errors import DatabaseError
 from gpuscope.importers.detect import is_ingero
 from gpuscope.store.connect import connect_probe, table_names
@@ -31,7 +31,7 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     Raises DatabaseError for a missing file, a file that is not SQLite, or a
     SQLite file of neither format.
     """
-    p = Path(path).expanduser()
+    p = expand_home(path)
     if not p.is_file():
         raise DatabaseError(f"{p}: no such database", remedy="record one with `gpuscope trace`, or pass --db PATH")
     try:

@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gpuscope.config import expand_home
 from gpuscope.importers import import_file
 from gpuscope.recording.formats import Format, detect_format
 from gpuscope.store.connect import connect_reader
@@ -56,4 +57,4 @@ def merge_recordings(
 
 def _real(path: str | os.PathLike[str]) -> Path:
     """``path`` with every symlink resolved; a symlink loop stays as given (Path.resolve raises RuntimeError)."""
-    return Path(os.path.realpath(Path(path).expanduser()))
+    return Path(os.path.realpath(expand_home(path)))

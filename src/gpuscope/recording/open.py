@@ -7,6 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from gpuscope.config import expand_home
 from gpuscope.importers import every_event_has_a_node, import_file
 from gpuscope.importers.detect import is_ingero
 from gpuscope.recording.formats import Format, detect_format
@@ -37,7 +38,7 @@ def open_recording_meanwhile(path: str | os.PathLike[str]) -> tuple[sqlite3.Conn
 
 
 def _open(path: str | os.PathLike[str], *, meanwhile: bool) -> tuple[sqlite3.Connection, PendingCheck]:
-    p = Path(path).expanduser()
+    p = expand_home(path)
     conn, mode = open_read_only(p)
     try:
         try:
@@ -58,7 +59,7 @@ def _open(path: str | os.PathLike[str], *, meanwhile: bool) -> tuple[sqlite3.Con
 
 def as_gpuscope_file(path: str | os.PathLike[str]) -> Path:
     """``path`` itself for a gpuscope recording; for an Ingero one, its cached conversion."""
-    p = Path(path).expanduser()
+    p = expand_home(path)
     if detect_format(p) is Format.GPUSCOPE:
         return p
     return _converted(p)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from gpuscope.model.findings import Severity
+from gpuscope.model.printable import printable
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -57,9 +58,13 @@ def styled(text: str, styles: Styles) -> Text:
 def write_styled(text: str, out: TextIO, styles: Styles) -> None:
     """Write ``text`` and a newline to ``out``, coloured by ``styles`` when ``out`` is a terminal.
 
+    The text quotes traced programs' names, files and functions: a control
+    character in it is written as its escape (``\\x1b``), in a pipe as on a
+    terminal (rich would pass ESC and U+202E through), before any colour is laid over.
     ``NO_COLOR`` is read here and handed to rich: rich 14+ reads it the same way
     itself, but rich 13 (which we allow) also took an empty value as set.
     """
+    text = printable(text, keep_lines=True)
     if not is_terminal(out):
         out.write(text + "\n")
         return

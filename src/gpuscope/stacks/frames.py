@@ -9,6 +9,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuscope.store.stored_json import stored_json
+
 # Libraries whose frames are the API being traced or the interpreter's call
 # machinery, never "the call site" a user wants named.
 _PLUMBING = re.compile(r"^(libcudart|libcuda|libnccl|libcublas|libcudnn|libffi|_ctypes|libpython|python3)")
@@ -67,10 +69,7 @@ class Frame:
 
 def frames_from_json(text: object) -> tuple[Frame, ...]:
     """The stored frames of a stack; none where they are not the JSON list the collector writes (a changed file)."""
-    try:
-        items = json.loads(text) if isinstance(text, str | bytes) else None
-    except ValueError:
-        return ()
+    items = stored_json(text)
     return tuple(Frame.from_json(f) for f in items if isinstance(f, dict)) if isinstance(items, list) else ()
 
 

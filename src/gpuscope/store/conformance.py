@@ -79,7 +79,14 @@ def _normal(sql: object) -> str:
 
 
 def schema_problem(conn: sqlite3.Connection, version: int) -> str | None:
-    """What in the ``main`` schema of ``conn`` differs from gpuscope's schema ``version`` (one line), or None."""
+    """What in the ``main`` schema of ``conn`` differs from gpuscope's schema ``version`` (one line), or None.
+
+    Version 0 is no schema of gpuscope's: each migration sets ``user_version``
+    in the transaction that makes its tables, so tables at version 0 (an
+    ``event_log`` made by hand, the version reset) were not made by gpuscope.
+    """
+    if version < 1:
+        return "its schema version (PRAGMA user_version) is 0: its tables were not made by gpuscope"
     tables, views = expected_schema(version)
     found = {
         (str(kind), str(name)): sql
@@ -115,6 +122,9 @@ _SMALL_TABLES = {
         "stopped_mono_ns",
         "committed_wall_ns",
         "committed_mono_ns",
+        "agent_pid",
+        "events_recorded",
+        "events_dropped",
     ),
     "findings": ("window_start_ns", "window_end_ns", "lost_ns", "created_at_ns"),
     "drop_log": ("bucket_ns", "dropped"),

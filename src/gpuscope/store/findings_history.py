@@ -18,6 +18,7 @@ from typing import Any
 from gpuscope.model.findings import Finding
 from gpuscope.store.connect import connect_writer, table_names
 from gpuscope.store.sessions_read import session_wall_offsets
+from gpuscope.store.stored_json import stored_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +89,8 @@ def latest_stored_findings(conn: sqlite3.Connection) -> Iterator[StoredFinding] 
 
     def gen() -> Iterator[StoredFinding]:
         for sid, start, severity, kind, finding_id, symptom, fix, lost_ns in cur:
-            try:
-                sym = json.loads(symptom)
-                if not isinstance(sym, dict):
-                    sym = {}
-            except ValueError:
+            sym = stored_json(symptom)
+            if not isinstance(sym, dict):
                 sym = {}
             offset = offsets.get(sid)
             wall = int(start) + int(offset) if offset is not None and start is not None else None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass, field
 
 from gpuscope.store.statement import Statement
+from gpuscope.store.stored_json import stored_json
 
 ALL_SESSIONS = Statement("SELECT * FROM sessions ORDER BY id")
 """Every column of every session, oldest first (what ``Trace.sessions()`` shows)."""
@@ -56,10 +56,7 @@ def session_flag_docs(conn: sqlite3.Connection) -> dict[int, dict[str, object]]:
     """Every session's ``flags`` as a JSON object by id; {} where there are none or they do not parse."""
     out: dict[int, dict[str, object]] = {}
     for sid, raw in session_flags(conn):
-        try:
-            doc = json.loads(raw) if raw else {}
-        except (TypeError, ValueError):
-            doc = {}
+        doc = stored_json(raw)
         out[sid] = doc if isinstance(doc, dict) else {}
     return out
 
@@ -74,10 +71,7 @@ def traced_roots(conn: sqlite3.Connection) -> dict[int, frozenset[int] | None]:
     flags = session_flag_docs(conn)
     out: dict[int, frozenset[int] | None] = {}
     for sid, raw in conn.execute("SELECT id, targets FROM sessions").fetchall():
-        try:
-            pids = json.loads(raw) if raw else []
-        except (TypeError, ValueError):
-            pids = []
+        pids = stored_json(raw)
         roots = frozenset(int(p) for p in pids if isinstance(p, int)) if isinstance(pids, list) else frozenset()
         # No roots: a trace of every process (or a file that does not say): every process is the run's own.
         every = flags.get(int(sid), {}).get("filter_targets") is False or not roots
@@ -169,10 +163,7 @@ def session_states(conn: sqlite3.Connection) -> list[SessionState]:
     out: list[SessionState] = []
     for row in conn.execute(f"SELECT {cols} FROM sessions ORDER BY id").fetchall():
         sid, node, host, pid, start, stop, committed, reason, recorded, dropped, drops = row
-        try:
-            parsed = json.loads(drops) if drops else {}
-        except ValueError:
-            parsed = {}
+        parsed = stored_json(drops)
         out.append(
             SessionState(
                 int(sid),

@@ -12,7 +12,9 @@ from gpuscope.store.sessions_read import (
     session_clocks,
     session_flag_docs,
     session_flags,
+    session_states,
     session_wall_offsets,
+    traced_roots,
 )
 from tests.unit.analysis.builder import Events
 
@@ -76,3 +78,26 @@ def test_session_flag_docs_parse_each_sessions_flags_and_read_none_or_garbage_as
         docs = session_flag_docs(conn)
     assert docs[FIRST_SESSION] == {} and docs[second] == {"imported_from": "ingero"}
     assert list(docs.values())[2:] == [{}, {}]
+
+
+# Deeper than Python's json can parse (it recurses once per level): 200,000 levels raised RecursionError.
+DEEP_JSON = "[" * 200_000 + "]" * 200_000
+
+
+def test_json_nested_200000_deep_in_a_sessions_flags_targets_and_drops_reads_as_absent(tmp_path: Path) -> None:
+    # given a session whose JSON columns are all arrays nested 200,000 deep (the session targeted pid 7)
+    path, second = _two_sessions(tmp_path)
+    conn = connect_writer(path)
+    try:
+        conn.execute("UPDATE sessions SET targets = '[7]' WHERE id = ?", (FIRST_SESSION,))
+        conn.execute("UPDATE sessions SET flags = ?, targets = ?, drops = ? WHERE id = ?", (DEEP_JSON,) * 3 + (second,))
+        conn.commit()
+    finally:
+        conn.close()
+    # when
+    with reading(path) as conn:
+        flags, roots, states = session_flag_docs(conn), traced_roots(conn), session_states(conn)
+    # then the session without readable JSON has none, and the other keeps its own
+    assert flags[second] == {}
+    assert roots == {FIRST_SESSION: frozenset({7}), second: None}
+    assert [s.drops for s in states if s.session_id == second] == [{}]
