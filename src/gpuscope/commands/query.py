@@ -29,7 +29,11 @@ HELP = "run read-only SQL on a recording (views: events, cuda_calls, sched_switc
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", help='one SELECT statement, e.g. "SELECT op, count(*) FROM events GROUP BY op"')
     add_db_option(p)
-    p.add_argument("--timeout", default="5s", help="stop the query after this long (default 5s; 0 = no limit)")
+    p.add_argument(
+        "--timeout",
+        default="5s",
+        help="stop the query after this long (default 5s; 0 = no limit, locally; with --nodes, each node's limit)",
+    )
     add_filter_options(p, fleet=True)
     add_output_options(p)
     add_fleet_options(p, timeout=False)

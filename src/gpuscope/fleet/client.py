@@ -1,7 +1,9 @@
 """Ask many nodes' `gpuscope dashboard` APIs at once: parallel, bounded, over (mutual) TLS, never hiding a failure.
 
-Each node gets its own request on a thread, a deadline (``timeout_s``), and a
-cap on the bytes it may send back. A node that is down, slow, refuses the
+Each node gets its own request on a thread, a deadline (``timeout_s``) for the
+whole request (name lookup, connection, TLS handshake, headers and body, kept
+by a watchdog that shuts the socket down: see ``deadline``), and a cap on the
+bytes it may send back. A node that is down, slow, refuses the
 handshake or answers with an error becomes a ``NodeResult`` with ``error``
 set: callers print one warning per failed node and go on with the others.
 """
@@ -23,6 +25,7 @@ from typing import Any
 from gpuscope.config import fleet_files, fleet_nodes
 from gpuscope.errors import UsageError
 from gpuscope.fleet import CLOCK_SAMPLES
+from gpuscope.fleet.deadline import Watchdog
 from gpuscope.platform.files import require_private
 from gpuscope.platform.net import is_loopback, split_host_port
 
@@ -156,49 +159,65 @@ class FleetClient:
         with ThreadPoolExecutor(max_workers=min(64, max(1, len(self.nodes)))) as pool:
             return list(pool.map(call, self.nodes))
 
-    def _connection(self, node: Node) -> HTTPConnection:
+    def _connection(self, node: Node, watchdog: Watchdog) -> HTTPConnection:
+        """A connection to ``node`` whose every wait ends by the watchdog's deadline."""
+        conn: HTTPConnection
         if self.ctx is None:
-            return HTTPConnection(node.host, node.port, timeout=self.timeout_s)
-        return HTTPSConnection(node.host, node.port, timeout=self.timeout_s, context=self.ctx)
+            conn = HTTPConnection(node.host, node.port, timeout=self.timeout_s)
+        else:
+            conn = HTTPSConnection(node.host, node.port, timeout=self.timeout_s, context=self.ctx)
+        # http.client's own hook for making the socket (HTTPS wraps what it returns): the lookup and the
+        # connection within the deadline, and the socket handed to the watchdog before the handshake starts.
+        conn._create_connection = watchdog.create_connection  # type: ignore[attr-defined]
+        return conn
 
     def _request(self, node: Node, method: str, path: str, body: bytes | None) -> NodeResult:
         t0 = time.monotonic()
+        watchdog = Watchdog(t0 + self.timeout_s)
         try:
-            data = self._exchange(self._connection(node), node, method, path, body, deadline=t0 + self.timeout_s)
+            data = self._exchange(self._connection(node, watchdog), watchdog, node, method, path, body)
         except _NodeError as exc:
             return NodeResult(node, error=str(exc), elapsed_s=time.monotonic() - t0)
+        finally:
+            watchdog.close()
         return NodeResult(node, data=data, elapsed_s=time.monotonic() - t0)
 
     def _exchange(
-        self, conn: HTTPConnection, node: Node, method: str, path: str, body: bytes | None, *, deadline: float
+        self, conn: HTTPConnection, watchdog: Watchdog, node: Node, method: str, path: str, body: bytes | None
     ) -> Any:
         headers = {"Accept": "application/json", "Host": node.address}
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        res = None
         try:
             conn.request(method, path, body=body, headers=headers)
-            # One deadline for the whole exchange: the connection, the handshake and the answer share the timeout.
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
             res = conn.getresponse()
-            raw = _read_capped(res, self.max_bytes, deadline)
+            raw = _read_capped(res, self.max_bytes, watchdog.deadline)
         except (OSError, HTTPException) as exc:
-            raise _NodeError(self._failure(exc, node)) from None
+            # Past the deadline the watchdog shut the socket: whatever broke (an end of stream mid-chunk,
+            # a reset, a TLS error), the node was too slow.
+            late = watchdog.fired or isinstance(exc, TimeoutError)
+            raise _NodeError(self._late(res is not None) if late else self._failure(exc, node)) from None
         finally:
             conn.close()
         try:
             doc = json.loads(raw)
         except ValueError:
+            if watchdog.fired:  # a body that ends with the connection, cut at the deadline
+                raise _NodeError(self._late(True)) from None
             raise _NodeError(f"answered HTTP {res.status} with something that is not JSON") from None
         if res.status != 200:
             err = doc.get("error", {}) if isinstance(doc, dict) else {}
             raise _NodeError(f"HTTP {res.status}: {err.get('message') or err.get('code') or res.reason}")
         return doc
+
+    def _late(self, answering: bool) -> str:
+        """The deadline passed: before the answer's headers came, or while its body still arrived."""
+        if answering:
+            return f"its answer was still arriving after {self.timeout_s:g} s (the time limit)"
+        return f"no answer within {self.timeout_s:g} s"
 
     def _failure(self, exc: BaseException, node: Node) -> str:
         """A network or TLS failure talking to a node, as the one line the user sees."""
@@ -213,7 +232,7 @@ class FleetClient:
         if isinstance(exc, ssl.SSLError):
             return f"TLS failed ({exc.reason or exc}); a client certificate may be required"
         if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
-            return f"no answer within {self.timeout_s:g} s"
+            return self._late(False)
         if isinstance(exc, ConnectionRefusedError):
             return "connection refused (no gpuscope dashboard there?)"
         if isinstance(exc, (RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
@@ -226,19 +245,24 @@ class FleetClient:
         t_start = time.monotonic()
         offsets, rtts = [], []
         for _ in range(max(3, samples)):
-            conn = self._connection(node)
+            # Each sample is a whole request under the deadline, its connection and handshake included.
+            watchdog = Watchdog(time.monotonic() + self.timeout_s)
+            conn = self._connection(node, watchdog)
             try:
-                conn.connect()  # the handshake is not part of the round trip being timed
-            except OSError as exc:
-                conn.close()
-                return NodeResult(node, error=self._failure(exc, node), elapsed_s=time.monotonic() - t_start)
-            t1 = time.time_ns()
-            try:
-                doc = self._exchange(
-                    conn, node, "GET", "/api/v1/time", None, deadline=time.monotonic() + self.timeout_s
-                )
-            except _NodeError as exc:
-                return NodeResult(node, error=str(exc), elapsed_s=time.monotonic() - t_start)
+                try:
+                    conn.connect()  # the handshake is not part of the round trip being timed
+                except OSError as exc:
+                    conn.close()
+                    late = watchdog.fired or isinstance(exc, TimeoutError)
+                    error = self._late(False) if late else self._failure(exc, node)
+                    return NodeResult(node, error=error, elapsed_s=time.monotonic() - t_start)
+                t1 = time.time_ns()
+                try:
+                    doc = self._exchange(conn, watchdog, node, "GET", "/api/v1/time", None)
+                except _NodeError as exc:
+                    return NodeResult(node, error=str(exc), elapsed_s=time.monotonic() - t_start)
+            finally:
+                watchdog.close()
             t2 = time.time_ns()
             remote = doc.get("timestamp_ns") if isinstance(doc, dict) else None
             if not isinstance(remote, int):
@@ -266,7 +290,10 @@ class _NodeError(Exception):
 
 
 def _read_capped(res: Any, cap: int, deadline: float) -> bytes:
-    """The body, refusing more than ``cap`` bytes and stopping at ``deadline`` (a node that trickles)."""
+    """The body, refusing more than ``cap`` bytes and stopping at ``deadline``.
+
+    A read blocked on a node that trickles is ended by the watchdog shutting the socket down at the deadline.
+    """
     chunks: list[bytes] = []
     total = 0
     while True:
