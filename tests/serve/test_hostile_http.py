@@ -9,19 +9,21 @@ each case.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
 import struct
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from gpuscope.serve.http_api import ENDPOINTS
-from gpuscope.serve.protocol import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, TLS_HANDSHAKE_TIMEOUT_S
+from gpuscope.serve.protocol import MAX_CONNECTIONS, MAX_HANDSHAKES, REQUEST_TIMEOUT_S, TLS_HANDSHAKE_TIMEOUT_S
 from gpuscope.serve.security import MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_HEADERS
 from tests.serve.hostile import (
     Answer,
@@ -30,7 +32,6 @@ from tests.serve.hostile import (
     exchange,
     logged_dashboard,
     parse,
-    read_to_close,
     request,
     tls_socket,
 )
@@ -598,17 +599,69 @@ def test_a_client_that_never_starts_its_tls_handshake_is_dropped(served: Server)
     assert time.monotonic() - started < TLS_HANDSHAKE_TIMEOUT_S + 5
 
 
-def test_connections_past_the_cap_are_refused_and_the_server_serves_again_once_they_go(served: Server) -> None:
-    # given a client holding as many idle connections as the server keeps open at once
-    held = [tls_socket(served, timeout_s=DROP_BOUND_S) for _ in range(MAX_CONNECTIONS)]
+def _server_sockets(server: Server) -> int:
+    """The sockets the server's process holds: listening, self-pipe, connections, handshakes in progress."""
+    count = 0
+    for fd in Path(f"/proc/{server.proc.pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass  # closed while we looked
+    return count
+
+
+def _let_go(conn: ssl.SSLSocket) -> tuple[bool, bytes]:
+    """Without waiting: whether the server has closed this connection, and what it sent before."""
+    conn.setblocking(False)
+    got = b""
     try:
-        # when one more connects
-        extra = tls_socket(served, timeout_s=DROP_BOUND_S)
-        raw = read_to_close(extra)
-        extra.close()
+        while chunk := conn.recv(65536):
+            got += chunk
+        return True, got  # end of stream
+    except ssl.SSLWantReadError:
+        return bool(got), got  # still open (session tickets alone make the socket readable)
+    except OSError:
+        return True, got  # reset
+
+
+# Beside the connections the server holds a few sockets of its own (listening, asyncio's self-pipe).
+OWN_SOCKETS = 16
+
+
+def test_idle_connections_past_the_cap_make_room_for_a_client_with_the_token(served: Server) -> None:
+    # given a client without the token holding more idle TLS connections than the server keeps open at once
+    held = [tls_socket(served, timeout_s=DROP_BOUND_S) for _ in range(MAX_CONNECTIONS + 44)]
+    try:
+        # when a client with the token asks
+        status, doc = served.get_json("/api/v1/time")
+        sockets = _server_sockets(served)
+        let_go = [got for closed, got in map(_let_go, held) if closed]
     finally:
         for conn in held:
             conn.close()
-    # then it is answered 503 in the API's shape and closed, at once
-    assert_error(parse(raw), 503, "busy")
-    # and once the others have gone, it is served again (the autouse check asks for the time)
+    # then it is answered, where the pool was full of idle connections and it got a 503
+    assert status == 200 and doc["timestamp_ns"] > 0, (status, doc)
+    # and the server held a full pool, no more: room was made by letting the oldest idle ones go
+    assert MAX_CONNECTIONS - OWN_SOCKETS <= sockets <= MAX_CONNECTIONS + OWN_SOCKETS, sockets
+    assert len(let_go) >= len(held) + 1 - MAX_CONNECTIONS, len(let_go)
+    for got in filter(None, let_go):  # a 503 in the API's shape, unless the close overtook it
+        assert_error(parse(got), 503, "busy")
+
+
+def test_connections_that_never_say_hello_past_the_handshake_cap_make_room(served: Server) -> None:
+    # given a client opening more TCP connections than the server handshakes at once, and never saying hello
+    before = _server_sockets(served)
+    started = time.monotonic()
+    silent = [socket.create_connection(("127.0.0.1", served.port), timeout=DROP_BOUND_S) for _ in range(400)]
+    try:
+        # when a client with the token asks (its connection queued behind all of them)
+        status, _ = served.get_json("/api/v1/time")
+        sockets = _server_sockets(served)
+        asked_within_s = time.monotonic() - started
+    finally:
+        for conn in silent:
+            conn.close()
+    # then it is answered, and the server held no more handshakes than its cap, where it held all 400
+    assert status == 200
+    assert asked_within_s < TLS_HANDSHAKE_TIMEOUT_S, "too slow to tell: the handshake deadline let them go"
+    assert sockets <= before + MAX_HANDSHAKES + OWN_SOCKETS, (before, sockets)
