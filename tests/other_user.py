@@ -84,3 +84,21 @@ def open_folder(prefix: str) -> Iterator[Path]:
             if sub.is_dir() and not sub.is_symlink():
                 sub.chmod(0o755)
         shutil.rmtree(d)
+
+
+needs_root_to_plant = pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another user needs root")
+
+
+def shared_folder(parent: Path) -> Path:
+    """A folder like /tmp: every user may create in it (mode 1777), each may remove only their own entries."""
+    folder = parent / "shared"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    return folder
+
+
+def plant_link(link: Path, target: Path | str) -> Path:
+    """Make ``link`` -> ``target`` a symlink owned by the user nobody, as that user would plant it (needs root)."""
+    link.symlink_to(target)
+    os.lchown(link, NOBODY, NOBODY)
+    return link

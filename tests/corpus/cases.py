@@ -49,8 +49,6 @@ class Case:
     home: str = "normal"
     """For ``NOBODY`` runs, ``unwritable``: a home nobody may not write, TMPDIR writable. (A run with nowhere to
     write cannot be made here: Python's tempfile falls back to /tmp whatever TMPDIR says.)"""
-    pending: str | None = None
-    """A known gap, not fixed yet (what must change): its runs are expected to fail until then."""
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -140,6 +138,35 @@ def _other_sqlite(folder: Path, _s: Sources) -> Path:
     return _sql(out, "CREATE TABLE accounts(id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO accounts VALUES (1, 'a')")
 
 
+def _made_up_event_log(folder: Path, _s: Sources) -> Path:
+    """gpuscope's table names with columns of another tool's choosing, and no version."""
+    return _sql(
+        folder / "made-up.db",
+        "CREATE TABLE event_log(id INTEGER PRIMARY KEY, what TEXT)",
+        "CREATE TABLE sessions(id INTEGER PRIMARY KEY, name TEXT)",
+        "INSERT INTO event_log VALUES (1, 'x')",
+    )
+
+
+def _utf16(folder: Path, s: Sources) -> Path:
+    """The valid recording rewritten by another tool that stores text as UTF-16 (SQLite cannot re-encode a file)."""
+    out = folder / "utf16.db"
+    source = sqlite3.connect(s.steady)
+    target = sqlite3.connect(out, isolation_level=None)
+    try:
+        target.execute("PRAGMA encoding='UTF-16le'")
+        target.execute("BEGIN")
+        for statement in source.iterdump():
+            if statement not in ("BEGIN TRANSACTION;", "COMMIT;"):
+                target.execute(statement)
+        target.execute("COMMIT")
+        target.execute(f"PRAGMA user_version={source.execute('PRAGMA user_version').fetchone()[0]}")
+    finally:
+        source.close()
+        target.close()
+    return out
+
+
 def _empty_sqlite(folder: Path, _s: Sources) -> Path:
     """A valid SQLite file with no table at all (a page of header, not zero bytes)."""
     return _sql(folder / "empty-schema.db", "PRAGMA user_version=1")
@@ -161,15 +188,6 @@ def _symlink_loop(folder: Path, _s: Sources) -> Path:
     (folder / "b.db").symlink_to(folder / "a.db")
     (folder / "a.db").symlink_to(folder / "b.db")
     return folder / "a.db"
-
-
-def _made_up_event_log(folder: Path, _s: Sources) -> Path:
-    """A file of another tool's with a table named event_log, at schema version 0 (SQLite's own for a new file)."""
-    return _sql(
-        folder / "made-up.db",
-        "CREATE TABLE event_log (id INTEGER PRIMARY KEY, ts_ns INTEGER, what TEXT)",
-        "INSERT INTO event_log VALUES (1, 5, 'x')",
-    )
 
 
 def _directory(folder: Path, _s: Sources) -> Path:
@@ -360,13 +378,10 @@ CASES: list[Case] = [
     Case("drop-log-garbage", _training("INSERT INTO drop_log VALUES (1, 'x', 'cuda', -5), (1, 7, x'00', 'y')"), False),
     Case("stack-link-garbage", _steady(f"INSERT INTO event_stacks VALUES (1, 42, 43, 'x', {STACK_HASH})"), False),
     # Its version or indexes changed, or a killed writer's files beside it.
-    Case("schema-version-zero", _steady("PRAGMA user_version=0"), False),
-    Case(
-        "schema-version-zero-made-up-event-log",
-        _made_up_event_log,
-        True,
-        pending="store.connect runs the schema check only from version 1; conformance.schema_problem refuses 0",
-    ),
+    # A version of 0 says nothing about which schema the tables follow: refused, not read unchecked.
+    Case("schema-version-zero", _steady("PRAGMA user_version=0"), True),
+    Case("schema-version-zero-made-up-event-log", _made_up_event_log, True),
+    Case("text-stored-as-utf16", _utf16, False),
     Case("schema-version-rewound", _steady("PRAGMA user_version=5"), False),
     Case("index-dropped", _training("DROP INDEX findings_session"), False),
     Case("garbage-wal-beside", lambda f, s: _beside(s.steady, f, "-wal"), False),

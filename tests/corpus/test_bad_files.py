@@ -18,16 +18,8 @@ ISOLATED = [(case, command) for case in CASES if case.isolation != Isolation.IN_
 
 
 def _params(pairs: list[tuple[Case, Command]]) -> list[object]:
-    """Each (case, command), named; a pending case's runs are expected to fail (not strictly: some commands pass)."""
-    return [
-        pytest.param(
-            case,
-            command,
-            id=f"{case.name}-{command.name}",
-            marks=[pytest.mark.xfail(reason=case.pending, strict=False)] if case.pending else [],
-        )
-        for case, command in pairs
-    ]
+    """Each (case, command), named."""
+    return [pytest.param(case, command, id=f"{case.name}-{command.name}") for case, command in pairs]
 
 
 def _must_read(case: Case, command: Command) -> bool:

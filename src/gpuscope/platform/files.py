@@ -17,14 +17,17 @@ POSIX lock this process holds on it through SQLite.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import secrets
 import sqlite3
 import stat
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
 from gpuscope.errors import GpuscopeError, UsageError
+from gpuscope.platform.links import resolve_refusing_planted_links
 
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 # SQLite's (extended) result codes for a write the disk refused: full, past RLIMIT_FSIZE, failed.
@@ -92,18 +95,20 @@ def atomic_output(
 ) -> Iterator[Path]:
     """Yield a temporary path beside ``dest`` that becomes ``dest`` when the block succeeds.
 
-    The temporary file is created (empty, hidden, ``.NAME.*.tmp``) in the
-    destination's own folder, so the final rename is atomic. On success it is
-    flushed to disk (fsync), given the mode of the file it replaces (or that of
-    a new file), and renamed over ``dest``; the folder is synced so the rename
-    survives a crash too. On any failure, KeyboardInterrupt included, the
-    temporary file and SQLite side files beside it are removed and ``dest`` is
-    left as it was.
+    The temporary file is created (empty, hidden, ``.NAME.PID.*.tmp``, see
+    ``_temporary_beside``) in the destination's own folder, so the final
+    rename is atomic. On success it is flushed to disk (fsync), given the
+    mode of the file it replaces (or that of a new file), and renamed over
+    ``dest``; the folder is synced so the rename survives a crash too. On
+    any failure, KeyboardInterrupt included, the temporary file and SQLite
+    side files beside it are removed and ``dest`` is left as it was.
 
-    A symlink at ``dest`` is followed: its target is replaced and the link
-    kept. A destination that exists but is not a regular file (a FIFO, a
-    terminal, ``/dev/null``) is yielded itself to be written in place when
-    ``special_in_place``, and refused otherwise.
+    A symlink at ``dest`` (or in its folders) is followed: its target is
+    replaced and the link kept; but not one that another user planted in a
+    shared folder (``gpuscope.platform.links``). A destination that exists
+    but is not a regular file (a FIFO, a terminal, ``/dev/null``) is yielded
+    itself to be written in place when ``special_in_place``, and refused
+    otherwise.
 
     ``holders`` makes the destination a database: it returns the pids that
     have a file open (``gpuscope.store.liveness.recording_holders``). A
@@ -112,12 +117,10 @@ def atomic_output(
     would otherwise replay them onto the new file and corrupt it.
 
     Raises OutputBusyError and UsageError (a folder or special file given as
-    output), OutputError (the temporary file cannot be made, synced or
-    renamed), or whatever the block raised.
+    output), PlantedLinkError, OutputError (the temporary file cannot be
+    made, synced or renamed), or whatever the block raised.
     """
-    target = Path(dest).expanduser()
-    if target.is_symlink():
-        target = Path(os.path.realpath(target))
+    target = resolve_refusing_planted_links(dest)
     old = _stat(target)
     if old is not None and stat.S_ISDIR(old.st_mode):
         raise UsageError(f"{dest}: is a folder", remedy=f"name a file in it: -o {dest}/NAME")
@@ -152,13 +155,68 @@ def _stat(path: Path) -> os.stat_result | None:
 
 
 def _temporary_beside(target: Path, shown: StrPath) -> Path:
+    """Create an empty, private, hidden file beside ``target`` (``.NAME.PID.RANDOM.tmp``) and return its path.
+
+    The name carries this process's id, so that a temporary left by a
+    process that was killed (SIGKILL, a power cut) can be told from one
+    still being written: those of ``target`` left by dead processes of this
+    user are removed first (``_remove_stale_temporaries``).
+
+    Raises OutputError when the folder cannot be made or written.
+    """
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        _remove_stale_temporaries(target)
+        for _attempt in range(100):
+            path = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            try:
+                # O_EXCL and O_NOFOLLOW: never a file someone else made, nor one a planted link points at.
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            return path
+        raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(target))
     except OSError as exc:
         raise OutputError(f"{shown}: cannot create: {exc.strerror}") from None
-    os.close(fd)
-    return Path(name)
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Remove the temporaries of ``target`` (and their SQLite side files) whose process is gone.
+
+    Only this user's regular files named exactly as ``_temporary_beside``
+    names them are candidates; one whose pid is alive is kept. A pid reused
+    since keeps a stale file until that process ends too; a process of
+    another pid namespace writing the same folder is out of sight and must
+    not share the output's name.
+    """
+    name = re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp(?:-wal|-shm|-journal)?")
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return  # the temporary's own creation reports what is wrong with the folder
+    for entry in entries:
+        found = name.fullmatch(entry.name)
+        if found is None or _process_alive(int(found.group(1))):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(entry.path)
+        except OSError:
+            continue  # gone already, or not ours to remove
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a name this module writes: leave it alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or no pid at all): not ours to judge
+    return True
 
 
 def _commit(tmp: Path, target: Path, old: os.stat_result | None, *, clear_side_files: bool, shown: StrPath) -> None:
@@ -176,7 +234,7 @@ def _commit(tmp: Path, target: Path, old: os.stat_result | None, *, clear_side_f
                 with contextlib.suppress(PermissionError):
                     os.chown(tmp, old.st_uid, old.st_gid)
         else:
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; a new output is as readable as any new file
+            os.chmod(tmp, 0o666 & ~_umask())  # made 0600; a new output is as readable as any new file
         if clear_side_files:
             for side in SQLITE_SIDE_FILES:
                 with contextlib.suppress(FileNotFoundError):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpuscope.config import expand_home
 from gpuscope.importers import import_file
+from gpuscope.platform.links import resolve_refusing_planted_links
 from gpuscope.recording.formats import Format, detect_format
 from gpuscope.store.connect import connect_reader
 from gpuscope.store.merge_recordings import ClockOffset, MergeInput, MergeReport, check_merge_request, merge_files
@@ -29,10 +30,10 @@ def merge_recordings(
     input path to the node name all its sessions get. Every input is checked
     before any work, and ``dest`` is replaced only when every input merged.
 
-    Raises UsageError, DatabaseError, SchemaTooNewError or MergeConflictError
-    (see ``gpuscope.store.merge_recordings.merge_files``).
+    Raises UsageError, DatabaseError, SchemaTooNewError, MergeConflictError
+    or PlantedLinkError (see ``gpuscope.store.merge_recordings.merge_files``).
     """
-    out_path = _real(dest)
+    out_path = resolve_refusing_planted_links(dest)  # an output is written through no link another user planted
     paths = [_real(p) for p in inputs]
     renames = {_real(k): v for k, v in (rename or {}).items()}
     check_merge_request(paths, out_path, force_node, renames)

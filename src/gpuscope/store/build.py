@@ -1,21 +1,19 @@
 """Helpers for commands that build a whole new database (``merge``, ``import``).
 
-The file is built beside its destination and renamed into place at the end:
-a failure half-way (bad input, Ctrl-C, full disk) leaves no half-written
-output behind, and an existing file at the destination is only replaced once
-the new one is complete.
+The file is built in the empty temporary file that
+``gpuscope.platform.files.atomic_output`` made beside the destination, and
+renamed into place by it at the end: a failure half-way (bad input, Ctrl-C,
+full disk) leaves no half-written output behind, and an existing file at the
+destination is only replaced once the new one is complete.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpuscope.errors import DatabaseError
 from gpuscope.store.connect import file_uri
 from gpuscope.store.migrate import migrate
 
@@ -26,48 +24,25 @@ def open_uri(path: Path, mode: str) -> sqlite3.Connection:
 
 
 @contextlib.contextmanager
-def build_database(dest: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    """Yield a writer connection to a new, migrated database that becomes ``dest`` on success.
+def build_database(tmp: Path) -> Iterator[sqlite3.Connection]:
+    """Yield a writer connection to a new, migrated database in ``tmp``, an empty file of the caller's.
 
-    The file is built as a hidden temporary file in the destination's folder
-    (so the final rename is atomic) with a rollback journal, not WAL, so the
-    renamed file is complete on its own. On any exception the temporary file
-    is removed and ``dest`` is left as it was.
-
-    Raises DatabaseError when the destination folder cannot be written.
+    ``tmp`` is ``atomic_output``'s temporary file: that context syncs it and
+    renames it over the destination on success, and removes it (and any
+    SQLite side file beside it) on failure. The database is built with a
+    rollback journal, not WAL, so the renamed file is complete on its own.
     """
-    target = Path(dest).expanduser()
+    conn = open_uri(tmp, "rw")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise DatabaseError(f"{target}: cannot create: {exc.strerror}", remedy="pass a writable path with -o") from None
-    os.close(fd)
-    tmp = Path(name)
-    conn: sqlite3.Connection | None = None
-    try:
-        conn = open_uri(tmp, "rw")
         # A crash leaves only the temporary file, so durability while building is not needed.
         conn.execute("PRAGMA journal_mode=MEMORY")
         conn.execute("PRAGMA synchronous=OFF")
         migrate(conn)
         yield conn
         conn.execute("PRAGMA journal_mode=DELETE")
-        conn.close()
-        conn = None
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; a database is as readable as any new file
-        os.replace(tmp, target)
     finally:
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        for suffix in ("-journal", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(f"{tmp}{suffix}").unlink()
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
 
 # Ops that gpuscope does not record itself but reads from other tools' files

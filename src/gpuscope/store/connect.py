@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -13,6 +15,7 @@ from urllib.parse import quote
 from gpuscope.config import DEFAULT_DB as DEFAULT_DB  # re-exported: the default's one definition is in config
 from gpuscope.config import resolve_db_path
 from gpuscope.errors import DatabaseError, SchemaTooNewError
+from gpuscope.platform.links import refuse_planted_side_links, resolve_refusing_planted_links
 from gpuscope.store.conformance import CHANGED_REMEDY, name_problem, schema_problem, value_problem
 from gpuscope.store.file_access import (
     READER_REMEDY,
@@ -34,6 +37,8 @@ from gpuscope.store.migrate import migrate, schema_version
 from gpuscope.store.private_snapshot import SourceChangedError, private_snapshot
 from gpuscope.store.schema import SCHEMA_VERSION
 
+_WAL_SWITCH_WAIT_S = 5.0  # as long as the busy timeout every writer sets
+
 
 def default_db_path() -> Path:
     """The recording used when none is named: ``$GPUSCOPE_DB``, else the config file's ``db``, else DEFAULT_DB.
@@ -47,20 +52,27 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """Open (creating if needed) a database for writing and bring its schema current.
 
     An existing file is checked first (``gpuscope.store.integrity``): a damaged
-    recording is refused before anything is appended to it.
+    recording is refused before anything is appended to it. A symlink another
+    user planted in a shared folder, at the path, on its way or beside it as
+    a ``-wal``/``-shm``/``-journal``, is refused (``gpuscope.platform.links``),
+    dangling or not: writing through it would create or change its target.
 
     Raises DatabaseError when the path cannot be written, is not a database or
-    is damaged, SchemaTooNewError when it was written by a newer gpuscope.
+    is damaged, PlantedLinkError, SchemaTooNewError when it was written by a
+    newer gpuscope.
     """
     p = Path(path).expanduser()
+    real = resolve_refusing_planted_links(p)
+    refuse_planted_side_links(real)
     require_writable(p)
     created = [d for d in (p, p.parent, *p.parent.parents) if not os.path.lexists(d)]
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        real.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DatabaseError(f"{p}: cannot create its folder: {exc.strerror}") from None
+    real = _create_unless_present(p, real)
     try:
-        conn = sqlite3.connect(file_uri(p, "rwc"), uri=True, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(file_uri(real, "rw"), uri=True, check_same_thread=False, isolation_level=None)
         try:
             _prepare_writer(conn, p)
         except BaseException:
@@ -72,37 +84,97 @@ def connect_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
+def _create_unless_present(p: Path, real: Path) -> Path:
+    """Create the empty file SQLite would, never through a link someone made there meanwhile; return its real path.
+
+    SQLite's own create (``mode=rwc``) follows a link at the name, dangling
+    or not, and there is no way to ask it not to: the file is made here with
+    O_NOFOLLOW, and SQLite opens it ``mode=rw``.
+    """
+    for _attempt in range(3):
+        try:
+            fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            if not os.path.islink(real):
+                return real  # the file (or what SQLite will refuse to open)
+            real = resolve_refusing_planted_links(p)  # a link made since the path was resolved: judge it too
+            continue
+        except OSError as exc:
+            raise DatabaseError(f"{p}: cannot create: {exc.strerror}") from None
+        os.close(fd)
+        return real
+    return real
+
+
 def _prepare_writer(conn: sqlite3.Connection, p: Path) -> None:
-    existing = int(conn.execute("PRAGMA page_count").fetchone()[0]) > 0
+    # One snapshot for all that is read before the first write: another writer may be creating the same file
+    # meanwhile (two traces started together), and its tables seen beside a version read before they came, or its
+    # pages counted while only its -wal held them, looked like another tool's file or a truncated one.
+    conn.execute("BEGIN")
+    try:
+        existing = _check_existing(conn, p)
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # the error that matters is the one on its way out
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
     if not existing:
-        # Only settable before the first table: lets --max-db give pages back.
+        # Only settable before the first table (later a no-op, whoever made it): lets --max-db give pages back.
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     conn.create_function("gs_hist_merge", 2, _hist_merge, deterministic=True)
-    if schema_version(conn) == 0:
-        foreign = [
-            r[0]
-            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            if r[0] not in ("schema_migrations",) and not r[0].startswith("sqlite_")
-        ]
-        if foreign:
-            raise DatabaseError(
-                f"{p}: not a gpuscope database (it has other tables: {', '.join(sorted(foreign)[:5])})",
-                remedy="record into a new file with --db PATH; convert an Ingero file with `gpuscope import`",
-            )
-    if existing:
-        # Before the first write (journal_mode included): appending to a damaged
-        # file spreads the damage, and retention and incremental vacuum move
-        # pages anywhere in it.
-        size = p.stat().st_size
-        problem = first_problem(
-            conn, full=size <= WRITER_FULL_CHECK_BYTES, file_size=None if wal_has_frames(p) else size
-        )
-        if problem:
-            raise DatabaseError(f"{p}: is damaged ({problem})", remedy=WRITER_DAMAGE_REMEDY)
-    conn.execute("PRAGMA journal_mode=WAL")
+    _use_wal(conn)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=5000")
     migrate(conn)
+
+
+def _check_existing(conn: sqlite3.Connection, p: Path) -> bool:
+    """Refuse another tool's file or a damaged one, in the caller's read transaction; whether it has pages at all."""
+    if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
+        return False
+    if schema_version(conn) == 0 and (foreign := _foreign_tables(conn)):
+        raise DatabaseError(
+            f"{p}: not a gpuscope database (it has other tables: {', '.join(sorted(foreign)[:5])})",
+            remedy="record into a new file with --db PATH; convert an Ingero file with `gpuscope import`",
+        )
+    # Before the first write (journal_mode included): appending to a damaged
+    # file spreads the damage, and retention and incremental vacuum move
+    # pages anywhere in it. The transaction keeps the pages it counts where
+    # they are (a -wal holding some is not emptied under it), so the -wal is
+    # looked at, then the file's size.
+    in_wal = wal_has_frames(p)
+    size = p.stat().st_size
+    problem = first_problem(conn, full=size <= WRITER_FULL_CHECK_BYTES, file_size=None if in_wal else size)
+    if problem:
+        raise DatabaseError(f"{p}: is damaged ({problem})", remedy=WRITER_DAMAGE_REMEDY)
+    return True
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL, waiting (as the busy timeout would) while another writer switches the same new file.
+
+    Two connections converting one file at once both hold a read lock and
+    want the write lock: SQLite fails one at once with SQLITE_BUSY rather
+    than call its busy handler (that could deadlock), so the wait is here.
+    """
+    deadline = time.monotonic() + _WAL_SWITCH_WAIT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") or "locked" in str(exc)
+            if not busy or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)  # the other's switch is one write of the header: far shorter than this
+
+
+def _foreign_tables(conn: sqlite3.Connection) -> list[str]:
+    return [
+        r[0]
+        for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        if r[0] != "schema_migrations" and not r[0].startswith("sqlite_")
+    ]
 
 
 def _hist_merge(a: bytes | None, b: bytes | None) -> bytes:
@@ -315,6 +387,13 @@ def _check_header(conn: sqlite3.Connection, path: Path) -> _Header | None:
         raise DatabaseError(
             f"{path}: not a gpuscope database (no event_log table)",
             remedy="pass a database written by `gpuscope trace`",
+        )
+    if version == 0:
+        # gpuscope's tables without a version: nothing says which schema they follow, so nothing can check them.
+        raise DatabaseError(
+            f"{path}: not a gpuscope recording, or one whose version was reset "
+            "(user_version 0 with an event_log table)",
+            remedy="pass a database written by `gpuscope trace`, as it wrote it",
         )
     signature = file_signature(database_path(conn))
     if signature is not None and signature in _VERIFIED:

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscope.config import check_node_name
-from gpuscope.errors import GpuscopeError, UsageError
+from gpuscope.errors import DatabaseError, GpuscopeError, UsageError
 from gpuscope.platform.files import atomic_output, database_write_failure, refuse_same_file
+from gpuscope.platform.links import resolve_refusing_planted_links
 from gpuscope.store.blocks import build_blocks
 from gpuscope.store.build import build_database, ensure_op
 from gpuscope.store.connect import connect_reader, read_uri
@@ -144,15 +145,17 @@ def merge_files(
     first by ``gpuscope.recording.merge_recordings``.
 
     Raises UsageError (see ``check_merge_request``), OutputBusyError when a
-    process has ``dest`` open, DatabaseError / SchemaTooNewError for bad
-    inputs, MergeConflictError for overlapping sessions of one node,
-    OutputError when ``dest`` cannot be written.
+    process has ``dest`` open, PlantedLinkError when ``dest`` is a link
+    another user planted in a shared folder, DatabaseError /
+    SchemaTooNewError for bad inputs (one not stored as UTF-8 included),
+    MergeConflictError for overlapping sessions of one node, OutputError
+    when ``dest`` cannot be written.
     """
-    out_path = Path(os.path.realpath(Path(dest).expanduser()))
+    out_path = resolve_refusing_planted_links(dest)
     renames = rename or {}
     check_merge_request([i.path for i in inputs], out_path, force_node, renames)
     for given in inputs:
-        connect_reader(given.source).close()  # raises for non-gpuscope files and newer schemas
+        _check_input(given)
     report = MergeReport()
     spans: list[_Span] = []
     try:
@@ -179,6 +182,21 @@ def merge_files(
     return report
 
 
+def _check_input(item: MergeInput) -> None:
+    """Refuse an input that cannot be attached to the output: not gpuscope's, too new, or not UTF-8."""
+    conn = connect_reader(item.source)  # raises for non-gpuscope files and newer schemas
+    try:
+        encoding = str(conn.execute("PRAGMA encoding").fetchone()[0])
+    finally:
+        conn.close()
+    # SQLite attaches only files of the output's text encoding; gpuscope writes UTF-8, another tool may not have.
+    if encoding != "UTF-8":
+        raise DatabaseError(
+            f"{item.path}: its text is stored as {encoding}; merge reads only UTF-8 recordings (gpuscope's own)",
+            remedy="merge the recordings as gpuscope wrote them; explain, query and export read this one as it is",
+        )
+
+
 def set_clock_offset(conn: sqlite3.Connection, offset: ClockOffset, measured_at_ns: int | None = None) -> None:
     """Store (or replace) a node's clock offset; ``events_aligned`` applies it."""
     conn.execute(
@@ -193,8 +211,23 @@ def _attached(out: sqlite3.Connection, path: Path) -> Iterator[None]:
     out.execute("ATTACH DATABASE ? AS src", (read_uri(path)[0],))
     try:
         yield
-    finally:
-        out.execute("DETACH DATABASE src")
+    except BaseException:
+        # Ctrl-C can land while a transaction (or a statement) still holds src: DETACH then fails with
+        # "database src is locked", and that error must not take the place of the one on its way out.
+        _abandon(out, "DETACH DATABASE src")
+        raise
+    out.execute("DETACH DATABASE src")
+
+
+def _abandon(out: sqlite3.Connection, *then: str) -> None:
+    """Roll back what is open on ``out``, then run ``then``, while another exception propagates: their errors are
+    dropped (the output under construction is removed anyway; SQLite may have rolled back itself after a full disk)."""
+    with contextlib.suppress(sqlite3.Error):
+        if out.in_transaction:
+            out.execute("ROLLBACK")
+    for statement in then:
+        with contextlib.suppress(sqlite3.Error):
+            out.execute(statement)
 
 
 def _merge_one(
@@ -221,10 +254,7 @@ def _merge_one(
             build_blocks(out)  # the output's own, of its ids and ops: explain reads them as from a trace's file
         out.execute("COMMIT")
     except BaseException:
-        # SQLite has already rolled back after a full disk or an I/O error; a second
-        # ROLLBACK would fail and hide the error that matters.
-        if out.in_transaction:
-            out.execute("ROLLBACK")
+        _abandon(out)
         raise
 
 

@@ -19,7 +19,13 @@ def schema_version(conn: sqlite3.Connection) -> int:
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Apply every migration newer than the database, in order, each in a transaction."""
+    """Apply every migration newer than the database, in order, each in a transaction.
+
+    Two writers may open the same new file at once (two traces started
+    together): the version is read again inside each migration's write
+    transaction, so a migration the other applied meanwhile is skipped, not
+    applied twice.
+    """
     version = schema_version(conn)
     if version > SCHEMA_VERSION:
         raise SchemaTooNewError(f"schema version {version} is newer than this gpuscope ({SCHEMA_VERSION})")
@@ -32,6 +38,9 @@ def migrate(conn: sqlite3.Connection) -> None:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if schema_version(conn) >= m.version:
+                conn.execute("COMMIT")  # applied by another writer since the version was first read
+                continue
             for stmt in _statements(m.sql):
                 conn.execute(stmt)
             conn.execute(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from gpuscope.platform.files import (
     atomic_output,
     refuse_same_file,
 )
+from gpuscope.platform.links import PlantedLinkError
+from tests.other_user import NOBODY, needs_root_to_plant, plant_link, shared_folder
 
 
 def _names(folder: Path) -> list[str]:
@@ -135,6 +139,34 @@ def test_a_symlink_is_followed_and_kept(tmp_path: Path) -> None:
     assert link.is_symlink() and target.read_text() == "new"
 
 
+@needs_root_to_plant
+def test_a_symlink_another_user_planted_in_a_sticky_folder_is_not_written_through(tmp_path: Path) -> None:
+    # given a file of root's, and a link to it that nobody planted in a folder like /tmp
+    target = tmp_path / "passwd"
+    target.write_text("root's")
+    folder = shared_folder(tmp_path)
+    link = plant_link(folder / "trace.json", target)
+    # when root writes an output there
+    with (
+        pytest.raises(PlantedLinkError, match=r"trace\.json: not following a symlink owned by another user"),
+        atomic_output(link) as tmp,
+    ):
+        tmp.write_text("new")
+    # then the file is untouched, the link is as it was, and nothing was left in the folder
+    assert target.read_text() == "root's"
+    assert link.is_symlink() and _names(folder) == ["trace.json"]
+
+
+def test_ones_own_symlink_in_a_sticky_folder_is_followed(tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = shared_folder(tmp_path) / "link.json"
+    link.symlink_to(target)
+    with atomic_output(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
 def test_a_named_pipe_is_written_in_place_or_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -181,6 +213,55 @@ def test_a_replaced_database_loses_its_old_side_files_before_the_rename(
     # then the old side files were gone before the new file took the name (SQLite would replay them onto it)
     assert [n for n in seen_at_rename[0] if n.startswith("out.db-")] == []
     assert _names(tmp_path) == ["out.db"] and dest.read_text() == "new"
+
+
+# -- temporaries left by killed runs ------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(child.stdout)
+
+
+@pytest.fixture
+def live_pid() -> Iterator[int]:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    yield child.pid
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait()
+
+
+def test_the_temporary_is_named_after_this_process(tmp_path: Path) -> None:
+    with atomic_output(tmp_path / "out.json") as tmp:
+        assert tmp.name.startswith(f".out.json.{os.getpid()}.")
+        tmp.write_text("x")
+
+
+def test_a_temporary_a_killed_run_left_is_removed_by_the_next_and_a_live_runs_is_kept(
+    tmp_path: Path, live_pid: int
+) -> None:
+    # given the temporaries (and a side file) of a run that was killed, and of one still writing
+    dead = _dead_pid()
+    stale = [tmp_path / f".out.db.{dead}.0123abcd.tmp", tmp_path / f".out.db.{dead}.0123abcd.tmp-journal"]
+    kept = [tmp_path / f".out.db.{live_pid}.89abcdef.tmp", tmp_path / f".other.db.{dead}.0123abcd.tmp"]
+    for path in (*stale, *kept):
+        path.write_text("half")
+    # when the next run writes the same output
+    with atomic_output(tmp_path / "out.db") as tmp:
+        tmp.write_text("whole")
+    # then only the dead run's files of that output are gone
+    assert _names(tmp_path) == sorted(["out.db", *(p.name for p in kept)])
+
+
+@needs_root_to_plant
+def test_another_users_temporary_is_never_removed(tmp_path: Path) -> None:
+    theirs = tmp_path / f".out.db.{_dead_pid()}.0123abcd.tmp"
+    theirs.write_text("half")
+    os.chown(theirs, NOBODY, NOBODY)
+    with atomic_output(tmp_path / "out.db") as tmp:
+        tmp.write_text("whole")
+    assert theirs.exists()
 
 
 # -- refuse_same_file ---------------------------------------------------------------------------------

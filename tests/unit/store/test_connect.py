@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,12 +15,14 @@ import pytest
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.errors import DatabaseError, SchemaTooNewError
 from gpuscope.model.ops import Op
+from gpuscope.platform.links import PlantedLinkError
 from gpuscope.recording import open_recording
 from gpuscope.store.connect import connect_reader, connect_writer, database_path
 from gpuscope.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpuscope.store.sessions_write import SessionInfo, create_session
 from gpuscope.store.writer import EventWriter
 from tests.ingero_fixtures import ingero_fixture
+from tests.other_user import needs_root_to_plant, plant_link, shared_folder
 from tests.unit.analysis.builder import Events
 
 from .recordings import reading, record
@@ -153,3 +158,118 @@ def test_the_database_path_is_the_file_the_connection_reads(tmp_path: Path) -> N
     path = record(Events(), tmp_path / "a#b 100%.db")
     with reading(path) as conn:
         assert os.path.realpath(database_path(conn)) == os.path.realpath(path)
+
+
+# -- links planted by other users ---------------------------------------------------------------------
+
+
+@needs_root_to_plant
+@pytest.mark.parametrize("dangling", [True, False], ids=["dangling", "to a file"])
+def test_a_writer_refuses_a_link_another_user_planted_and_creates_nothing_through_it(
+    tmp_path: Path, dangling: bool
+) -> None:
+    # given nobody's link in a folder like /tmp, to a file of root's or to where one would be made
+    target = tmp_path / "private" / "root.db"
+    target.parent.mkdir()
+    if not dangling:
+        target.write_bytes(b"root's")
+    link = plant_link(shared_folder(tmp_path) / "trace.db", target)
+    # when root records there
+    with pytest.raises(PlantedLinkError, match=r"trace\.db: not following a symlink owned by another user"):
+        connect_writer(link)
+    # then the target is as it was (or still absent), with nothing beside it
+    assert sorted(p.name for p in target.parent.iterdir()) == ([] if dangling else ["root.db"])
+    if not dangling:
+        assert target.read_bytes() == b"root's"
+
+
+@needs_root_to_plant
+def test_a_writer_refuses_a_link_another_user_planted_as_its_wal(tmp_path: Path) -> None:
+    target = tmp_path / "root-file"
+    target.write_bytes(b"root's")
+    folder = shared_folder(tmp_path)
+    plant_link(folder / "trace.db-wal", target)
+    with pytest.raises(PlantedLinkError, match=r"trace\.db-wal"):
+        connect_writer(folder / "trace.db")
+    assert target.read_bytes() == b"root's"
+
+
+def test_a_writer_follows_its_own_dangling_link_and_creates_the_recording_there(tmp_path: Path) -> None:
+    target = tmp_path / "real" / "trace.db"
+    target.parent.mkdir()
+    link = shared_folder(tmp_path) / "trace.db"
+    link.symlink_to(target)
+    connect_writer(link).close()
+    assert link.is_symlink() and target.is_file()
+    connect_reader(link).close()
+
+
+# -- two writers on one new file ----------------------------------------------------------------------
+
+
+def _open_when_both_are_ready(path: str, ready: Any, errors: Any) -> None:
+    try:
+        ready.wait(timeout=60)
+        connect_writer(path).close()
+    except BaseException as exc:  # reported to the test, which runs in another process
+        errors.put(f"{type(exc).__name__}: {exc}")
+        sys.exit(1)
+
+
+def test_two_writers_opening_the_same_new_file_at_once_both_succeed(tmp_path: Path) -> None:
+    # given two processes that open the same new file at the same moment, many times over
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    for attempt in range(20):
+        db = tmp_path / f"new-{attempt}.db"
+        ready = ctx.Barrier(2)
+        writers = [ctx.Process(target=_open_when_both_are_ready, args=(str(db), ready, errors)) for _ in range(2)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join(timeout=120)
+            if w.exitcode is None:  # hung: ended here so that the failure below is all that is left
+                w.kill()
+                w.join()
+        # then both open it, and the schema is whole, each migration applied once
+        assert errors.empty(), errors.get()
+        assert [w.exitcode for w in writers] == [0, 0]
+        conn = connect_writer(db)
+        assert [r[0] for r in conn.execute("SELECT version FROM schema_migrations")] == [m.version for m in MIGRATIONS]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        conn.close()
+        connect_reader(db).close()
+
+
+# -- a version reset to 0 -----------------------------------------------------------------------------
+
+
+def test_a_file_with_gpuscopes_tables_and_version_zero_is_refused_by_readers(tmp_path: Path) -> None:
+    # given a table named event_log in a file whose version says it was never migrated
+    db = tmp_path / "made-up.db"
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE event_log(id INTEGER PRIMARY KEY, anything TEXT)")
+    c.close()
+    with pytest.raises(DatabaseError, match="not a gpuscope recording, or one whose version was reset"):
+        connect_reader(db)
+
+
+def test_a_recording_whose_version_was_reset_to_zero_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    db = tmp_path / "reset.db"
+    connect_writer(db).close()
+    c = sqlite3.connect(db)
+    c.execute("PRAGMA user_version=0")
+    c.close()
+    before = db.read_bytes()
+    with pytest.raises(DatabaseError, match="version was reset"):
+        connect_reader(db)
+    with pytest.raises(DatabaseError, match="not a gpuscope database"):
+        connect_writer(db)
+    assert db.read_bytes() == before
+
+
+def test_an_empty_file_is_still_made_a_recording_by_a_writer(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    db.touch()
+    connect_writer(db).close()
+    connect_reader(db).close()

@@ -11,9 +11,12 @@ import pytest
 from gpuscope.cli import main
 from gpuscope.model.ops import Op
 from gpuscope.recording.merge_formats import merge_recordings as merge_files
+from gpuscope.store import merge_recordings as store_merge
 from gpuscope.store.connect import connect_reader, connect_writer
 from gpuscope.store.merge_recordings import ClockOffset, MergeConflictError
+from gpuscope.store.migrate import migrate
 from gpuscope.store.sessions_write import SessionInfo, create_session
+from tests.other_user import needs_root_to_plant, plant_link, shared_folder
 
 T0 = 1_700_000_000_000_000_000
 
@@ -235,3 +238,72 @@ def test_a_clock_offset_without_a_unit_is_refused(
     a = _node_db(tmp_path / "a.db", "a")
     assert main(["merge", str(a), "-o", str(tmp_path / "m.db"), "--clock-offset", text]) == 2
     assert "with a unit" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_an_input_is_attached_is_the_interrupt_and_leaves_the_output_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given an earlier output, and a merge interrupted in its transaction while a read of the input is under way
+    a = _node_db(tmp_path / "a.db", "a")
+    out = tmp_path / "out" / "m.db"
+    out.parent.mkdir()
+    out.write_bytes(b"an earlier output")
+
+    def interrupted(conn: sqlite3.Connection, *args: object) -> None:
+        conn.execute("BEGIN")
+        reading = conn.execute("SELECT id FROM src.event_log")
+        reading.fetchone()  # src is held by this statement and by the transaction
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_merge, "_merge_one", interrupted)
+    # when it runs: the interrupt, not "database src is locked", comes out
+    with pytest.raises(KeyboardInterrupt):
+        merge_files([a], out)
+    # then the earlier output is as it was, and nothing else is in its folder
+    assert out.read_bytes() == b"an earlier output"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.db"]
+
+
+def _utf16_node_db(path: Path, node: str) -> Path:
+    """A recording whose text another tool stored as UTF-16 (set before its first table)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA encoding='UTF-16le'")
+    migrate(conn)
+    conn.close()
+    return _node_db(path, node)
+
+
+def test_a_utf16_input_is_refused_with_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # given a UTF-8 recording, and one whose text is stored as UTF-16 (readable on its own)
+    good = _node_db(tmp_path / "good.db", "a")
+    other = _utf16_node_db(tmp_path / "utf16.db", "b")
+    connect_reader(other).close()
+    out = tmp_path / "m.db"
+    # when both are merged
+    rc = main(["merge", str(good), str(other), "-o", str(out)])
+    # then one error line names the file and its encoding, and no output is written
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert [line for line in err.splitlines() if line.startswith("error: ")] == [
+        f"error: {other}: its text is stored as UTF-16le; merge reads only UTF-8 recordings (gpuscope's own)"
+    ]
+    assert "Traceback" not in err and "fix: " in err
+    assert not out.exists()
+
+
+@needs_root_to_plant
+def test_merge_refuses_an_output_link_another_user_planted_in_a_shared_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a file of root's, and a link to it that nobody planted in a folder like /tmp
+    a = _node_db(tmp_path / "a.db", "a")
+    precious = tmp_path / "precious.db"
+    precious.write_bytes(b"root's")
+    link = plant_link(shared_folder(tmp_path) / "m.db", precious)
+    # when root merges onto the link
+    rc = main(["merge", str(a), "-o", str(link)])
+    # then it refuses in one line, and the file behind the link is as it was
+    err = capsys.readouterr().err
+    assert rc == 1 and "m.db: not following a symlink owned by another user" in err, err
+    assert precious.read_bytes() == b"root's" and link.is_symlink()
+    assert sorted(p.name for p in link.parent.iterdir()) == ["m.db"]
