@@ -156,8 +156,9 @@ def test_the_report_and_the_time_views_of_the_page_read_the_windows_events_once(
     from gpuscope.serve.http_api import Api
 
     db = contention_recording(tmp_path / "run.db")
+    from gpuscope.analysis.frame import load_frame as real
+
     reads: list[tuple[int, int]] = []
-    real = views_module.load_frame
 
     def counted(conn: Any, start_ns: int, end_ns: int, *args: Any) -> Any:
         reads.append((start_ns, end_ns))

@@ -191,4 +191,3 @@ def test_without_a_token_loopback_names_and_addresses_are_served() -> None:
             assert status == 200 and b"gpuscope_calls_total" in body, host
     finally:
         server.close()
-

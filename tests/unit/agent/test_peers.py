@@ -13,9 +13,7 @@ from gpuscope.agent.peers import Registration, running_peers
 
 def test_a_registered_agent_is_seen_by_another_until_it_ends(tmp_path: Path) -> None:
     # given a trace registered by a process that looks like an agent (its command line names gpuscope)
-    agent = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "gpuscope"], stdin=subprocess.PIPE
-    )
+    agent = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gpuscope"], stdin=subprocess.PIPE)
     try:
         doc = {"pid": agent.pid, "db": "/var/lib/gpuscope/node.db", "every_process": True, "started_wall_ns": 1}
         (tmp_path / f"{agent.pid}.json").write_text(json.dumps(doc))
