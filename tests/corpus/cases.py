@@ -327,6 +327,15 @@ CASES: list[Case] = [
     # merge take 150 s and 15 GB; a 10 MB comm made export take a minute and write 230 MB).
     Case("node-of-4-mb", _steady("UPDATE sessions SET node = printf('%.4000000c', 'n')"), True),
     Case(
+        "cmdline-of-10-mb",
+        _steady(
+            "INSERT OR REPLACE INTO processes(session_id, pid, comm, cmdline, first_seen_ns) "
+            "SELECT session_id, pid, 'x', printf('%.10000000c', 'x'), 1 FROM event_log LIMIT 1"
+        ),
+        True,
+    ),
+    Case("session-argv-of-10-mb", _steady("UPDATE sessions SET argv = printf('[\"%.10000000c\"]', 'x')"), True),
+    Case(
         "comm-of-10-mb",
         _steady("UPDATE comms SET comm = printf('%.10000000c', 'x') WHERE id = (SELECT min(comm_id) FROM event_log)"),
         True,

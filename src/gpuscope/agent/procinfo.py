@@ -46,12 +46,16 @@ def _exited(pid: int) -> bool:
     return not fields or fields[0] in ("Z", "X")
 
 
+MAX_CMDLINE_CHARS = 1 << 20
+
+
 def read_process(pid: int) -> ProcessInfo | None:
     """What /proc says of a process; None once it is gone (``exited``: a zombie, its program already gone)."""
     comm = _read(f"/proc/{pid}/comm").strip()
     if not comm:
         return None
-    cmdline = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
+    # Bounded as a reader accepts it (store.conformance): the kernel's limit grows with the stack's.
+    cmdline = _read(f"/proc/{pid}/cmdline")[:MAX_CMDLINE_CHARS].replace("\0", " ").strip()
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:

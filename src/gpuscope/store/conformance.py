@@ -134,6 +134,8 @@ _EVENTS = ("ts_ns", "duration_ns", "pid", "tid")
 MAX_NAME_CHARS = 256
 """The longest process name a recording holds (the kernel's are 15 bytes; an imported one may be longer)."""
 MAX_OP_NAME_CHARS = 128
+MAX_TEXT_CHARS = 4 << 20
+MAX_PATH_CHARS = 16 << 10
 # Names the views join onto every event (``events``: node, comm, op and its source) or onto every process: one
 # crafted long value is copied into every row a command reads. A 4 MB node made `merge` take 150 s and 15 GB;
 # a 10 MB comm made `export` take a minute and write 230 MB. gpuscope never writes them longer than this.
@@ -145,6 +147,17 @@ _NAME_LIMITS = (
     ("ops", "source", MAX_OP_NAME_CHARS),
     ("ops", "kind", MAX_OP_NAME_CHARS),
     ("sources", "name", MAX_OP_NAME_CHARS),
+    # Read once per process or session, never per event, but whole: bounded too. A command line is at most the
+    # kernel's ARG_MAX (2 MiB with the usual 8 MiB stack) and a path PATH_MAX; the session's documents (its
+    # argv, options, targets, libraries, drops) are gpuscope's own, kilobytes.
+    ("processes", "cmdline", MAX_TEXT_CHARS),
+    ("processes", "exe", MAX_PATH_CHARS),
+    ("processes", "cgroup_path", MAX_PATH_CHARS),
+    ("sessions", "argv", MAX_TEXT_CHARS),
+    ("sessions", "flags", MAX_TEXT_CHARS),
+    ("sessions", "targets", MAX_TEXT_CHARS),
+    ("sessions", "libraries", MAX_TEXT_CHARS),
+    ("sessions", "drops", MAX_TEXT_CHARS),
 )
 
 
