@@ -28,6 +28,9 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures shared by test folders that import nothing else of each other.
+pytest_plugins = ["tests.pids"]
+
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN_SRC = ROOT / "native" / "standin"
 WORKLOADS_SRC = ROOT / "tests" / "workloads"

@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuscope.cli import main
 from tests.other_user import needs_root_to_plant, plant_link, shared_folder
+from tests.pids import dead_pid
 from tests.unit.query.builder import build_db
 
 
 @pytest.fixture
 def recording(tmp_path: Path) -> Path:
     return build_db(tmp_path / "rec.db", n=50)
-
-
-@pytest.fixture
-def live_pid() -> Iterator[int]:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    yield child.pid
-    assert child.stdin is not None
-    child.stdin.close()
-    child.wait()
-
-
-def _dead_pid() -> int:
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return int(child.stdout)
 
 
 @needs_root_to_plant
@@ -61,7 +45,7 @@ def test_the_next_run_removes_the_temporaries_a_killed_run_left_and_keeps_a_runn
     # given what a run killed while writing out.db left (its temporary and a journal), and a running one's temporary
     out = tmp_path / "out" / "out.db"
     out.parent.mkdir()
-    dead = _dead_pid()
+    dead = dead_pid()
     left = [f".out.db.{dead}.0123abcd.tmp", f".out.db.{dead}.0123abcd.tmp-journal"]
     running = f".out.db.{live_pid}.89abcdef.tmp"
     for name in (*left, running):

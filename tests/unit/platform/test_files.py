@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from gpuscope.platform.files import (
 )
 from gpuscope.platform.links import PlantedLinkError
 from tests.other_user import NOBODY, needs_root_to_plant, plant_link, shared_folder
+from tests.pids import dead_pid
 
 
 def _names(folder: Path) -> list[str]:
@@ -218,20 +217,6 @@ def test_a_replaced_database_loses_its_old_side_files_before_the_rename(
 # -- temporaries left by killed runs ------------------------------------------------------------------
 
 
-def _dead_pid() -> int:
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return int(child.stdout)
-
-
-@pytest.fixture
-def live_pid() -> Iterator[int]:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    yield child.pid
-    assert child.stdin is not None
-    child.stdin.close()
-    child.wait()
-
-
 def test_the_temporary_is_named_after_this_process(tmp_path: Path) -> None:
     with atomic_output(tmp_path / "out.json") as tmp:
         assert tmp.name.startswith(f".out.json.{os.getpid()}.")
@@ -242,7 +227,7 @@ def test_a_temporary_a_killed_run_left_is_removed_by_the_next_and_a_live_runs_is
     tmp_path: Path, live_pid: int
 ) -> None:
     # given the temporaries (and a side file) of a run that was killed, and of one still writing
-    dead = _dead_pid()
+    dead = dead_pid()
     stale = [tmp_path / f".out.db.{dead}.0123abcd.tmp", tmp_path / f".out.db.{dead}.0123abcd.tmp-journal"]
     kept = [tmp_path / f".out.db.{live_pid}.89abcdef.tmp", tmp_path / f".other.db.{dead}.0123abcd.tmp"]
     for path in (*stale, *kept):
@@ -256,7 +241,7 @@ def test_a_temporary_a_killed_run_left_is_removed_by_the_next_and_a_live_runs_is
 
 @needs_root_to_plant
 def test_another_users_temporary_is_never_removed(tmp_path: Path) -> None:
-    theirs = tmp_path / f".out.db.{_dead_pid()}.0123abcd.tmp"
+    theirs = tmp_path / f".out.db.{dead_pid()}.0123abcd.tmp"
     theirs.write_text("half")
     os.chown(theirs, NOBODY, NOBODY)
     with atomic_output(tmp_path / "out.db") as tmp:
