@@ -12,6 +12,14 @@ the live view and the metrics exporters read.
 
 The child ends when its stdin closes: when the trace closes it, or when the
 agent dies (the kernel closes the pipe).
+
+At the idle class the child gets no CPU at all while every CPU is busy, the
+case a contention tool exists for: beside two busy loops on 2 CPUs its first
+evaluation never came. So a child that has said nothing for ``STARVED_S``
+is moved to the normal class at nice ``STARVED_NICE`` (about a tenth of a
+busy loop's share), and then paces its evaluations to ``STARVED_CPU_SHARE``
+of one CPU: on a saturated machine the findings come, later and at a bounded
+cost.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ from pathlib import Path
 from gpuscope.tui.live_snapshot import LiveWindow
 
 CLOSE_TIMEOUT_S = 10.0
+STARVED_S = 15.0
+STARVED_NICE = 10
+STARVED_CPU_SHARE = 0.02
 COMM = "gpuscope-rules"
 NO_HANG = (
     "agent"  # the child's hang argument when the agent checks hangs itself  # 15 characters at most (TASK_COMM_LEN)
@@ -77,8 +88,13 @@ class LiveExplain:
             env=env,
             close_fds=True,
         )
+        self._heard = time.monotonic()  # the child's start, then its last message
+        self.raised = False  # moved out of the idle class after it starved
+        self._closed = threading.Event()
         self._reader = threading.Thread(target=self._read, name="gpuscope-explain", daemon=True)
         self._reader.start()
+        self._watch = threading.Thread(target=self._watch_starvation, name="gpuscope-explain-watch", daemon=True)
+        self._watch.start()
 
     @property
     def pid(self) -> int:
@@ -93,6 +109,7 @@ class LiveExplain:
             except ValueError:
                 continue
             with self._lock:
+                self._heard = time.monotonic()
                 if msg.get("error"):
                     self.errors += 1
                     self.last_error = str(msg["error"])
@@ -106,6 +123,24 @@ class LiveExplain:
                 self.errors += 1
                 self.last_error = f"live explain ended with status {code}"
 
+    def _watch_starvation(self) -> None:
+        """Move the child out of the idle class once it has said nothing for ``STARVED_S`` (see the module)."""
+        while not self._closed.wait(1.0):
+            with self._lock:
+                quiet = time.monotonic() - self._heard
+            if quiet < STARVED_S or self._proc.poll() is not None:
+                continue
+            try:
+                # The policy and nice value are each thread's own: every thread of the child.
+                for tid in os.listdir(f"/proc/{self._proc.pid}/task"):
+                    os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+                    os.setpriority(os.PRIO_PROCESS, int(tid), STARVED_NICE)
+            except OSError:
+                pass  # not ours to change (no CAP_SYS_NICE), or gone: it stays as it was
+            else:
+                self.raised = True
+            return
+
     def findings(self, window: LiveWindow) -> Sequence[str]:
         """The last evaluation's lines (never waits for one)."""
         with self._lock:
@@ -118,6 +153,7 @@ class LiveExplain:
 
     def close(self) -> None:
         """Stop the child (an evaluation in progress finishes first, within a bound) and wait for it."""
+        self._closed.set()
         if self._proc.stdin is not None and not self._proc.stdin.closed:
             try:
                 self._proc.stdin.close()
@@ -129,6 +165,7 @@ class LiveExplain:
             self._proc.kill()
             self._proc.wait()
         self._reader.join(CLOSE_TIMEOUT_S)
+        self._watch.join(CLOSE_TIMEOUT_S)
 
 
 # -- the child -------------------------------------------------------------------
@@ -148,6 +185,13 @@ def _idle_priority() -> None:
         Path("/proc/self/comm").write_text(COMM)
     except OSError:
         pass
+
+
+def _scheduled_normally() -> bool:
+    try:
+        return os.sched_getscheduler(0) != os.SCHED_IDLE
+    except (OSError, AttributeError):
+        return True
 
 
 def _stop_requested(timeout_s: float) -> bool:
@@ -185,6 +229,9 @@ def _child(argv: list[str]) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             return 0
+        # Raised out of the idle class by the agent (it starved there): cheaper turns from now on.
+        if _scheduled_normally():
+            ev.cpu_share = min(ev.cpu_share, STARVED_CPU_SHARE)
         wait_s = ev.next_interval(time.thread_time() - cpu0) - (time.monotonic() - began)
     return 0
 

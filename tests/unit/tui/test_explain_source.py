@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gpuscope.model.ops import Op
 from gpuscope.tui.explain_process import LiveExplain
 from gpuscope.tui.explain_source import ExplainFindings
@@ -74,6 +76,34 @@ def test_live_explain_runs_the_rules_in_a_named_idle_process_of_its_own(tmp_path
     finally:
         live.close()
     # and closing ends it cleanly
+    assert live._proc.returncode == 0
+
+
+def test_a_child_starved_at_the_idle_class_is_raised_to_nice_10_and_still_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    import gpuscope.tui.explain_process as explain_process
+
+    monkeypatch.setattr(explain_process, "STARVED_S", 1.0)
+    # given a live explain whose child gets no CPU (stopped: as at the idle class beside busy loops)
+    live = LiveExplain(_hung_now(tmp_path), hang_threshold_ns=2_000 * MS, every_s=0.2)
+    try:
+        os.kill(live.pid, signal.SIGSTOP)
+        # when it has said nothing for longer than STARVED_S
+        _wait_for(lambda: live.raised)
+        # then each of its threads runs in the normal class at nice 10, no longer only when a CPU is idle
+        for tid in os.listdir(f"/proc/{live.pid}/task"):
+            assert os.sched_getscheduler(int(tid)) == os.SCHED_OTHER
+            assert os.getpriority(os.PRIO_PROCESS, int(tid)) == explain_process.STARVED_NICE
+        # and once it runs, its findings come
+        os.kill(live.pid, signal.SIGCONT)
+        _wait_for(lambda: bool(live.findings(WINDOW)))
+        assert live.findings(WINDOW)[0].startswith("CRITICAL nccl-hang")
+    finally:
+        os.kill(live.pid, signal.SIGCONT)
+        live.close()
     assert live._proc.returncode == 0
 
 
