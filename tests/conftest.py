@@ -28,9 +28,6 @@ from pathlib import Path
 
 import pytest
 
-# Fixtures shared by test folders that import nothing else of each other.
-pytest_plugins = ["tests.pids"]
-
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN_SRC = ROOT / "native" / "standin"
 WORKLOADS_SRC = ROOT / "tests" / "workloads"
@@ -354,3 +351,13 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
     finally:
         os.chdir(old)
+
+
+@pytest.fixture
+def live_pid() -> Iterator[int]:
+    """The pid of a process that runs until the test ends (beside ``tests.pids.dead_pid``)."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    yield child.pid
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait()
