@@ -32,13 +32,15 @@ class PeerAgent:
     started_wall_ns: int
 
 
-def _is_gpuscope(pid: int) -> bool:
-    """Whether ``pid`` is alive and a gpuscope agent (a reused pid is another program)."""
+def _is_gpuscope(pid: int) -> bool | None:
+    """Whether ``pid`` is alive and a gpuscope agent (a reused pid is another program); None: cannot tell now."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return any(b"gpuscope" in part for part in argv[:4])
+    if not cmdline:
+        return None  # in the middle of an exec, or exited and not yet reaped
+    return any(b"gpuscope" in part for part in cmdline.split(b"\0")[:4])
 
 
 def running_peers(run_dir: Path = RUN_DIR, me: int | None = None) -> list[PeerAgent]:
@@ -57,9 +59,11 @@ def running_peers(run_dir: Path = RUN_DIR, me: int | None = None) -> list[PeerAg
             continue  # being written, or not ours: never a reason to fail a trace
         if peer.pid == me:
             continue
-        if not _is_gpuscope(peer.pid):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        agent = _is_gpuscope(peer.pid)
+        if not agent:
+            if agent is False:
+                with contextlib.suppress(OSError):
+                    path.unlink()
             continue
         found.append(peer)
     return sorted(found, key=lambda p: p.started_wall_ns)

@@ -6,14 +6,26 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
 from gpuscope.agent.peers import Registration, running_peers
+
+
+def _wait_for_its_command_line(pid: int) -> None:
+    """A spawned child's command line is empty until its exec has set it up (after the spawn has returned)."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_a_registered_agent_is_seen_by_another_until_it_ends(tmp_path: Path) -> None:
     # given a trace registered by a process that looks like an agent (its command line names gpuscope)
     agent = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "gpuscope"], stdin=subprocess.PIPE)
+    _wait_for_its_command_line(agent.pid)
     try:
         doc = {"pid": agent.pid, "db": "/var/lib/gpuscope/node.db", "every_process": True, "started_wall_ns": 1}
         (tmp_path / f"{agent.pid}.json").write_text(json.dumps(doc))
@@ -29,6 +41,7 @@ def test_a_registered_agent_is_seen_by_another_until_it_ends(tmp_path: Path) -> 
 
 def test_a_pid_reused_by_another_program_is_not_an_agent(tmp_path: Path) -> None:
     other = subprocess.Popen(["sleep", "30"])
+    _wait_for_its_command_line(other.pid)
     try:
         doc = {"pid": other.pid, "db": "x.db", "every_process": False, "started_wall_ns": 1}
         (tmp_path / f"{other.pid}.json").write_text(json.dumps(doc))
@@ -52,3 +65,15 @@ def test_a_garbled_entry_or_an_unwritable_folder_never_fails_a_trace(tmp_path: P
     blocked.write_text("")
     with Registration("rec.db", every_process=True, run_dir=blocked / "sub") as reg:
         assert reg.path is None
+
+
+def test_an_agent_caught_in_the_middle_of_an_exec_is_neither_named_nor_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpuscope.agent.peers as peers
+
+    doc = {"pid": os.getpid(), "db": "x.db", "every_process": True, "started_wall_ns": 1}
+    (tmp_path / "entry.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(peers, "_is_gpuscope", lambda pid: None)  # its command line not set up yet
+    assert running_peers(tmp_path, me=-1) == []
+    assert (tmp_path / "entry.json").exists()
