@@ -16,6 +16,7 @@ import numpy as np
 from gpuscope.analysis.attribution import Attribution
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.frame import ops_of
+from gpuscope.model.nccl_hang_text import rank_name
 from gpuscope.model.ops import Op, OpKind
 
 COLLECTIVES = ops_of(OpKind.COLLECTIVE)
@@ -57,9 +58,7 @@ def hash_text(comm_hash: int) -> str:
 
 def who(m: Member, ctx: Context) -> str:
     """Name a rank in a sentence: its rank when known, its command and pid."""
-    comm = ctx.frame.comm(m.pid)
-    name = f"{comm}, pid {m.pid}" if comm else f"pid {m.pid}"
-    return f"rank {m.rank} ({name})" if m.rank is not None else name
+    return rank_name(m.pid, m.rank, ctx.frame.comm(m.pid))
 
 
 def communicators(ctx: Context, att: Attribution) -> dict[int, list[Member]]:

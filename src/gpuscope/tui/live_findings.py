@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuscope.agent.nccl_progress import NcclHang, NcclProgress, RankRef
 from gpuscope.model.drops import drop_advice
+from gpuscope.model.nccl_hang_text import in_flight_summary, rank_name, returned_late_summary
 from gpuscope.model.ops import Source, op_name
 from gpuscope.model.units import fmt_ns
 from gpuscope.tui.live_snapshot import FLAG_TAIL, LiveWindow, Preemptions
@@ -100,22 +101,16 @@ HANG_KIND = "nccl-hang"  # the explain rule's kind: the same finding, found by t
 
 
 def _who(r: RankRef) -> str:
-    name = f"{r.comm}, pid {r.pid}" if r.comm else f"pid {r.pid}"
-    return f"rank {r.rank} ({name})" if r.rank is not None else name
+    return rank_name(r.pid, r.rank, r.comm)
 
 
 def hang_line(h: NcclHang) -> str:
     """One hang in the words of explain's nccl-hang finding."""
     if h.late_op is not None:
-        summary = f"{_who(h.who)} was blocked in {op_name(h.late_op)} for {fmt_ns(h.silence_ns)} before it returned"
+        summary = returned_late_summary(_who(h.who), op_name(h.late_op), h.silence_ns)
     else:
-        state = "until it exited" if h.exited else "so far"
-        stuck = f" (stuck in or before {op_name(h.stuck_op)})" if h.stuck_op is not None else ""
-        peers = ", ".join(f"{_who(p)} completed {n} more" for p, n in h.ahead[:4])
-        summary = (
-            f"{_who(h.who)} has not returned from NCCL for {fmt_ns(h.silence_ns)} {state}{stuck} "
-            f"while its peers went on: {peers}"
-        )
+        stuck = op_name(h.stuck_op) if h.stuck_op is not None else None
+        summary = in_flight_summary(_who(h.who), h.silence_ns, h.exited, stuck, [(_who(p), n) for p, n in h.ahead])
     return f"CRITICAL {HANG_KIND}: {summary}"
 
 

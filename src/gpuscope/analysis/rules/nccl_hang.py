@@ -25,6 +25,7 @@ from gpuscope.analysis.nccl_ranks import (
     who,
 )
 from gpuscope.model.findings import Cause, Culprit, Finding, Severity, Symptom
+from gpuscope.model.nccl_hang_text import in_flight_summary, peers_text, returned_late_summary
 from gpuscope.model.ops import Op, op_name
 from gpuscope.model.units import fmt_ns
 
@@ -122,17 +123,12 @@ class NcclHangRule:
     ) -> Finding:
         f = ctx.frame
         by_pid = {p.pid: p for p in members}
-        peer_text = ", ".join(f"{who(by_pid[p], ctx)} completed {n} more" for p, n in sorted(ahead.items())[:4])
-        state = "until it exited" if stall.exited else "so far"
-        stuck = f" (stuck in or before {stall.stuck})" if stall.stuck else ""
-        summary = (
-            f"{who(m, ctx)} has not returned from NCCL for {fmt_ns(stall.silence_ns)} {state}{stuck} "
-            f"while its peers went on: {peer_text}"
-        )
+        named = [(who(by_pid[p], ctx), n) for p, n in sorted(ahead.items())]
+        summary = in_flight_summary(who(m, ctx), stall.silence_ns, stall.exited, stall.stuck, named)
         evidence = (
             f"last NCCL call of {who(m, ctx)} returned at +{fmt_ns(stall.last_end_ns - ctx.window.start_ns)}; "
             f"{stall.done} collectives completed (counted from the ranks' common start in the window)",
-            f"peers: {peer_text}",
+            f"peers: {peers_text(named)}",
             f"threshold {fmt_ns(self.threshold_ns)}",
         )
         extra = self._extra(m, comm_hash, stall.silence_ns, stall.exited)
@@ -159,7 +155,7 @@ class NcclHangRule:
         f = ctx.frame
         dur = int(f.dur[i])
         name = op_name(int(f.op[i]))
-        summary = f"{who(m, ctx)} was blocked in {name} for {fmt_ns(dur)} before it returned"
+        summary = returned_late_summary(who(m, ctx), name, dur)
         evidence = (
             f"{name} of {who(m, ctx)} entered at +{fmt_ns(int(f.ts[i]) - ctx.window.start_ns)} and "
             f"returned {fmt_ns(dur)} later (threshold {fmt_ns(self.threshold_ns)})",
