@@ -22,15 +22,17 @@ recording at the cap, event rows are shed (counted, never stored; the
 aggregates still count their events) instead of breaking the cap or making
 the writer wait for the reader. Shedding starts while one more transaction
 could carry the files on disk past the cap, free pages counted: they stay in
-the file. What is still written while shedding (per-second aggregates, a few
-pages a second) stays in a pinned WAL too: a reader that holds one snapshot
-for minutes can still carry a small cap past its limit.
+the file. How much one transaction adds to the WAL is measured, not assumed
+(``SizeCap.txn_bytes``). The other writes of those seconds (per-second
+aggregates, counters) are held by the writer and released a few a
+transaction once the WAL can be cut.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,8 @@ _TXN_BYTES_PER_BLOCK_ROW = 96
 # rate under a 2 MiB cap from ~155k to ~95k rows a second (measured): about
 # what one busy traced process makes, so the ring overflowed.
 BLOCKS_MIN_CAP = 32 << 20
+# Bytes before each page in the WAL (https://www.sqlite.org/fileformat2.html#walformat).
+WAL_FRAME_HEADER = 24
 
 
 def _size(path: str) -> int:
@@ -62,6 +66,12 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _frames(nbytes: int, page_size: int) -> int:
+    """What ``nbytes`` of pages take in the WAL: each page behind its 24-byte frame header."""
+    pages = -(-nbytes // page_size)
+    return pages * (page_size + WAL_FRAME_HEADER)
 
 
 def db_bytes(path: Path) -> int:
@@ -173,12 +183,21 @@ def give_back(conn: sqlite3.Connection) -> None:
     conn.executescript("PRAGMA incremental_vacuum;")
 
 
-def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int, *, room: int = 0, wait: bool = True) -> int:
+def enforce_cap(
+    conn: sqlite3.Connection,
+    path: Path,
+    max_bytes: int,
+    *,
+    room: int = 0,
+    wait: bool = True,
+    grew: Callable[[int | None, int], None] | None = None,
+) -> int:
     """Bring a recording (plus ``room`` bytes it is about to need) under ``max_bytes``; return rows deleted.
 
     Runs on the writer thread, inside no transaction. Deletes nothing while a
     reader pins the WAL (after waiting for it up to the busy timeout when
     ``wait``): rows deleted then would not shorten the WAL, only lose data.
+    ``grew(before, after)`` is told the WAL's size around each deletion.
     """
     if max_bytes <= 0:
         return 0
@@ -200,7 +219,10 @@ def enforce_cap(conn: sqlite3.Connection, path: Path, max_bytes: int, *, room: i
         now = usage(conn, path)
         if now.used + room > max_bytes * HIGH_WATER:
             excess = now.used + room - int(max_bytes * TARGET)
+            before = _size(f"{path}-wal")
             n = delete_oldest(conn, min(excess, chunk), now)
+            if grew is not None:
+                grew(before, _size(f"{path}-wal"))
             deleted += n
             if n:
                 continue
@@ -241,10 +263,16 @@ class SizeCap:
         self.max_bytes = max_bytes
         self.rows_deleted = 0
         self.wal_bytes = min(max_bytes // 32, 4 << 20) if max_bytes > 0 else 4 << 20
-        # The most one transaction adds to the WAL: its rows (1/40 of the cap,
-        # see rows_per_commit) written as whole pages, with the pages of the
-        # aggregates and session rows beside them.
-        self.txn_bytes = max(max_bytes // 20, 64 << 10)
+        # The most one transaction is assumed to add to the WAL before any is seen: its rows (1/40 of the cap,
+        # see rows_per_commit) written as whole pages, with the pages of the aggregates and session rows
+        # beside them, each page behind its frame header (set by configure, which knows the page size).
+        self._assumed_txn_bytes = _frames(max(max_bytes // 20, 64 << 10), 4096)
+        # The most one transaction was seen to add (a commit's rows, or a deletion of the oldest): rows reused
+        # from scattered free pages, the freelist, the tree's inner pages. Measured at 78 kB under a 1 MiB cap
+        # where 64 KiB was assumed, which carried a pinned WAL past the cap.
+        self.largest_txn_bytes = 0
+        # The WAL's size after the last check, from which the next commit's growth is measured.
+        self._wal_after_check: int | None = None
 
     def configure(self, conn: sqlite3.Connection) -> None:
         """Bound the WAL: checkpoint and truncate well inside the cap.
@@ -256,6 +284,26 @@ class SizeCap:
         """
         conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.execute(f"PRAGMA journal_size_limit={self.wal_bytes}")
+        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        self._assumed_txn_bytes = _frames(max(self.max_bytes // 20, 64 << 10), page)
+
+    @property
+    def txn_bytes(self) -> int:
+        """The most the next transaction may add to the WAL: the largest seen, a quarter more, or what is
+        assumed before any is seen; no more than a quarter of the cap (past it, shedding would never stop)."""
+        seen = self.largest_txn_bytes + self.largest_txn_bytes // 4
+        most = max(self.max_bytes // 4, 64 << 10)
+        return min(max(self._assumed_txn_bytes, seen), most)
+
+    def _saw_growth(self, before: int | None, after: int) -> None:
+        """Learn from the WAL growing from ``before`` to ``after`` bytes across one transaction.
+
+        A WAL started over from its beginning reuses its file and grows less
+        than it wrote: then nothing is learned, which is safe, since only its
+        size on disk counts against the cap.
+        """
+        if before is not None and after > before:
+            self.largest_txn_bytes = max(self.largest_txn_bytes, after - before)
 
     @property
     def blocks(self) -> bool:
@@ -279,24 +327,37 @@ class SizeCap:
         Raises sqlite3.Error from a checkpoint that fails (a full disk): the
         transaction before it is committed all the same.
         """
-        if _size(f"{self.path}-wal") > self.wal_bytes:
+        wal = _size(f"{self.path}-wal")
+        self._saw_growth(self._wal_after_check, wal)
+        try:
+            return self._hold(conn, wal)
+        finally:
+            self._wal_after_check = _size(f"{self.path}-wal")
+
+    def _hold(self, conn: sqlite3.Connection, wal: int) -> bool:
+        if wal > self.wal_bytes:
             # PASSIVE: a TRUNCATE checkpoint locks readers out while it cuts the
             # WAL (a `sqlite3` shell, which has no busy timeout, then fails with
             # "database is locked"). Once everything is copied back, the next
             # transaction starts the WAL over and journal_size_limit cuts it.
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         high = self.max_bytes * HIGH_WATER
-        if self.max_bytes <= 0 or bytes_at_checkpoint(self.path) <= high:
+        # Rows are deleted until the next transaction fits under the high-water mark too: its new pages come
+        # from the free ones the deletions leave, not from growing the file (which grew to the mark plus a
+        # transaction, leaving a pinned WAL too little room).
+        room = self.txn_bytes
+        if self.max_bytes <= 0 or bytes_at_checkpoint(self.path) + room <= high:
             return False
-        self.rows_deleted += enforce_cap(conn, self.path, self.max_bytes, wait=False)
+        self.rows_deleted += enforce_cap(conn, self.path, self.max_bytes, room=room, wait=False, grew=self._saw_growth)
         now = usage(conn, self.path)
         # Live pages alone undercount a pinned WAL's cost: the file keeps its
         # free pages, so the files on disk reach the cap before the live data
         # does (seen: a 4.4 MB file, mostly free pages, beside a 1 MB pinned
         # WAL under a 5 MiB cap). Shed while the next transaction could carry
-        # the files past it.
-        pinned = _size(f"{self.path}-wal") > 0  # a TRUNCATE checkpoint that got through leaves none
-        return now.used > high or (pinned and now.at_checkpoint + self.txn_bytes > self.max_bytes)
+        # the files past it, whether a reader pins the WAL now or not: one may
+        # start reading as soon as the transaction commits, and the WAL is on
+        # disk beside the file until the next checkpoint whatever happens.
+        return now.used > high or now.at_checkpoint + self.txn_bytes > self.max_bytes
 
 
 def build_indexes(conn: sqlite3.Connection) -> None:

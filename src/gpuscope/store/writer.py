@@ -33,6 +33,10 @@ __all__ = ["NOW", "Durability", "EventWriter", "ReadMark", "events_end_ns", "is_
 
 P = ParamSpec("P")
 
+# Named writes held while shedding that one transaction releases: each touches a page or a few (aggregates,
+# counters, samples), so a handful fits beside what SizeCap allows one transaction.
+HELD_WRITES_PER_COMMIT = 4
+
 _COLUMNS = (
     "session_id", "ts_ns", "duration_ns", "pid", "tid", "comm_id", "cgroup_id", "op_id", "flags", "ret",
     "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id", "stack_hash",
@@ -282,8 +286,9 @@ class EventWriter:
 
     def _loop(self) -> None:
         conn, limits = self._conn, self._durability
+        carried: _Item | None = None  # a batch that would have carried the last transaction past its rows
         while True:
-            item = self._queue.get()
+            item, carried = (carried, None) if carried is not None else (self._queue.get(), None)
             if item is None:
                 if self._block.rows or self._deferred:
                     # The end: what was held while the WAL was pinned is written now, whatever the cap says.
@@ -293,13 +298,21 @@ class EventWriter:
                         self._flush_block()
                     conn.execute("COMMIT")
                 return
+            if self._deferred and not self.shed:
+                # The WAL can be cut again: what was held while it could not goes first, a few writes a
+                # transaction, the cap checked after each. (``shed`` changes only after a commit, on this
+                # thread.) Released all at once after a long pinned stretch, they made one commit of 31 pages,
+                # past the most SizeCap allows one transaction.
+                conn.execute("BEGIN")
+                self._run_deferred(HELD_WRITES_PER_COMMIT)
+                self._commit(self._mark(None, True))
+                carried = item
+                continue
             conn.execute("BEGIN")
             began = time.monotonic()
             rows = 0
             newest: _Batch | None = None
-            # The WAL can be cut again: what was held while it could not goes first. (``shed`` changes only
-            # after a commit, on this thread: within a transaction, writes are all held or all run.)
-            wrote = not self.shed and self._run_deferred()
+            wrote = False
             # Coalesce what is queued into one transaction, bounded in time and
             # rows: an endless stream must still commit (a SIGKILL loses only
             # what is not), and one transaction must fit a small --max-db.
@@ -342,14 +355,21 @@ class EventWriter:
                     wrote = self._run_deferred() or wrote
                     self._commit(self._mark(newest, wrote), flush=True)
                     return
+                if isinstance(nxt, _Batch) and not self.shed and rows + len(nxt.events) > limits.rows_per_commit:
+                    # Whole batches only up to the bound: taking one more made transactions of up to twice
+                    # the rows the size cap sized them for.
+                    carried = nxt
+                    break
                 item = nxt
             self._commit(self._mark(newest, wrote))
 
-    def _run_deferred(self) -> bool:
-        """Run the named writes held while shedding (in the transaction at hand); whether there were any."""
+    def _run_deferred(self, most: int | None = None) -> bool:
+        """Run the named writes held while shedding, the first ``most`` of them (None: all), in the transaction
+        at hand; whether there were any."""
         if not self._deferred:
             return False
-        held, self._deferred = self._deferred, []
+        cut = len(self._deferred) if most is None else most
+        held, self._deferred = self._deferred[:cut], self._deferred[cut:]
         for item in held:
             item.fn(self._conn, *item.args, **item.kwargs)
         return True

@@ -359,3 +359,35 @@ def test_the_reserve_fits_inside_a_small_cap_and_is_whole_without_one() -> None:
     assert Reserve.size_for(8 << 20) == 512 << 10
     assert Reserve.size_for(1 << 30) == Reserve.SIZE == 1 << 20
     assert Reserve.size_for(0) == Reserve.SIZE
+
+
+def test_the_cap_learns_the_largest_transaction_and_sheds_for_it_even_with_no_reader(tmp_path: Path) -> None:
+    # given a capped recording (its schema about 0.3 MB) checked once after a small commit
+    path = tmp_path / "r.db"
+    conn = connect_writer(path)
+    conn.execute("CREATE TABLE filler(b BLOB)")
+    cap = SizeCap(path, 1 << 20)
+    cap.configure(conn)
+    assumed = cap.txn_bytes
+    assert assumed % (4096 + retention.WAL_FRAME_HEADER) == 0  # whole pages, each behind its frame header
+    assert cap.check(conn) is False
+    # when one transaction adds far more to the WAL than assumed
+    with conn:
+        conn.execute("INSERT INTO filler VALUES (zeroblob(100000))")
+    grew = retention._size(f"{path}-wal")
+    assert cap.check(conn) is False
+    # then its growth is learned and a quarter more is allowed for the next
+    assert 100_000 <= cap.largest_txn_bytes <= grew
+    assert cap.txn_bytes == cap.largest_txn_bytes * 5 // 4 > assumed
+    # and no more than a quarter of the cap, whatever was seen (past it, shedding would never stop)
+    with conn:
+        conn.execute("INSERT INTO filler VALUES (zeroblob(350000))")
+    assert cap.check(conn) is False
+    assert cap.txn_bytes == (1 << 20) // 4
+    # and once the file is large enough that the next such transaction could carry it past the cap, rows are
+    # shed though no reader pins the WAL (one could start as soon as that transaction commits)
+    with conn:
+        conn.execute("INSERT INTO filler VALUES (zeroblob(60000))")
+    assert cap.check(conn) is True
+    now = retention.usage(conn, path)
+    assert retention._size(f"{path}-wal") == 0 and now.used <= (1 << 20) * retention.HIGH_WATER

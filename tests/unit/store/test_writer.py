@@ -195,3 +195,51 @@ def test_writes_still_held_at_the_end_are_written_before_the_writer_stops(
     writer.write(lambda c, label: ran.append(label), "counts")
     writer.close()
     assert ran == ["counts"]
+
+
+def test_writes_held_through_a_long_shedding_stretch_are_released_a_few_a_transaction(
+    conn: sqlite3.Connection, session_id: int
+) -> None:
+    # given a writer that held ten named writes while shedding (a reader pinned the WAL near the cap)
+    commits: list[int] = []
+    writer = EventWriter(conn, session_id, after_commit=lambda c: commits.append(len(commits)))
+    writer.shed = True
+    ran: list[tuple[str, int]] = []
+    for i in range(10):
+        writer.write(lambda c, label: ran.append((label, len(commits))), f"w{i}")
+    deadline = time.monotonic() + 5
+    while writer.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == []
+    # when the WAL can be cut again and more comes
+    writer.shed = False
+    writer.put(_events(5))
+    writer.close()
+    # then they ran in order, at most HELD_WRITES_PER_COMMIT in one transaction, the cap checked between
+    assert [label for label, _ in ran] == [f"w{i}" for i in range(10)]
+    per_commit = [sum(1 for _, at in ran if at == n) for n in sorted({at for _, at in ran})]
+    assert per_commit == [4, 4, 2], per_commit
+    assert writer_module.HELD_WRITES_PER_COMMIT == 4
+
+
+def test_a_transaction_never_holds_more_rows_than_its_bound_whatever_the_batches(
+    conn: sqlite3.Connection, session_id: int
+) -> None:
+    # given a writer bounded to 1,000 rows a transaction, held up while batches of 700 queue behind it
+    stored: list[int] = []
+    writer = EventWriter(
+        conn,
+        session_id,
+        durability=Durability(rows_per_commit=1_000, min_pending_rows=50_000),
+        after_commit=lambda c: stored.append(int(c.execute("SELECT count(*) FROM event_log").fetchone()[0])),
+    )
+    gate = threading.Event()
+    writer.write(lambda c: gate.wait(10))
+    for i in range(12):
+        writer.put(_events(700, start_ns=i * 10**6))
+    gate.set()
+    writer.close()
+    # then every row is stored, and no commit added more than 1,000 (taking a whole next batch made up to 1,400)
+    added = np.diff([0, *stored])
+    assert stored[-1] == 12 * 700
+    assert added.max() <= 1_000, added.tolist()
