@@ -6,7 +6,9 @@ screen is drawn (figures, time-lost bar, findings, timeline, lanes: ``body[data-
 navigation began); that is its time to interactive. Each round starts a fresh server and opens the page at
 once (cold: the recording is read while the page waits), then reloads it (warm: the same window, served from
 the report cache); then starts another server and opens the page 3 s later, as a user clicking the URL it
-printed would (the server reads the first screen's data ahead, from its start). Reported beside explain in-process on the same file, so the page's own
+printed would (the server reads the first screen's data ahead, from its start; its start line waits for that,
+at most 2 s). Also what a user sees end to end: from the command as typed to its start line, and to the first
+screen drawn when the page is opened at once. Reported beside explain in-process on the same file, so the page's own
 cost is a ratio measured in one run on this noisy machine. The target is ≤ 1 s cold (issue: the
 dashboard shows, not tells).
 
@@ -66,10 +68,14 @@ def main() -> int:
     cold: list[float] = []
     warm: list[float] = []
     later: list[float] = []
+    # What a user sees end to end: from the command as typed to its start line, and to the first screen drawn.
+    to_line: list[float] = []
+    to_drawn: list[float] = []
     with tempfile.TemporaryDirectory() as home, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         for n in range(args.rounds):
             for delay in (0.0, 3.0):
+                typed = time.monotonic()
                 server = subprocess.Popen(
                     [sys.executable, "-m", "gpuscope", "dashboard", "--db", str(db), "--addr", "127.0.0.1:0", "--json"],
                     stdout=subprocess.PIPE, text=True, env=dict(os.environ, HOME=home),
@@ -77,6 +83,7 @@ def main() -> int:
                 try:
                     assert server.stdout is not None
                     url = json.loads(server.stdout.readline())["url"]
+                    printed = time.monotonic()
                     time.sleep(delay)
                     context = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 900})
                     page = context.new_page()
@@ -84,6 +91,8 @@ def main() -> int:
                         later.append(drawn_ms(page, url))
                     else:
                         cold.append(drawn_ms(page, url))
+                        to_line.append((printed - typed) * 1e3)
+                        to_drawn.append((time.monotonic() - typed) * 1e3)
                         warm.append(drawn_ms(page, url))
                     context.close()
                 finally:
@@ -97,7 +106,8 @@ def main() -> int:
     print(f"recording: {args.events:,} events; explain in-process median {base:.0f} ms")
     print(f"{'page load':<38}{'median':>10}{'worst':>10}{'median / explain':>20}")
     rows = (("cold (opened as the server starts)", cold), ("warm (reloaded, same window)", warm),
-            ("opened 3 s after the server started", later))  # fmt: skip
+            ("opened 3 s after the server started", later), ("command to its start line", to_line),
+            ("command to first screen, opened at once", to_drawn))  # fmt: skip
     for label, times in rows:
         med = statistics.median(times)
         print(f"{label:<38}{med:>8.0f}ms{max(times):>8.0f}ms{med / base:>19.2f}×")

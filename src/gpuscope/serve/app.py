@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import re
+import threading
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -147,16 +148,24 @@ class _WithMcp:
             await self.dashboard(scope, receive, send)
 
 
-def create_app(db: Path, guard: Guard, *, mcp: bool = False, baseline: Path | None = None) -> GuardMiddleware:
+def create_app(
+    db: Path,
+    guard: Guard,
+    *,
+    mcp: bool = False,
+    baseline: Path | None = None,
+    first_screen: threading.Event | None = None,
+) -> GuardMiddleware:
     """The whole server: every route behind ``guard`` (Host, token, size limit, security headers); with ``mcp``, /mcp too.
 
     ``baseline``: a recording of the run before, which ``GET diff`` compares this one with.
+    ``first_screen``: set once what the page's first screen asks for is computed (see ``Api.warm``).
     """
     cap_sqlite_heap()  # the server's process exists to serve these reads (docs/dashboard.md)
     api = Api(db, baseline=baseline)
     # Warm before serving, not on the first request: a fleet client asking many fresh agents at once would
     # otherwise wait for each one's imports and first open.
-    api.warm()
+    api.warm(first_screen)
 
     async def run(call: Any, *args: Any, headers: dict[str, str] | None = None) -> Response:
         try:

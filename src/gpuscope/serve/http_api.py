@@ -114,24 +114,34 @@ class Api(TimeViews):
             opts, file_signature(self.db), lambda: explain_db(self.db, opts, frames=self.whole_frame)
         )
 
-    def warm(self) -> None:
+    def warm(self, first_screen: threading.Event | None = None) -> None:
         """Run one query: its first run imports and opens what the requests need (a bad recording is theirs to report).
 
         Then, on threads, compute what the page's first screen asks for (the last run's report; the events of
         its span, their timeline and the lanes' intervals, which any width the page asks for reduces cheaply):
         a page opened a moment after the server started finds them ready or in progress (a request for one
-        being computed waits for it, never computes it twice).
+        being computed waits for it, never computes it twice). ``first_screen`` is set once they are done.
         """
         try:
             self.query(store.TRIVIAL_QUERY, 1)
         except GpuscopeError:
+            if first_screen is not None:
+                first_screen.set()
             return
         # Two threads: the report and the events are read apart, and much of each runs outside the GIL.
-        for part in (
-            lambda: self._explain(None, None, sessions=PAGE_SESSIONS),
-            lambda: self.time_views_ahead(PAGE_SESSIONS),
-        ):
-            threading.Thread(target=_head_start, args=(part,), name="gpuscope-first-screen", daemon=True).start()
+        parts = [
+            threading.Thread(target=_head_start, args=(part,), name="gpuscope-first-screen", daemon=True)
+            for part in (
+                lambda: self._explain(None, None, sessions=PAGE_SESSIONS),
+                lambda: self.time_views_ahead(PAGE_SESSIONS),
+            )
+        ]
+        for thread in parts:
+            thread.start()
+        if first_screen is not None:
+            threading.Thread(
+                target=_when_done, args=(parts, first_screen), name="gpuscope-first-screen", daemon=True
+            ).start()
 
     # -- endpoints -------------------------------------------------------------------------------------------------
 
@@ -348,6 +358,12 @@ class Api(TimeViews):
             finally:
                 result.close()
         return {"columns": result.columns, "rows": rows, "truncated": False}
+
+
+def _when_done(threads: list[threading.Thread], done: threading.Event) -> None:
+    for thread in threads:
+        thread.join()
+    done.set()
 
 
 def _head_start(compute: Callable[[], object]) -> None:
