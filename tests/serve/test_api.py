@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from gpuscope.serve.http_api import ENDPOINTS
+from gpuscope.serve.endpoints import ENDPOINTS
 from tests.serve.support import HOSTILE_COMM, Server, contention_recording, dashboard
 
 # Values a fuzzer would try first: empty, signs, huge, fractions, SQL, markup, unicode, NUL, a very long string.

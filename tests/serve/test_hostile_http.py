@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import pytest
 
-from gpuscope.serve.http_api import ENDPOINTS
+from gpuscope.serve.endpoints import ENDPOINTS
 from gpuscope.serve.protocol import MAX_CONNECTIONS, MAX_HANDSHAKES, REQUEST_TIMEOUT_S, TLS_HANDSHAKE_TIMEOUT_S
 from gpuscope.serve.security import MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_HEADERS
 from tests.serve.hostile import (

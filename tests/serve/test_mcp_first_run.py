@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from gpuscope.serve.http_api import ENDPOINTS
+from gpuscope.serve.endpoints import ENDPOINTS
 from tests.serve.support import contention_recording, dashboard
 from tests.serve.test_mcp import TOOLS, data, stdio_session
 

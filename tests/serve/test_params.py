@@ -17,7 +17,8 @@ from gpuscope.model.findings import Severity
 from gpuscope.model.limits import PID_MAX, PID_MIN
 from gpuscope.model.session_choice import LAST_RUN, SessionChoice, SessionScope
 from gpuscope.model.times import TimePoint
-from gpuscope.serve.http_api import ENDPOINTS, Api
+from gpuscope.serve.endpoints import ENDPOINTS
+from gpuscope.serve.http_api import Api
 from gpuscope.serve.mcp_server import build_server
 from gpuscope.serve.openapi import openapi_spec
 from gpuscope.serve.params import DEFAULT_ROWS, MAX_ROWS, PID, Kind, parse_query, query_request

@@ -14,7 +14,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from gpuscope.serve.http_api import Api
-from gpuscope.serve.mcp_server import MAX_PROFILE_FRAMES, _compact_profile
+from gpuscope.serve.mcp_answers import MAX_PROFILE_FRAMES, compact_profile
 from gpuscope.serve.profile import NO_SAMPLES, NONE_SELECTED
 from gpuscope.stacks.profile import SPEEDSCOPE_SCHEMA
 from tests.serve.support import (
@@ -135,6 +135,6 @@ def test_the_mcp_tool_shows_only_the_innermost_frames_of_a_deep_stack() -> None:
         "hz": 99, "samples": 5, "estimated_cpu_s": 0.05, "estimate": True, "top_functions": [], "notes": [],
         "stacks": [{"pid": 1, "tid": 1, "samples": 5, "share": 1.0, "frames": frames}],
     }  # fmt: skip
-    [stack] = _compact_profile(answer)["stacks"]
+    [stack] = compact_profile(answer)["stacks"]
     assert stack["frames"] == frames[:MAX_PROFILE_FRAMES]
     assert stack["more_frames"] == 200 - MAX_PROFILE_FRAMES

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from gpuscope.serve.http_api import ENDPOINTS, Api
+from gpuscope.serve.endpoints import ENDPOINTS
+from gpuscope.serve.http_api import Api
 from gpuscope.serve.openapi import openapi_spec
 from gpuscope.serve.params import parse_query
 from gpuscope.store.aggregates import insert_system_sample

@@ -239,7 +239,7 @@ def _first_column(doc: str, header: str) -> list[str]:
 
 
 def test_the_dashboard_guide_lists_exactly_the_apis_endpoints() -> None:
-    from gpuscope.serve.http_api import ENDPOINTS
+    from gpuscope.serve.endpoints import ENDPOINTS
 
     listed = {
         m for cell in _first_column("dashboard.md", "| endpoint |") for m in re.findall(r"`(GET|POST) ([\w.-]+)`", cell)

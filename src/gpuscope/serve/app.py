@@ -23,7 +23,8 @@ from starlette.routing import Route
 from gpuscope._version import __version__
 from gpuscope.platform.access import Guard, error_body
 from gpuscope.query.guard import cap_sqlite_heap
-from gpuscope.serve.http_api import ENDPOINTS, Api, Endpoint, handle_errors
+from gpuscope.serve.endpoints import ENDPOINTS, Endpoint, handle_errors
+from gpuscope.serve.http_api import Api
 from gpuscope.serve.openapi import openapi_spec
 from gpuscope.serve.params import parse_query, query_request
 from gpuscope.serve.security import MAX_BODY_BYTES, GuardMiddleware

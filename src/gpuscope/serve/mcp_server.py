@@ -8,7 +8,9 @@ clients are remote), set up once as the server's lifespan state. The tools
 are thin: each checks its arguments against the API's own parameter spec
 (``gpuscope.serve.params``), calls the same typed read-only core as the
 dashboard's API (``gpuscope.serve.http_api.Api``) or a command, and returns
-compact JSON fenced as untrusted data (``gpuscope.serve.untrusted``).
+compact JSON (``gpuscope.serve.mcp_answers``) fenced as untrusted data
+(``gpuscope.serve.untrusted``); the work of a tool that is more than one
+read (the fleet, a diff, a demo) is ``gpuscope.serve.mcp_workers``'s.
 Failures the user can act on are tool errors with a one-line reason; the
 server keeps serving.
 """
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -31,11 +32,12 @@ from mcp_types import ToolAnnotations
 
 from gpuscope._version import __version__
 from gpuscope.errors import GpuscopeError, UsageError
-from gpuscope.model.finding_wire import FindingWire
-from gpuscope.model.session_choice import EVERY_SESSION, SessionChoice
+from gpuscope.model.session_choice import SessionChoice
 from gpuscope.query.filters import EventFilter
 from gpuscope.query.guard import cap_sqlite_heap
+from gpuscope.serve import mcp_workers as workers
 from gpuscope.serve.http_api import Api
+from gpuscope.serve.mcp_answers import compact_finding, compact_op, compact_profile
 from gpuscope.serve.mcp_errors import AnsweringServer, one_line_errors
 from gpuscope.serve.params import (
     AFTER,
@@ -56,9 +58,8 @@ from gpuscope.serve.untrusted import fenced
 QUERY_VIEWS = ("events", "cuda_calls", "sched_switches", "nccl_calls", "graph_events", "containers", "processes")
 DEFAULT_LIMIT = 100
 MAX_EXPLAINED_PIDS = 32
-# cpu_profile's answer: at most this many functions and stacks, and frames of each stack (the innermost).
+# cpu_profile's answer: at most this many functions and stacks (their frames: mcp_answers.MAX_PROFILE_FRAMES).
 MAX_PROFILE_ROWS = 20
-MAX_PROFILE_FRAMES = 12
 
 # The tools' own bounds, read and reported as the API's parameters are (the rest are the API's: PID, LIMIT…).
 TOP_N = Param("top_n", "how many findings", Kind.INT, 1, 100, 5)
@@ -179,45 +180,6 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise ToolError("the server is short of memory for this read: try again shortly") from None
 
 
-def _compact_finding(f: FindingWire) -> dict[str, Any]:
-    """A finding in a few keys: what an assistant needs to pick one to look into (verbose: the whole wire shape)."""
-    s = f["symptom"]
-    return {
-        "id": f["id"],
-        "sev": f["severity"],
-        "kind": f["kind"],
-        "summary": s["summary"],
-        "pid": s.get("pid"),
-        "comm": s.get("comm"),
-        "op": s.get("op"),
-        "evidence": [line for c in f["causes"] for line in c["evidence"]][:6],
-        "fix": f["fix"],
-    }
-
-
-def _compact_op(o: dict[str, Any]) -> dict[str, Any]:
-    keys = ("op", "count", "rate_per_s", "p50_ns", "p99_ns", "max_ns", "time_share")
-    out = {k: o.get(k) for k in keys}
-    if o.get("estimated"):
-        # Probed in windows under the overhead budget: the count, rate and share are estimates.
-        out.update(estimated=True, coverage=o.get("coverage"))
-    return out
-
-
-def _compact_profile(d: dict[str, Any]) -> dict[str, Any]:
-    """The API's profile with each stack cut to its innermost frames (the rest counted, not shown)."""
-    stacks = []
-    for s in d["stacks"]:
-        frames = s["frames"]
-        stack = {k: s[k] for k in ("pid", "tid", "samples", "share")}
-        stack["frames"] = frames[:MAX_PROFILE_FRAMES]
-        if len(frames) > MAX_PROFILE_FRAMES:
-            stack["more_frames"] = len(frames) - MAX_PROFILE_FRAMES
-        stacks.append(stack)
-    keys = ("hz", "samples", "estimated_cpu_s", "estimate", "top_functions")
-    return {**{k: d[k] for k in keys}, "stacks": stacks, "notes": d["notes"]}
-
-
 SESSION_HELP = "session: which sessions of the recording, a number, 'last' (the last trace run, the default) or 'all'."
 
 
@@ -257,7 +219,7 @@ async def trace_stats(
     ctx: Ctx, since: str | None = None, pid: int | None = None, verbose: bool = False, session: str | None = None
 ) -> str:
     d = await _call(_recording(ctx).api.ops, _ns(SINCE, since), _pid(pid), _session(session))
-    ops = d["ops"] if verbose else [_compact_op(o) for o in d["ops"]]
+    ops = d["ops"] if verbose else [compact_op(o) for o in d["ops"]]
     window = d["window"] if verbose else {"events": d["window"]["events"], "length_ns": d["window"]["length_ns"]}
     return fenced({"window": window, "ops": ops, "notes": d["notes"], "sampling": d["sampling"]}, verbose=verbose)
 
@@ -285,7 +247,7 @@ async def explain(
     else:
         d = await _call(api.findings, since_ns, chosen[0] if chosen else None, sessions=sessions)
     findings = d["findings"][:top_n]
-    out = findings if verbose else [_compact_finding(f) for f in findings]
+    out = findings if verbose else [compact_finding(f) for f in findings]
     return fenced({"findings": out, "total": len(d["findings"]), "notes": d["notes"]}, verbose=verbose)
 
 
@@ -299,7 +261,7 @@ async def cpu_profile(
 ) -> str:
     api = _recording(ctx).api
     d = await _call(api.profile, _ns(SINCE, since), _pid(pid), _check(PROFILE_ROWS, limit), _session(session))
-    return fenced(_compact_profile(d))
+    return fenced(compact_profile(d))
 
 
 async def query(ctx: Ctx, sql: str, limit: int = DEFAULT_LIMIT, session: str | None = None) -> str:
@@ -357,12 +319,12 @@ async def diff(
 ) -> str:
     served = _recording(ctx)
     if other is not None and served.remote:
-        other = _beside(served.db, other)
-    return fenced(await _call(_diff, served.db, other, (a_from, a_to), (b_from, b_to)))
+        other = workers.beside(served.db, other)
+    return fenced(await _call(workers.diff, served.db, other, (a_from, a_to), (b_from, b_to)))
 
 
 async def run_demo(scenario: str = "incident") -> str:
-    return fenced(await _call(_run_demo, scenario))
+    return fenced(await _call(workers.run_demo, scenario))
 
 
 async def query_fleet(sql: str, limit: int = DEFAULT_LIMIT) -> str:
@@ -374,7 +336,7 @@ async def query_fleet(sql: str, limit: int = DEFAULT_LIMIT) -> str:
             note="No fleet is configured ([fleet] nodes in the config file): this server reads one recording. "
             "Use `query` for it.",
         )
-    got = await _call(_query_fleet, sql, _check(ROWS, limit))
+    got = await _call(workers.query_fleet, sql, _check(ROWS, limit))
     return fenced({"columns": got.columns, "rows": got.rows, "warnings": got.warnings})
 
 
@@ -481,74 +443,3 @@ def build_server(db: Path, *, remote: bool = False) -> MCPServer[Served]:
         investigate
     )
     return server
-
-
-def _query_fleet(sql: str, limit: int) -> Any:
-    from gpuscope.fleet.client import configured_client
-    from gpuscope.fleet.gather import AllNodesFailedError, gather_rows
-
-    client = configured_client(timeout_s=6.0)
-    try:
-        return gather_rows(client.post("/api/v1/query", {"sql": sql, "limit": limit}))
-    except AllNodesFailedError as exc:
-        raise ToolError(str(exc)) from None
-
-
-def _beside(db: Path, other: str) -> str:
-    """``other`` when it names a file in ``db``'s folder (after links and ``..``); a ToolError otherwise.
-
-    A network client may compare recordings the server holds beside the one it
-    serves, not open any file the server's user can read.
-    """
-    folder = db.resolve().parent
-    try:
-        path = (folder / other).resolve()
-    except (OSError, RuntimeError, ValueError):  # a link loop, a NUL
-        path = None
-    if path is None or path.parent != folder:
-        raise ToolError(f"other: over HTTP, only a recording in the served recording's folder ({folder.name}/)")
-    return str(path)
-
-
-def _diff(db: Path, other: str | None, a: tuple[str | None, str | None], b: tuple[str | None, str | None]) -> Any:
-    from gpuscope.diff import diff_databases, diff_windows
-    from gpuscope.query.filters import EventFilter
-
-    if other is not None:
-        if any(a) or any(b):
-            raise ToolError("give either other (a recording) or the two windows, not both")
-        if not other or "\x00" in other:
-            raise ToolError("other: the path of a recording (not empty, no NUL character)")
-        report = diff_databases(db, other)
-    elif any(a) and any(b):
-        # Two windows named by time may lie in any two sessions: offsets count from the recording's start.
-        every = EVERY_SESSION
-        report = diff_windows(
-            db,
-            EventFilter.from_options(start=a[0], end=a[1], sessions=every),
-            EventFilter.from_options(start=b[0], end=b[1], sessions=every),
-        )
-    else:
-        raise ToolError("give other (a recording's path) or two windows (a_from/a_to and b_from/b_to)")
-    return report.as_dict()
-
-
-def _run_demo(scenario: str) -> Any:
-    from gpuscope.demo import REGISTRY, DemoMode, DemoRunner
-
-    if scenario not in REGISTRY.names():
-        raise ToolError(f"scenario {scenario!r}: one of {', '.join(REGISTRY.names())}")
-    with tempfile.TemporaryDirectory(prefix="gpuscope-mcp-demo-") as scratch:
-        # Not as a context manager: that installs signal handlers, which only the main thread may do.
-        runner = DemoRunner(Path(scratch) / "demo.db")
-        try:
-            result = runner.run(REGISTRY.get(scenario), DemoMode.SYNTHETIC)
-        finally:
-            runner.close()
-        d: dict[str, Any] = result.report.as_dict()
-    return {
-        "scenario": scenario,
-        "expected": result.scenario.expected_kind,
-        "events": result.events,
-        "findings": [_compact_finding(f) for f in d["findings"]],
-    }

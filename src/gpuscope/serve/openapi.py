@@ -13,7 +13,7 @@ from typing import Any
 from gpuscope._version import __version__
 from gpuscope.model.limits import PID_MAX, PID_MIN
 from gpuscope.serve import schemas
-from gpuscope.serve.http_api import ENDPOINTS
+from gpuscope.serve.endpoints import ENDPOINTS
 from gpuscope.serve.params import MAX_PIDS, MAX_ROWS, QUERY_TIMEOUT_S, Param
 
 _ERROR_SCHEMA = {

@@ -1,4 +1,4 @@
-"""The single writer: a thread that turns decoded event batches into rows.
+"""The single writer: a thread that turns decoded event batches into rows (``gpuscope.store.events_write``).
 
 Batches come in through a queue bounded in time (rows at the writer's
 measured pace). When SQLite cannot keep up, ``put`` blocks, the collector
@@ -25,9 +25,9 @@ from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
-from gpuscope.store.blocks import BLOCK_COLUMNS, BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
-from gpuscope.store.bulk_rows import insert_from_blob, load_bulk_rows
+from gpuscope.store.blocks import BLOCK_MAX_AGE_S, BLOCK_ROWS, last_row_id, write_block
 from gpuscope.store.commit_policy import NOW, Durability, NowMark, ReadMark, is_disk_full
+from gpuscope.store.events_write import BLOCK_INDEX, EventRows, PendingBlock
 
 __all__ = ["NOW", "Durability", "EventWriter", "ReadMark", "events_end_ns", "is_disk_full"]
 
@@ -36,28 +36,6 @@ P = ParamSpec("P")
 # Named writes held while shedding that one transaction releases: each touches a page or a few (aggregates,
 # counters, samples), so a handful fits beside what SizeCap allows one transaction.
 HELD_WRITES_PER_COMMIT = 4
-
-_COLUMNS = (
-    "session_id", "ts_ns", "duration_ns", "pid", "tid", "comm_id", "cgroup_id", "op_id", "flags", "ret",
-    "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id", "stack_hash",
-)  # fmt: skip
-_INSERT_INTO = f"INSERT INTO event_log({', '.join(_COLUMNS)}) VALUES "
-_NCOLS = len(_COLUMNS)
-_ROW = "(" + ", ".join("?" * _NCOLS) + ")"
-_INSERT = _INSERT_INTO + _ROW
-# Rows per statement for the bulk of a batch: one statement step per 32 rows
-# costs ~40 % less CPU than one per row (measured: 1.6 vs 2.5 us a row), and
-# the sqlite3 module lets go of the GIL once per step, not once per row.
-# 32 x 17 = 544 parameters, under SQLite's oldest limit of 999.
-_ROWS_PER_INSERT = 32
-_INSERT_MANY = _INSERT_INTO + ", ".join([_ROW] * _ROWS_PER_INSERT)
-# With gs_int64_rows (gpuscope.store.bulk_rows): a batch in one statement, its rows as one blob, at most this many
-# rows a statement (2.2 MB of values).
-_INSERT_BLOB = insert_from_blob("event_log", _COLUMNS)
-_ROWS_PER_BLOB = 16_384
-_U64_COLUMNS = ("cgroup_id", "bytes", "handle", "stream", "arg0", "arg1", "cgroup_v1_id")
-# Where each of gpuscope.store.blocks.BLOCK_COLUMNS is among the inserted columns.
-_BLOCK_INDEX = [_COLUMNS.index(c) for c in BLOCK_COLUMNS]
 
 
 def events_end_ns(conn: sqlite3.Connection) -> int:
@@ -102,31 +80,6 @@ class _Batch:
 _Item = _Batch | _Write | _Maintenance
 
 
-class _PendingBlock:
-    """Rows inserted but not yet in a column block (``gpuscope.store.blocks``): contiguous ids from ``first``."""
-
-    def __init__(self) -> None:
-        self.first = 0
-        self.rows = 0
-        self.since = 0.0
-        self._parts: list[np.ndarray] = []
-
-    @property
-    def next_id(self) -> int:
-        return self.first + self.rows
-
-    def add(self, first: int, columns: np.ndarray) -> None:
-        if not self.rows:
-            self.first, self.since = first, time.monotonic()
-        self._parts.append(columns)
-        self.rows += len(columns)
-
-    def take(self) -> tuple[int, np.ndarray]:
-        out = (self.first, np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0])
-        self.rows, self._parts = 0, []
-        return out
-
-
 class EventWriter:
     """Own one writer connection on a background thread.
 
@@ -156,17 +109,13 @@ class EventWriter:
         """
         self._conn = conn
         self._blocks = blocks
-        # Rows as one blob a statement where the extension loads; else values bound from Python.
-        self.bulk_rows = load_bulk_rows(conn)
+        self._rows = EventRows(conn, session_id)
         self._session_id = session_id
         self._durability = durability or Durability()
         self._on_commit = on_commit
         self._after_commit = after_commit
         self._on_failure = on_failure
         self._queue: queue.Queue[_Item | None] = queue.Queue(max_pending)
-        self._comm_ids: dict[bytes, int] = {
-            c.encode(): i for i, c in conn.execute("SELECT id, comm FROM comms").fetchall()
-        }
         self.rows_written = 0
         self._lost_here = 0  # counted on the writer thread
         self._refused = 0  # counted by the producer after a failure
@@ -179,7 +128,7 @@ class EventWriter:
         self._room = threading.Condition()
         # Rows per second of insert time (an average that follows the load), for the queue bound.
         self._rate = 200_000.0
-        self._block = _PendingBlock()
+        self._block = PendingBlock()
         # Named writes held while shedding (see _loop).
         self._deferred: list[_Write] = []
         # The newest mark stored, and the rows stored since (see ReadMark.events_seen).
@@ -244,6 +193,11 @@ class EventWriter:
         return int(min(max(self._rate * d.pending_s, d.min_pending_rows), d.max_pending_rows))
 
     @property
+    def bulk_rows(self) -> bool:
+        """Whether rows go in as one blob a statement (``gs_int64_rows`` loaded), not as values bound from Python."""
+        return self._rows.bulk_rows
+
+    @property
     def rows_lost(self) -> int:
         """Events handed to the writer that will never be stored (rolled back or refused after a failure)."""
         return self._lost_here + self._refused
@@ -270,7 +224,7 @@ class EventWriter:
             self._loop()
         except BaseException as exc:
             self.error = exc
-            self._block = _PendingBlock()  # it may hold rows rolled back: those rows are read as rows
+            self._block = PendingBlock()  # it may hold rows rolled back: those rows are read as rows
             # The rows of the transaction at hand are rolled back: lost, not written.
             self.rows_written -= self._txn_rows
             self._lost_here += self._txn_rows
@@ -445,32 +399,7 @@ class EventWriter:
 
     def _insert(self, ev: np.ndarray, stack_hashes: np.ndarray | None) -> None:
         n = len(ev)
-        comm_col = self._comm_column(ev["comm"])
-        cols = np.empty((n, _NCOLS), dtype=np.int64)
-        cols[:, 0] = self._session_id
-        cols[:, 1] = ev["ts_ns"].view(np.int64)
-        cols[:, 2] = ev["duration_ns"].view(np.int64)
-        cols[:, 3] = ev["pid"]
-        cols[:, 4] = ev["tid"]
-        cols[:, 5] = comm_col
-        cols[:, 6] = ev["cgroup_id"].view(np.int64)
-        cols[:, 7] = ev["op"]
-        cols[:, 8] = ev["flags"]
-        cols[:, 9] = ev["ret"]
-        # Unsigned 64-bit values are stored as their two's complement: SQLite
-        # integers are signed. Pointers and packed dims stay below 2**63.
-        for i, name in enumerate(_U64_COLUMNS[1:], start=10):
-            cols[:, i] = ev[name].view(np.int64)
-        cols[:, 16] = 0 if stack_hashes is None else stack_hashes
-        if self.bulk_rows:
-            for at in range(0, n, _ROWS_PER_BLOB):
-                self._conn.execute(_INSERT_BLOB, (cols[at : at + _ROWS_PER_BLOB].tobytes(),))
-        else:
-            bulk = n - n % _ROWS_PER_INSERT
-            if bulk:
-                self._conn.executemany(_INSERT_MANY, cols[:bulk].reshape(-1, _NCOLS * _ROWS_PER_INSERT).tolist())
-            if bulk < n:
-                self._conn.executemany(_INSERT, cols[bulk:].tolist())
+        cols = self._rows.insert(ev, stack_hashes)
         self.rows_written += n
         self._txn_rows += n
         if not self._blocks:
@@ -478,7 +407,7 @@ class EventWriter:
         first = last_row_id(self._conn) - n + 1
         if self._block.rows and first != self._block.next_id:
             self._flush_block()  # ids not contiguous with the pending ones (rows inserted by other means)
-        self._block.add(first, cols[:, _BLOCK_INDEX])
+        self._block.add(first, cols[:, BLOCK_INDEX])
         # No bigger than a transaction's rows: under a small --max-db a block must fit its WAL budget too.
         if self._block.rows >= min(BLOCK_ROWS, self._durability.rows_per_commit):
             self._flush_block()
@@ -487,27 +416,3 @@ class EventWriter:
         """Write the pending rows' column block, in the transaction at hand."""
         first, columns = self._block.take()
         write_block(self._conn, self._session_id, first, columns)
-
-    def _comm_column(self, comms: np.ndarray) -> np.ndarray:
-        # Group the 16-byte names through a 64-bit key (4x faster than unique
-        # on bytes), then check the grouping exactly; fall back on a collision.
-        words = np.ascontiguousarray(comms).view("<u8").reshape(-1, 2)
-        key = words[:, 0] ^ (words[:, 1] * np.uint64(0x9E3779B97F4A7C15))
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        if not (words == words[first][inverse]).all():
-            uniq_b, inverse = np.unique(comms, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            names = uniq_b.tolist()
-        else:
-            names = comms[first].tolist()
-        ids = np.empty(len(names), dtype=np.int64)
-        for i, raw in enumerate(names):
-            cid = self._comm_ids.get(raw)
-            if cid is None:
-                text = raw.decode("utf-8", "replace")
-                self._conn.execute("INSERT OR IGNORE INTO comms(comm) VALUES (?)", (text,))
-                cid = int(self._conn.execute("SELECT id FROM comms WHERE comm = ?", (text,)).fetchone()[0])
-                self._comm_ids[raw] = cid
-            ids[i] = cid
-        return ids[inverse]

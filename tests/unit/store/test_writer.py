@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+import gpuscope.store.events_write as rows_module
 import gpuscope.store.writer as writer_module
 from gpuscope.bpf.wire import EVENT_DTYPE
 from gpuscope.store.bulk_rows import load_bulk_rows
@@ -92,12 +93,12 @@ def test_every_column_of_every_event_is_stored_in_order_whatever_the_batch_lengt
     # given the writer storing rows one blob a statement (32 rows at most, so batches span statements), or
     # binding every value where the extension cannot load
     if path == "blob":
-        monkeypatch.setattr(writer_module, "_ROWS_PER_BLOB", 32)
+        monkeypatch.setattr(rows_module, "_ROWS_PER_BLOB", 32)
         if not load_bulk_rows(sqlite3.connect(":memory:")):
             assert os.environ.get("CI") != "true", "gs_int64_rows did not load"
             pytest.skip("this Python's sqlite3 cannot load extensions")
     else:
-        monkeypatch.setattr(writer_module, "load_bulk_rows", lambda c: False)
+        monkeypatch.setattr(rows_module, "load_bulk_rows", lambda c: False)
     # and batches around the rows per statement (whole statements and a remainder)
     rng = np.random.default_rng(11)
     batches = [_events(n, start_ns=10_000 * n) for n in (1, 31, 32, 33, 70)]
