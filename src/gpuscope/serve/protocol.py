@@ -23,6 +23,15 @@ is the new connection answered 503. Likewise past ``MAX_HANDSHAKES`` TLS
 handshakes in progress, the oldest is cut off (``GuardedLoop``): connections
 that never say hello cannot fill the server's sockets either.
 
+Answers must be read. A client that pipelines requests and never reads the
+answers fills the connection's buffers: past ``WRITE_HIGH_WATER`` unsent bytes
+the server stops writing to it, its next pipelined request waits (not worked
+on, so it holds none of the requests the server works on at once) and the
+connection is first in line when the pool makes room. A connection with more
+than ``WRITE_LOW_WATER`` bytes unsent whose client takes none of them for
+``WRITE_TIMEOUT_S`` is closed with a reset, and what it never read is
+discarded, in the kernel too.
+
 What h11 refuses (control characters in a header, two Content-Lengths, bad
 chunks, headers over ``MAX_HEADER_BYTES`` while they arrive) is answered in
 the one error shape of the API instead of uvicorn's plain text, with nothing
@@ -32,6 +41,8 @@ of the request in it.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -48,6 +59,15 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # progress: together well under the usual 1,024 file descriptors a process may hold.
 MAX_CONNECTIONS = 256
 MAX_HANDSHAKES = 256
+# A connection whose client takes none of its unsent answers for this long is closed. A client on a slow link
+# takes some bytes every second; one that reads nothing would hold its connection, and the memory of its answers,
+# for as long as it liked. What a client is given to send a request, it is given to take some of an answer.
+WRITE_TIMEOUT_S = REQUEST_TIMEOUT_S
+# Unsent bytes past which a connection is not written to (its next pipelined request waits), and under which it
+# is again: asyncio's marks for a socket, also for TLS, whose layer would otherwise queue 512 KiB of its own above
+# the socket's. The write deadline watches a connection while more than the low mark is unsent.
+WRITE_HIGH_WATER = 64 * 1024
+WRITE_LOW_WATER = WRITE_HIGH_WATER // 4
 _ARRIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.SWITCHED_PROTOCOL)
 
 
@@ -108,10 +128,15 @@ class GuardedH11Protocol(H11Protocol):
     _request_timer: asyncio.TimerHandle | None = None
     _waiting_since = 0.0  # loop time since when no request of this connection has been worked on
     _let_go = False  # aborted to make room: going, whatever the loop has yet to tell it
+    _write_timer: asyncio.TimerHandle | None = None
+    _stalled_since: float | None = None  # loop time since when writing is paused and the client has taken nothing
+    _unsent_seen = 0  # the unsent bytes when the write deadline's period began
+    _next_held = False  # an answer ended while writing was paused: the next pipelined request waits for the drain
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._waiting_since = self.loop.time()
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         if len(self.connections) > MAX_CONNECTIONS and not _make_room(self.connections, self):
             # Each connection holds a socket: past the cap a client flooding the server with connections would
             # exhaust its file descriptors. Every other connection has a request being worked on: wait for one.
@@ -127,11 +152,32 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_write()
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
         self._waiting_since = self.loop.time()
+        self._watch_unsent()  # an answer was added: the client's period starts from what is unsent now
+        if self.flow.write_paused and not self.transport.is_closing():
+            # The client has not taken what was written: its next pipelined request is not worked on (an answer
+            # into a buffer nobody reads, holding one of the requests the server works on at once) until it does.
+            self._next_held = True
+            return
         super().on_response_complete()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._stalled_since = self.loop.time()
+        self._watch_unsent()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stalled_since = None
+        self._watch_unsent()  # the client took some; under TLS the socket's transport may still hold much
+        if self._next_held:
+            self._next_held = False
+            # Soon, not now: the transport calls this from inside its own write path.
+            self.loop.call_soon(super().on_response_complete)
 
     def _working(self) -> bool:
         """Whether the app is answering a request that arrived whole (a connection that is never let go)."""
@@ -139,7 +185,8 @@ class GuardedH11Protocol(H11Protocol):
         return cycle is not None and not cycle.response_complete and self.conn.their_state in _ARRIVED
 
     def _let_go_now(self) -> None:
-        """Close at once, with a 503 if a request was awaited or arriving; never one the app is answering."""
+        """Close at once, with a 503 if a request was awaited or arriving; never one the app is answering,
+        unless its client reads nothing of it."""
         self._let_go = True
         if not self.transport.is_closing() and self._request_timer is not None:
             self._refuse(
@@ -148,12 +195,63 @@ class GuardedH11Protocol(H11Protocol):
                 "busy",
                 f"the server holds {MAX_CONNECTIONS} connections; this one, waiting longest, made room for another",
             )
+        self._abort(discard=self._stalled_since is not None)
+
+    def _abort(self, *, discard: bool) -> None:
+        """Close at once; with ``discard``, what the client has not taken is dropped by the kernel too (a reset)."""
+        self._let_go = True
         self._disarm()
-        # abort, not close: TLS's close waits up to 30 s for the peer's close_notify, a socket held all along.
+        self._disarm_write()
+        sock = self.transport.get_extra_info("socket")
+        if discard and sock is not None:
+            # Else the kernel keeps the unread bytes after the close, and retries a client that reads nothing
+            # for minutes.
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass  # gone already
+        # abort, not close: TLS's close waits up to 30 s for the peer's close_notify, a socket held all along,
+        # and a plain socket's close waits for the unsent bytes to go, forever for a client that reads nothing.
         try:
             self.transport.abort()
         except AttributeError:
             pass  # asyncio's TLS transport, closed twice, has dropped its protocol: it is going already
+
+    def _unsent(self) -> int:
+        """The bytes written that the kernel has not taken yet: they shrink only as the client reads."""
+        size = self.transport.get_write_buffer_size()
+        # asyncio's TLS transport counts what its TLS layer holds, not what it has passed to the socket's own
+        # transport beneath (Python 3.11 on; before, it counts only the latter: counted twice, it still shrinks).
+        below = getattr(getattr(self.transport, "_ssl_protocol", None), "_transport", None)
+        if isinstance(below, asyncio.WriteTransport):
+            size += below.get_write_buffer_size()
+        return size
+
+    def _watch_unsent(self) -> None:
+        """Start the write deadline's period afresh from the bytes unsent now, if more than the low mark."""
+        self._disarm_write()
+        self._unsent_seen = self._unsent()
+        if self._unsent_seen > WRITE_LOW_WATER and not self._let_go:
+            # Not only while writing is paused: a plain socket closed with bytes unsent (after its answer, or an
+            # idle keep-alive) waits for them to go, forever for a client that reads nothing.
+            self._write_timer = self.loop.call_later(WRITE_TIMEOUT_S, self._write_timeout)
+
+    def _disarm_write(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_timeout(self) -> None:
+        self._write_timer = None
+        unsent = self._unsent()
+        if self._let_go or unsent <= WRITE_LOW_WATER:
+            return  # gone, or the client took (nearly) all
+        if unsent < self._unsent_seen:  # it took some: a slow client, given another period
+            if self._stalled_since is not None:
+                self._stalled_since = self.loop.time()
+            self._watch_unsent()
+            return
+        self._abort(discard=True)
 
     def data_received(self, data: bytes) -> None:
         if self._request_timer is None and self.conn.their_state is h11.IDLE:
@@ -217,17 +315,29 @@ class GuardedH11Protocol(H11Protocol):
 
 
 def _make_room(connections: Iterable[Any], newcomer: GuardedH11Protocol) -> bool:
-    """Let go of the connection that has waited longest with no request worked on; False when each has one.
+    """Let go of a connection whose client does not read, else of the one that has waited longest with no request
+    worked on; False when each has one being worked on and read.
 
     Idle ones, ones whose request is still arriving and ones closing (each holds its socket until TLS's close
     ends) all qualify: a client hoarding connections pushes out its own oldest before anyone's newer one.
+    Stalled ones come first (the longest stalled first), even mid-answer: their client takes nothing, and what
+    they hold unsent is the server's memory.
     """
     others = [
         c
         for c in connections
-        if c is not newcomer and isinstance(c, GuardedH11Protocol) and not c._let_go and not c._working()
+        if c is not newcomer
+        and isinstance(c, GuardedH11Protocol)
+        and not c._let_go
+        and (c._stalled_since is not None or not c._working())
     ]
     if not others:
         return False
-    min(others, key=lambda c: c._waiting_since)._let_go_now()
+    min(others, key=_room_order)._let_go_now()
     return True
+
+
+def _room_order(c: GuardedH11Protocol) -> tuple[int, float]:
+    if c._stalled_since is not None:
+        return 0, c._stalled_since
+    return 1, c._waiting_since
