@@ -36,7 +36,9 @@ from pathlib import Path
 
 from gpuscope.tui.live_snapshot import LiveWindow
 
-CLOSE_TIMEOUT_S = 10.0
+# What the child is given to end by itself once its stdin closes; then it is killed. It only reads the recording,
+# so a kill loses nothing: the bound only spares an evaluation about to finish.
+CLOSE_TIMEOUT_S = 2.0
 STARVED_S = 15.0
 STARVED_NICE = 10
 STARVED_CPU_SHARE = 0.02
@@ -130,16 +132,20 @@ class LiveExplain:
                 quiet = time.monotonic() - self._heard
             if quiet < STARVED_S or self._proc.poll() is not None:
                 continue
-            try:
-                # The policy and nice value are each thread's own: every thread of the child.
-                for tid in os.listdir(f"/proc/{self._proc.pid}/task"):
-                    os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-                    os.setpriority(os.PRIO_PROCESS, int(tid), STARVED_NICE)
-            except OSError:
-                pass  # not ours to change (no CAP_SYS_NICE), or gone: it stays as it was
-            else:
-                self.raised = True
+            self._raise()
             return
+
+    def _raise(self) -> None:
+        """Move every thread of the child to the normal class at nice ``STARVED_NICE``."""
+        try:
+            # The policy and nice value are each thread's own: every thread of the child.
+            for tid in os.listdir(f"/proc/{self._proc.pid}/task"):
+                os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, int(tid), STARVED_NICE)
+        except OSError:
+            pass  # not ours to change (no CAP_SYS_NICE), or gone: it stays as it was
+        else:
+            self.raised = True
 
     def findings(self, window: LiveWindow) -> Sequence[str]:
         """The last evaluation's lines (never waits for one)."""
@@ -159,6 +165,10 @@ class LiveExplain:
                 self._proc.stdin.close()
             except OSError:
                 pass
+        if self._proc.poll() is None and not self.raised:
+            # At the idle class beside busy CPUs it would not run to see its stdin close: Ctrl-C on a trace
+            # beside two busy loops waited the whole bound (10 s, then a kill) after everything else was done.
+            self._raise()
         try:
             self._proc.wait(CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

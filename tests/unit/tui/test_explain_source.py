@@ -107,6 +107,28 @@ def test_a_child_starved_at_the_idle_class_is_raised_to_nice_10_and_still_answer
     assert live._proc.returncode == 0
 
 
+def test_closing_a_child_that_gets_no_cpu_raises_it_then_ends_it_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    import gpuscope.tui.explain_process as explain_process
+
+    monkeypatch.setattr(explain_process, "CLOSE_TIMEOUT_S", 0.5)
+    # given a live explain whose child gets no CPU (stopped: as at the idle class beside busy loops), not yet
+    # raised for starving
+    live = LiveExplain(_hung_now(tmp_path), hang_threshold_ns=2_000 * MS, every_s=0.2)
+    _wait_for(lambda: bool(live.findings(WINDOW)))
+    os.kill(live.pid, signal.SIGSTOP)
+    assert not live.raised
+    # when the trace closes it
+    live.close()
+    # then it was moved out of the idle class (at the idle class a starved child never runs to see its stdin
+    # close), and, still not ending, killed after the bound: a reader, it holds nothing a kill loses
+    assert live.raised
+    assert live._proc.returncode == -signal.SIGKILL
+
+
 def test_a_failing_evaluation_is_counted_and_the_next_one_still_runs(tmp_path: Path) -> None:
     # given a "recording" that is not a database
     bad = tmp_path / "live.db"
