@@ -72,7 +72,16 @@ int BPF_PROG(gs_sched_switch, bool preempt, struct task_struct *prev,
 	}
 
 	if (gs_is_target(next->tgid)) {
-		struct gs_offcpu *o = bpf_task_storage_get(&offcpu, next, 0, 0);
+		/* With CREATE, NULL means the storage could not be taken, not
+		 * that there is none: task storage is refused on a CPU where
+		 * another BPF program holds it, e.g. a uprobe program
+		 * preempted in the middle of its own task-storage access. A
+		 * switch-out may then wait here unseen: counted, never silent
+		 * (a sleep missing from a sync was seen with no drop counted). */
+		struct gs_offcpu *o = bpf_task_storage_get(&offcpu, next, 0,
+							   BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!o)
+			gs_count(GS_STAT_DROP_HOST);
 		if (o && o->ts_ns) {
 			struct gs_event *e = gs_reserve(GS_OP_SCHED_SWITCH);
 			if (e) {

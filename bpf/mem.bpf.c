@@ -86,8 +86,16 @@ static __always_inline int gs_reclaim_begin(__u8 memcg)
 static __always_inline int gs_reclaim_end(__u64 reclaimed)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	struct gs_reclaim *r = bpf_task_storage_get(&reclaim_start, t, 0, 0);
-	if (!r || !r->ts_ns)
+	/* CREATE, so that NULL means the storage could not be taken (held by
+	 * another BPF program on this CPU): a reclaim whose start may be lost,
+	 * counted (see host.bpf.c's sched_switch). */
+	struct gs_reclaim *r = bpf_task_storage_get(&reclaim_start, t, 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!r) {
+		gs_count(GS_STAT_DROP_HOST);
+		return 0;
+	}
+	if (!r->ts_ns)
 		return 0;
 	struct gs_event *e = gs_reserve(GS_OP_DIRECT_RECLAIM);
 	if (e) {

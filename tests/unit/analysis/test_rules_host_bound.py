@@ -171,3 +171,46 @@ def test_no_host_bound_rule_fires_on_the_other_demo_scenarios(tmp_path: Path, sc
     DemoRunner(db).run(REGISTRY.get(scenario), DemoMode.SYNTHETIC)
     kinds = [f.kind for f in explain_db(db, ExplainOptions()).findings]
     assert not set(kinds) & {*HOST_RULES, "data-starvation"}, (scenario, kinds)
+
+
+def test_launches_a_step_read_from_a_thinned_sample_are_the_counted_ones_spread_over_the_steps_by_time() -> None:
+    from types import SimpleNamespace
+
+    from gpuscope.analysis.frame import BUCKET_NS, Aggregates
+    from gpuscope.analysis.rules.host_bound import LaunchBoundRule
+
+    # given 60 steps of 400 launches (40 ms each), read as the overhead budget and the selective reading leave
+    # them: in turns of 5 steps, every call stored and one row in 100 read, then a share stored and one row
+    # in 400 read; and the exact count of each second
+    ev = Events()
+    t, phases = 0, []
+    per_second: dict[int, int] = {}
+    for step in range(60):
+        start = t
+        every = 100 if (step // 5) % 2 == 0 else 400
+        for i in range(400):
+            if i % every == 0:
+                ev.add(Op.cudaLaunchKernel, t, 5 * US)
+            per_second[t // BUCKET_NS * BUCKET_NS] = per_second.get(t // BUCKET_NS * BUCKET_NS, 0) + 1
+            t += 100 * US
+        ev.add(Op.cudaStreamSynchronize, t, 20 * US)
+        phases.append((start, t))
+        t += 50 * US
+    frame, _ = ev.frame()
+    buckets = sorted(per_second)
+    n_b = len(buckets)
+    op = int(Op.cudaLaunchKernel)
+    zeros = np.zeros(n_b, dtype=np.int64)
+    counts = np.array([per_second[b] for b in buckets])
+    agg = Aggregates(np.array(buckets), np.full(n_b, 100), np.full(n_b, op), counts, zeros, zeros, zeros, zeros, zeros)
+    ctx = SimpleNamespace(frame=frame, thinned={(100, op): 50 * US}, aggregates=agg)
+    rows = np.arange(len(frame.ts))
+    ps = np.array([s for s, _ in phases], dtype=np.int64)
+    pe = np.array([e for _, e in phases], dtype=np.int64)
+    # when each step's launches are estimated from the 24,000 counted
+    n, estimated = LaunchBoundRule._phase_launches(ctx, 100, rows, 24_000, ps, pe)  # type: ignore[arg-type]
+    # then every step reads its 400 (one ratio of calls to rows read the dense steps as 640 and the sparse
+    # ones as 160), and together they hold every launch counted
+    assert estimated
+    assert np.allclose(n, 400, rtol=0.02), n.tolist()
+    assert abs(float(n.sum()) - 24_000) < 1
