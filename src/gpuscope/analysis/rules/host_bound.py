@@ -23,7 +23,7 @@ import numpy as np
 
 from gpuscope.analysis.context import Context
 from gpuscope.analysis.cpu_profile import describe_hot, host_time_cause
-from gpuscope.analysis.frame import BUCKET_NS, LAUNCH_OPS, SYNC_OPS, Aggregates
+from gpuscope.analysis.frame import LAUNCH_OPS, SYNC_OPS
 from gpuscope.analysis.gil import gil_waits
 from gpuscope.analysis.intervals import distinct, intersect_all, overlap_ns
 from gpuscope.analysis.rules.base import spread_symptom
@@ -199,53 +199,17 @@ class LaunchBoundRule:
         ctx: Context, pid: int, rows: np.ndarray, launches: int, ps: np.ndarray, pe: np.ndarray
     ) -> tuple[np.ndarray, bool]:
         """Launches in each phase, and whether that is an estimate: its launch rows where every launch has
-        one (inside a probe window too); where they were read selectively, each second's counted launches
-        spread over that second's phases by their length.
-
-        Rows read selectively are no sample of even density: the overhead budget stores every call in some
-        probe windows and a share in others (a fraction of a second each), and the reading keeps slow calls
-        whole. One ratio of calls to rows read the steps of a stand-in loop's 400 launches as 119 or 600 by
-        the window they fell in, and their median as 160-260; spread by time they read 400.
-        """
+        one (inside a probe window too); where they were read selectively, its rows times the calls each
+        stored row stands for over the whole window."""
         f = ctx.frame
-        launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]  # in time order, as the frame's rows are
-        ts = f.ts[launch_rows]
-        counted = (np.searchsorted(ts, pe, side="left") - np.searchsorted(ts, ps, side="left")).astype(np.float64)
-        if not any((pid, op) in ctx.thinned for op in LAUNCH_OPS) or not len(launch_rows):
-            return counted, False
-        spread = _spread_by_time(ctx.aggregates, pid, launches, ps, pe)
-        if spread is not None:
-            return spread, True
-        return counted * max(launches / len(launch_rows), 1.0), True
-
-
-def _spread_by_time(
-    agg: Aggregates | None, pid: int, launches: int, ps: np.ndarray, pe: np.ndarray
-) -> np.ndarray | None:
-    """Each phase's share of the launches counted in the seconds it spans, by the time it spends in each
-    (launches happen in the phases only); None without per-second counts."""
-    if agg is None or not len(ps):
-        return None
-    m = agg.mask(pid, LAUNCH_OPS)
-    total = int(agg.count[m].sum())
-    if not total:
-        return None
-    seconds, at = np.unique(agg.bucket[m], return_inverse=True)
-    # Scaled as ``launches`` is: a driver launch inside a runtime one counted once.
-    calls = np.bincount(at.reshape(-1), weights=agg.count[m], minlength=len(seconds)) * (launches / total)
-    # Each phase in pieces, one per second it spans (most lie inside one).
-    first, last = ps // BUCKET_NS, np.maximum(pe - 1, ps) // BUCKET_NS
-    spans = (last - first + 1).astype(np.int64)
-    phase = np.repeat(np.arange(len(ps)), spans)
-    second = np.repeat(first, spans) + (np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans))
-    lo = np.maximum(ps[phase], second * BUCKET_NS)
-    hi = np.minimum(pe[phase], (second + 1) * BUCKET_NS)
-    length = np.maximum(hi - lo, 0).astype(np.float64)
-    idx = np.clip(np.searchsorted(seconds, second * BUCKET_NS), 0, len(seconds) - 1)
-    known = seconds[idx] == second * BUCKET_NS
-    in_phases = np.bincount(idx[known], weights=length[known], minlength=len(seconds))
-    share = np.where(known, calls[idx] * length / np.maximum(in_phases[idx], 1.0), 0.0)
-    return np.bincount(phase, weights=share, minlength=len(ps))
+        launch_rows = rows[in_ops(f.op[rows], LAUNCH_OPS)]
+        ts = np.sort(f.ts[launch_rows])
+        counted: np.ndarray = (np.searchsorted(ts, pe, side="left") - np.searchsorted(ts, ps, side="left")).astype(
+            np.float64
+        )
+        if any((pid, op) in ctx.thinned for op in LAUNCH_OPS) and len(launch_rows):
+            return counted * max(launches / len(launch_rows), 1.0), True
+        return counted, False
 
 
 class GilBoundRule:
