@@ -263,10 +263,8 @@ class SizeCap:
         self.max_bytes = max_bytes
         self.rows_deleted = 0
         self.wal_bytes = min(max_bytes // 32, 4 << 20) if max_bytes > 0 else 4 << 20
-        # The most one transaction is assumed to add to the WAL before any is seen: its rows (1/40 of the cap,
-        # see rows_per_commit) written as whole pages, with the pages of the aggregates and session rows
-        # beside them, each page behind its frame header (set by configure, which knows the page size).
-        self._assumed_txn_bytes = _frames(max(max_bytes // 20, 64 << 10), 4096)
+        # The recording's page size (read by configure): the WAL holds whole pages, each behind its header.
+        self._page_size = 4096
         # The most one transaction was seen to add (a commit's rows, or a deletion of the oldest): rows reused
         # from scattered free pages, the freelist, the tree's inner pages. Measured at 78 kB under a 1 MiB cap
         # where 64 KiB was assumed, which carried a pinned WAL past the cap.
@@ -284,16 +282,18 @@ class SizeCap:
         """
         conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.execute(f"PRAGMA journal_size_limit={self.wal_bytes}")
-        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        self._assumed_txn_bytes = _frames(max(self.max_bytes // 20, 64 << 10), page)
+        self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
 
     @property
     def txn_bytes(self) -> int:
         """The most the next transaction may add to the WAL: the largest seen, a quarter more, or what is
         assumed before any is seen; no more than a quarter of the cap (past it, shedding would never stop)."""
+        # Assumed before any is seen: its rows (1/40 of the cap, see rows_per_commit) written as whole pages,
+        # with the pages of the aggregates and session rows beside them.
+        assumed = _frames(max(self.max_bytes // 20, 64 << 10), self._page_size)
         seen = self.largest_txn_bytes + self.largest_txn_bytes // 4
         most = max(self.max_bytes // 4, 64 << 10)
-        return min(max(self._assumed_txn_bytes, seen), most)
+        return min(max(assumed, seen), most)
 
     def _saw_growth(self, before: int | None, after: int) -> None:
         """Learn from the WAL growing from ``before`` to ``after`` bytes across one transaction.
